@@ -1,0 +1,159 @@
+// `convnets models`: list the registered archs, or inspect, load, save and run one of them.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "io/state_dict.h"
+#include "models/layers.h"
+#include "models/registry.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+namespace convnets::cli {
+namespace {
+
+struct ModelsArgs {
+  std::string arch;
+  int64_t num_classes = 1000;
+  std::string init = "fan_in";
+  bool zero_init_residual = false;
+  std::string weights, save;
+  bool forward = false;
+  int64_t batch_size = 1;
+  int input_size = 0;
+  bool json = false;
+};
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+nlohmann::ordered_json describe(const ArchInfo& arch, NetworkImpl& net, int64_t num_classes) {
+  const auto& p = arch.preprocessing;
+  return {{"name", arch.name},
+          {"description", arch.description},
+          {"num_classes", num_classes},
+          {"params", count_parameters(net)},
+          {"gmacs", static_cast<double>(count_macs(net, p.input_size)) / 1e9},
+          {"input_size", p.input_size},
+          {"crop_ratio", p.crop_ratio},
+          {"mean", p.mean},
+          {"std", p.std},
+          {"interpolation", p.interpolation},
+          {"reference", arch.reference}};
+}
+
+void print_table(const std::vector<nlohmann::ordered_json>& rows) {
+  std::printf("%-22s %12s %8s %6s  %s\n", "arch", "params", "GMACs", "input", "description");
+  for (const auto& r : rows) {
+    std::printf("%-22s %12s %8.2f %6d  %s\n", r["name"].get<std::string>().c_str(),
+                with_commas(r["params"].get<int64_t>()).c_str(), r["gmacs"].get<double>(), r["input_size"].get<int>(),
+                r["description"].get<std::string>().c_str());
+  }
+}
+
+void run(const ModelsArgs& a) {
+  ModelOptions options;
+  options.num_classes = a.num_classes;
+  options.conv_init = a.init == "fan_out" ? ConvInit::FanOut : ConvInit::FanIn;
+  options.zero_init_residual = a.zero_init_residual;
+
+  if (a.arch.empty()) {
+    if (!a.weights.empty() || !a.save.empty() || a.forward) {
+      throw Error("--weights, --save and --forward act on one model and need --arch",
+                  "e.g. convnets models --arch resnet50 --forward");
+    }
+    std::vector<nlohmann::ordered_json> rows;
+    for (const auto& arch : architectures()) {
+      auto net = build_model(arch, options);
+      rows.push_back(describe(arch, *net, a.num_classes));
+    }
+    if (a.json) {
+      std::cout << nlohmann::ordered_json(rows).dump(2) << '\n';
+    } else {
+      print_table(rows);
+    }
+    return;
+  }
+
+  const auto& arch = find_architecture(a.arch);
+  auto net = build_model(arch, options);
+  auto info = describe(arch, *net, a.num_classes);
+  if (!a.weights.empty()) {
+    const auto file = load_safetensors(a.weights);
+    load_state_dict(*net, file, a.weights, arch.import_key);
+    info["weights"] = a.weights;
+  }
+  if (a.forward) {
+    const int size = a.input_size > 0 ? a.input_size : arch.preprocessing.input_size;
+    if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
+    net->eval();
+    torch::NoGradGuard no_grad;
+    auto x = torch::randn({a.batch_size, 3, size, size}, torch::TensorOptions().dtype(torch::kFloat32));
+    const auto start = std::chrono::steady_clock::now();
+    auto logits = net->forward(x);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!torch::isfinite(logits).all().item<bool>()) throw Error(a.arch + ": forward pass produced non-finite logits");
+    info["forward"] = {{"input_shape", x.sizes().vec()},
+                       {"output_shape", logits.sizes().vec()},
+                       {"milliseconds", ms},
+                       {"threads", at::get_num_threads()}};
+  }
+  if (!a.save.empty()) {
+    save_safetensors(a.save, state_dict(*net),
+                     {{"format", "pt"}, {"arch", arch.name}, {"num_classes", std::to_string(a.num_classes)}});
+    info["saved"] = a.save;
+  }
+
+  if (a.json) {
+    std::cout << info.dump(2) << '\n';
+    return;
+  }
+  print_table({info});
+  std::printf("\npreprocessing: input %d, eval resize %d + centre crop (ratio %.3f), %s, mean [%.3f, %.3f, %.3f], "
+              "std [%.3f, %.3f, %.3f]\n",
+              arch.preprocessing.input_size,
+              static_cast<int>(arch.preprocessing.input_size / arch.preprocessing.crop_ratio + 0.5),
+              arch.preprocessing.crop_ratio, arch.preprocessing.interpolation.c_str(), arch.preprocessing.mean[0],
+              arch.preprocessing.mean[1], arch.preprocessing.mean[2], arch.preprocessing.std[0],
+              arch.preprocessing.std[1], arch.preprocessing.std[2]);
+  std::printf("state_dict keys follow: %s\n", arch.reference.c_str());
+  if (info.contains("weights")) std::printf("loaded weights: %s (all tensors matched)\n", a.weights.c_str());
+  if (info.contains("forward")) {
+    const auto& f = info["forward"];
+    std::printf("forward: input %s -> logits %s in %.1f ms on %d CPU threads\n", f["input_shape"].dump().c_str(),
+                f["output_shape"].dump().c_str(), f["milliseconds"].get<double>(), f["threads"].get<int>());
+  }
+  if (info.contains("saved")) std::printf("saved weights: %s\n", a.save.c_str());
+}
+
+}  // namespace
+
+void add_models_command(CLI::App& app) {
+  auto args = std::make_shared<ModelsArgs>();
+  auto* cmd = app.add_subcommand("models", "List the model archs (params, GMACs, input size), or inspect one");
+  cmd->add_option("--arch", args->arch, "Show one arch; needed by --weights, --save and --forward");
+  cmd->add_option("--num-classes", args->num_classes, "Classifier outputs (default 1000)");
+  cmd->add_option("--init", args->init, "Conv weight init: kaiming fan_in (DLE) or fan_out (torchvision)")
+      ->check(CLI::IsMember({"fan_in", "fan_out"}));
+  cmd->add_flag("--zero-init-residual", args->zero_init_residual, "Zero the last BN gamma of every residual branch");
+  cmd->add_option("--weights", args->weights, "Load a safetensors file (torchvision or DLE key names) and check it fits")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--save", args->save, "Write the model's weights (torchvision key names) to a safetensors file");
+  cmd->add_flag("--forward", args->forward, "Run one forward pass on a random batch");
+  cmd->add_option("--batch-size", args->batch_size, "Batch size for --forward (default 1)");
+  cmd->add_option("--input-size", args->input_size, "Image side for --forward (default: the arch's input size)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", args->json, "Print JSON instead of a table");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace convnets::cli

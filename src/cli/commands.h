@@ -1,0 +1,12 @@
+// Registration of the CLI's subcommands: one function per command, one file each.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace convnets::cli {
+
+void add_models_command(CLI::App& app);
+
+}  // namespace convnets::cli

@@ -1,0 +1,47 @@
+// Entry point of the convnets executable: global flags, subcommand dispatch, error reporting.
+#include "cli/commands.h"
+#include "core/compat.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"convnets: train, evaluate, benchmark and deploy image-classification ConvNets"};
+  app.set_version_flag("--version", std::string("convnets " CONVNETS_VERSION " (LibTorch ") +
+                                        convnets::compat::torch_version() + ")");
+  int threads = 0;
+  app.add_option("--threads", threads, "CPU threads for tensor kernels (default: OMP_NUM_THREADS, else all CPUs)")
+      ->check(CLI::NonNegativeNumber);
+  app.require_subcommand(1);
+  app.parse_complete_callback([&] { convnets::configure_threads(threads); });
+  convnets::cli::add_models_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << app.version() << '\n';
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "convnets: error: " << e.what() << "\n  run 'convnets --help' or 'convnets COMMAND --help'\n";
+    return 2;
+  } catch (const convnets::Error& e) {
+    std::cerr << "convnets: error: " << e.what() << '\n';
+    if (!e.hint().empty()) std::cerr << "  hint: " << e.hint() << '\n';
+    return 1;
+  } catch (const c10::Error& e) {
+    std::cerr << "convnets: error in LibTorch: " << e.what_without_backtrace() << '\n';
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "convnets: error: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,3 @@
+// Precompiled header: the LibTorch C++ API, which every heavy translation unit needs.
+#pragma once
+#include <torch/torch.h>

@@ -1,0 +1,99 @@
+#include "io/state_dict.h"
+
+#include "core/error.h"
+
+#include <torch/torch.h>
+
+#include <sstream>
+#include <unordered_map>
+
+namespace convnets {
+namespace {
+
+void collect(const torch::nn::Module& m, const std::string& prefix, NamedTensors& out) {
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) out.emplace_back(prefix + p.key(), p.value());
+  for (const auto& b : m.named_buffers(/*recurse=*/false)) out.emplace_back(prefix + b.key(), b.value());
+  for (const auto& c : m.named_children()) collect(*c.value(), prefix + c.key() + ".", out);
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+}  // namespace
+
+NamedTensors state_dict(const torch::nn::Module& module) {
+  NamedTensors out;
+  collect(module, "", out);
+  return out;
+}
+
+std::string LoadReport::describe() const {
+  std::ostringstream os;
+  for (const auto& m : mismatched) {
+    os << "  shape mismatch: " << m.name << ": model " << shape_str(m.model_shape) << ", file "
+       << shape_str(m.file_shape) << '\n';
+  }
+  for (const auto& n : missing) os << "  missing from file: " << n << '\n';
+  for (const auto& n : unexpected) os << "  unexpected in file: " << n << '\n';
+  return os.str();
+}
+
+LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights, const std::string& source,
+                           const std::function<std::string(const std::string&)>& import_key, bool strict) {
+  static const std::string kDataParallel = "module.";
+  std::unordered_map<std::string, const torch::Tensor*> file;
+  std::vector<std::string> file_order;
+  for (const auto& [raw, tensor] : weights.tensors) {
+    std::string key = raw.rfind(kDataParallel, 0) == 0 ? raw.substr(kDataParallel.size()) : raw;
+    if (import_key) key = import_key(key);
+    if (!file.emplace(key, &tensor).second) {
+      throw Error("weights file '" + source + "' holds tensor '" + key + "' twice (as '" + raw + "' after renaming)");
+    }
+    file_order.push_back(key);
+  }
+
+  LoadReport report;
+  torch::NoGradGuard no_grad;
+  auto own = state_dict(module);
+  std::unordered_map<std::string, bool> seen;
+  for (auto& [name, target] : own) {
+    seen[name] = true;
+    auto it = file.find(name);
+    if (it == file.end()) {
+      report.missing.push_back(name);
+      continue;
+    }
+    const auto& src = *it->second;
+    if (src.sizes() != target.sizes()) {
+      report.mismatched.push_back({name, target.sizes().vec(), src.sizes().vec()});
+      continue;
+    }
+    target.copy_(src);
+  }
+  for (const auto& key : file_order) {
+    if (!seen.count(key)) report.unexpected.push_back(key);
+  }
+
+  if (strict && !report.ok()) {
+    std::string first;
+    if (!report.mismatched.empty()) {
+      const auto& m = report.mismatched.front();
+      first = "tensor '" + m.name + "' has shape " + shape_str(m.model_shape) + " in the model but " +
+              shape_str(m.file_shape) + " in the file";
+    } else if (!report.missing.empty()) {
+      first = "tensor '" + report.missing.front() + "' is missing from the file";
+    } else {
+      first = "the file has tensor '" + report.unexpected.front() + "' that the model lacks";
+    }
+    throw Error("weights file '" + source + "' does not fit the model: " + first + "\n" + report.describe(),
+                "check --arch and --num-classes match the model the weights were saved from");
+  }
+  return report;
+}
+
+}  // namespace convnets

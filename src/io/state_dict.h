@@ -1,0 +1,43 @@
+// PyTorch-ordered state dicts of LibTorch modules, and loading weights with a full mismatch report.
+#pragma once
+
+#include "io/safetensors.h"
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace convnets {
+
+// Parameters and buffers in the order torch.nn.Module.state_dict() yields them:
+// per module its own parameters, then its own buffers, then its children in
+// registration order.
+NamedTensors state_dict(const torch::nn::Module& module);
+
+struct ShapeMismatch {
+  std::string name;
+  std::vector<int64_t> model_shape, file_shape;
+};
+
+struct LoadReport {
+  std::vector<std::string> missing;      // in the model, not in the file
+  std::vector<std::string> unexpected;   // in the file, not in the model
+  std::vector<ShapeMismatch> mismatched; // in model order
+  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  // One line per problem, every tensor by name.
+  std::string describe() const;
+};
+
+// Copies `weights` into the module's parameters and buffers (converting dtype).
+// Keys are normalised first: a DataParallel `module.` prefix is dropped and
+// `import_key` (if given) maps foreign names, e.g. DLE's `layers.0.` -> `layer1.`.
+// Tensors that match are copied even when others do not; with `strict`, any
+// problem throws convnets::Error naming the first mismatched tensor and both
+// shapes (or the first missing/unexpected name) and listing the rest.
+LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights, const std::string& source,
+                           const std::function<std::string(const std::string&)>& import_key = {},
+                           bool strict = true);
+
+}  // namespace convnets

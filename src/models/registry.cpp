@@ -1,0 +1,66 @@
+#include "models/registry.h"
+
+#include "core/error.h"
+#include "models/resnet.h"
+
+namespace convnets {
+namespace {
+
+ArchInfo resnet(std::string name, std::string description, std::string reference, ResNetConfig config) {
+  ArchInfo a;
+  a.name = std::move(name);
+  a.description = std::move(description);
+  a.reference = std::move(reference);
+  a.build = [config](const ModelOptions& o) { return make_resnet(config, o); };
+  a.import_key = resnet_key_from_dle;
+  return a;  // Preprocessing defaults are the ImageNet ones every ResNet recipe uses.
+}
+
+std::vector<ArchInfo> make_registry() {
+  const bool basic = false, bottleneck = true;
+  return {
+      resnet("resnet18", "ResNet-18 (He et al. 2015)", "tv-resnet18", {basic, {2, 2, 2, 2}}),
+      resnet("resnet34", "ResNet-34 (He et al. 2015)", "tv-resnet34", {basic, {3, 4, 6, 3}}),
+      resnet("resnet50", "ResNet-50 v1.5 (stride on the 3x3 conv)", "tv-resnet50", {bottleneck, {3, 4, 6, 3}}),
+      resnet("resnet101", "ResNet-101 v1.5", "tv-resnet101", {bottleneck, {3, 4, 23, 3}}),
+      resnet("resnet152", "ResNet-152 v1.5", "tv-resnet152", {bottleneck, {3, 8, 36, 3}}),
+      resnet("resnext50_32x4d", "ResNeXt-50 32x4d (Xie et al. 2017)", "tv-resnext50_32x4d",
+             {bottleneck, {3, 4, 6, 3}, 32, 4}),
+      resnet("resnext101_32x4d", "ResNeXt-101 32x4d (DLE)", "dle-resnext101-32x4d",
+             {bottleneck, {3, 4, 23, 3}, 32, 4}),
+      resnet("resnext101_32x8d", "ResNeXt-101 32x8d", "tv-resnext101_32x8d", {bottleneck, {3, 4, 23, 3}, 32, 8}),
+      resnet("wide_resnet50_2", "Wide ResNet-50-2 (Zagoruyko & Komodakis 2016)", "tv-wide_resnet50_2",
+             {bottleneck, {3, 4, 6, 3}, 1, 128}),
+      resnet("se_resnext101_32x4d", "SE-ResNeXt-101 32x4d (DLE: SE width 16)", "dle-se-resnext101-32x4d",
+             {bottleneck, {3, 4, 23, 3}, 32, 4, 16}),
+  };
+}
+
+}  // namespace
+
+const std::vector<ArchInfo>& architectures() {
+  static const std::vector<ArchInfo> registry = make_registry();
+  return registry;
+}
+
+std::vector<std::string> architecture_names() {
+  std::vector<std::string> names;
+  for (const auto& a : architectures()) names.push_back(a.name);
+  return names;
+}
+
+const ArchInfo& find_architecture(const std::string& name) {
+  for (const auto& a : architectures()) {
+    if (a.name == name) return a;
+  }
+  throw Error("unknown arch '" + name + "'", "valid archs: " + join(architecture_names()));
+}
+
+Network build_model(const ArchInfo& arch, const ModelOptions& options) {
+  if (options.num_classes < 1) {
+    throw Error("--num-classes must be at least 1, got " + std::to_string(options.num_classes));
+  }
+  return arch.build(options);
+}
+
+}  // namespace convnets

@@ -1,0 +1,158 @@
+#include "models/resnet.h"
+
+#include "models/layers.h"
+
+#include <torch/torch.h>
+
+#include <regex>
+
+namespace convnets {
+namespace {
+
+using layers::Conv2d;
+using layers::Linear;
+namespace nn = torch::nn;
+
+Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1) {
+  return Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).groups(groups).bias(false));
+}
+
+// DLE's SqueezeAndExcitation (trt=False): Linear layers named `squeeze` and
+// `expand` over the spatial mean of the residual branch, fixed reduced width.
+class SqueezeExcitationImpl : public nn::Module {
+ public:
+  SqueezeExcitationImpl(int64_t channels, int64_t reduced)
+      : squeeze(register_module("squeeze", Linear(channels, reduced))),
+        expand(register_module("expand", Linear(reduced, channels))) {}
+
+  // Per-channel gate in [0, 1], shaped [N, C, 1, 1] to broadcast over the branch.
+  torch::Tensor forward(const torch::Tensor& branch) {
+    auto s = branch.mean({2, 3});
+    s = torch::sigmoid(expand(torch::relu(squeeze(s))));
+    return s.unsqueeze(-1).unsqueeze(-1);
+  }
+
+  Linear squeeze, expand;
+};
+TORCH_MODULE(SqueezeExcitation);
+
+// BasicBlock and Bottleneck in one class: the registration order below is the
+// state_dict order of torchvision (conv/bn pairs, then downsample) and of DLE
+// (SE registered after downsample).
+class BlockImpl : public nn::Module {
+ public:
+  BlockImpl(const ResNetConfig& c, int64_t in, int64_t planes, int64_t stride) {
+    const int64_t expansion = c.bottleneck ? 4 : 1;
+    const int64_t out = planes * expansion;
+    if (c.bottleneck) {
+      const int64_t width = planes * c.width_per_group / 64 * c.groups;
+      convs_ = {conv(in, width, 1), conv(width, width, 3, stride, c.groups), conv(width, out, 1)};
+      const int64_t widths[3] = {width, width, out};
+      for (int i = 0; i < 3; ++i) bns_.push_back(nn::BatchNorm2d(widths[i]));
+    } else {
+      convs_ = {conv(in, planes, 3, stride), conv(planes, planes, 3)};
+      bns_ = {nn::BatchNorm2d(planes), nn::BatchNorm2d(planes)};
+    }
+    for (size_t i = 0; i < convs_.size(); ++i) {
+      register_module("conv" + std::to_string(i + 1), convs_[i]);
+      register_module("bn" + std::to_string(i + 1), bns_[i]);
+    }
+    if (stride != 1 || in != out) {
+      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out)));
+    }
+    if (c.se_channels > 0) se_ = register_module("squeeze", SqueezeExcitation(out, c.se_channels));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto y = x;
+    for (size_t i = 0; i < convs_.size(); ++i) {
+      y = bns_[i](convs_[i](y));
+      if (i + 1 < convs_.size()) y = torch::relu(y);
+    }
+    auto shortcut = downsample_ ? downsample_->forward(x) : x;
+    // DLE's fused SE: shortcut + branch * gate in one addcmul.
+    y = se_ ? torch::addcmul(shortcut, y, se_(y)) : y + shortcut;
+    return torch::relu(y);
+  }
+
+  nn::BatchNorm2d last_bn() { return bns_.back(); }
+
+ private:
+  std::vector<Conv2d> convs_;
+  std::vector<nn::BatchNorm2d> bns_;
+  nn::Sequential downsample_{nullptr};
+  SqueezeExcitation se_{nullptr};
+};
+TORCH_MODULE(Block);
+
+class ResNetImpl : public NetworkImpl {
+ public:
+  ResNetImpl(const ResNetConfig& c, const ModelOptions& o)
+      : conv1_(register_module("conv1", Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)))),
+        bn1_(register_module("bn1", nn::BatchNorm2d(64))) {
+    TORCH_CHECK(c.blocks.size() == 4, "a ResNet has 4 stages");
+    const int64_t expansion = c.bottleneck ? 4 : 1;
+    int64_t in = 64;
+    for (int s = 0; s < 4; ++s) {
+      const int64_t planes = int64_t{64} << s;
+      nn::Sequential stage;
+      for (int b = 0; b < c.blocks[s]; ++b) {
+        stage->push_back(Block(c, in, planes, (b == 0 && s > 0) ? 2 : 1));
+        in = planes * expansion;
+      }
+      stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
+    }
+    fc_ = register_module("fc", Linear(in, o.num_classes));
+    initialise(o);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(bn1_(conv1_(x)));
+    x = torch::max_pool2d(x, 3, 2, 1);
+    for (auto& stage : stages_) x = stage->forward(x);
+    return fc_(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  }
+
+ private:
+  // DLE image_classification/models/resnet.py and torchvision ResNet.__init__:
+  // kaiming-normal convs (relu gain), BN gamma 1 / beta 0, fc and SE Linear keep
+  // PyTorch's default init.
+  void initialise(const ModelOptions& o) {
+    torch::NoGradGuard no_grad;
+    nn::init::FanModeType mode = torch::kFanIn;
+    if (o.conv_init == ConvInit::FanOut) mode = torch::kFanOut;
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* c = m->as<layers::Conv2d>()) {
+        nn::init::kaiming_normal_(c->weight, 0.0, mode, torch::kReLU);
+      } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+        nn::init::ones_(bn->weight);
+        nn::init::zeros_(bn->bias);
+      }
+    }
+    if (o.zero_init_residual) {
+      for (auto& stage : stages_) {
+        for (auto& block : *stage) nn::init::zeros_(block.get<BlockImpl>().last_bn()->weight);
+      }
+    }
+  }
+
+  Conv2d conv1_;
+  nn::BatchNorm2d bn1_;
+  std::vector<nn::Sequential> stages_;
+  Linear fc_{nullptr};
+};
+
+}  // namespace
+
+Network make_resnet(const ResNetConfig& config, const ModelOptions& options) {
+  return std::make_shared<ResNetImpl>(config, options);
+}
+
+std::string resnet_key_from_dle(const std::string& key) {
+  static const std::regex dle_stage(R"(^layers\.(\d+)\.)");
+  std::smatch m;
+  if (!std::regex_search(key, m, dle_stage)) return key;
+  return "layer" + std::to_string(std::stoi(m[1]) + 1) + "." + m.suffix().str();
+}
+
+}  // namespace convnets

@@ -1,0 +1,185 @@
+"""End-to-end tests of the convnets executable and tools/pth2safetensors.py.
+
+Run by CTest with CONVNETS_BIN (the executable) and CONVNETS_SOURCE_DIR set.
+"""
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+import torchvision
+
+SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
+BIN = os.environ["CONVNETS_BIN"]
+sys.path.insert(0, os.path.join(SOURCE, "tools"))
+import pth2safetensors  # noqa: E402
+
+
+def convnets(*args):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+
+
+class ModelsCommand(unittest.TestCase):
+    def test_lists_every_arch_with_params_gmacs_and_input(self):
+        r = convnets("models", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {m["name"]: m for m in json.loads(r.stdout)}
+        self.assertEqual(len(rows), 10)
+        self.assertEqual(rows["resnet50"]["params"], 25557032)
+        self.assertAlmostEqual(rows["resnet50"]["gmacs"], 4.09, places=2)
+        self.assertEqual(rows["se_resnext101_32x4d"]["params"], 45251128)
+        self.assertEqual(rows["resnet50"]["input_size"], 224)
+        self.assertEqual(rows["resnet50"]["crop_ratio"], 0.875)
+        table = convnets("models")
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertRegex(table.stdout, r"resnet50\s+25,557,032\s+4\.09\s+224")
+
+    def test_num_classes_changes_the_parameter_count(self):
+        r = convnets("models", "--arch", "resnet50", "--num-classes", "10", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # fc shrinks from 2048*1000+1000 to 2048*10+10
+        self.assertEqual(json.loads(r.stdout)["params"], 25557032 - (2048 * 990 + 990))
+
+    def test_forward_pass(self):
+        r = convnets("models", "--arch", "resnet18", "--forward", "--batch-size", "2", "--input-size", "64")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("logits [2,1000]", r.stdout)
+
+    def test_help_on_the_command(self):
+        r = convnets("models", "--help")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("--arch", r.stdout)
+        self.assertIn("--num-classes", r.stdout)
+
+    def test_unknown_arch_lists_the_valid_ones(self):
+        r = convnets("models", "--arch", "resnet5")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("unknown arch 'resnet5'", r.stderr)
+        for name in ("resnet18", "resnext101_32x8d", "se_resnext101_32x4d"):
+            self.assertIn(name, r.stderr)
+        self.assertNotIn("frame #", r.stderr, "no stack traces for user errors")
+
+    def test_bad_num_classes(self):
+        for n in ("0", "-4"):
+            r = convnets("models", "--arch", "resnet18", "--num-classes", n)
+            self.assertNotEqual(r.returncode, 0, n)
+            self.assertIn("--num-classes", r.stderr)
+
+    def test_bad_flags_name_the_flag(self):
+        r = convnets("models", "--init", "xavier")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--init", r.stderr)
+        self.assertIn("fan_in", r.stderr)
+        r = convnets("models", "--frobnicate")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--frobnicate", r.stderr)
+        r = convnets("models", "--forward")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--arch", r.stderr)
+        r = convnets("train")
+        self.assertEqual(r.returncode, 2, "commands of later issues are not registered yet")
+
+
+class WeightExchange(unittest.TestCase):
+    """torchvision .pth -> pth2safetensors -> convnets -> safetensors -> torchvision."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        torch.manual_seed(0)
+        self.model = torchvision.models.resnet18(num_classes=10)
+        with torch.no_grad():
+            for m in self.model.modules():
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.running_mean.normal_()
+                    m.weight.uniform_(0.5, 1.5)
+        self.sd = self.model.state_dict()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def convert(self, obj, name, *extra):
+        pth = self.path(name + ".pth")
+        torch.save(obj, pth)
+        out = self.path(name + ".safetensors")
+        r = subprocess.run([sys.executable, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out, *extra],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return out
+
+    def assert_same_state_dict(self, path):
+        back, meta = pth2safetensors.read_safetensors(path)
+        self.assertEqual(list(back), list(self.sd), "same keys in the same order")
+        for k, v in self.sd.items():
+            self.assertTrue(torch.equal(back[k], v), k)
+        return meta
+
+    def test_round_trip_through_convnets_is_exact(self):
+        st = self.convert(self.sd, "plain")
+        out = self.path("out.safetensors")
+        r = convnets("models", "--arch", "resnet18", "--num-classes", "10", "--weights", st, "--save", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        meta = self.assert_same_state_dict(out)
+        self.assertEqual(meta["arch"], "resnet18")
+        # PyTorch's own load_state_dict accepts what convnets wrote, and the logits agree.
+        back, _ = pth2safetensors.read_safetensors(out)
+        model = torchvision.models.resnet18(num_classes=10)
+        model.load_state_dict(back)
+        x = torch.randn(2, 3, 64, 64)
+        self.model.eval(), model.eval()
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(x), self.model(x)))
+
+    def test_wrapped_data_parallel_and_dle_checkpoints(self):
+        wrapped = {"epoch": 3, "state_dict": collections.OrderedDict(("module." + k, v) for k, v in self.sd.items())}
+        st = self.convert(wrapped, "wrapped")
+        out = self.path("out1.safetensors")
+        r = convnets("models", "--arch", "resnet18", "--num-classes", "10", "--weights", st, "--save", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_same_state_dict(out)
+
+        dle = collections.OrderedDict()
+        for k, v in self.sd.items():
+            if k.startswith("layer"):
+                k = "layers.%d.%s" % (int(k[5]) - 1, k[7:])
+            dle[k] = v
+        st = self.convert(dle, "dle")
+        out = self.path("out2.safetensors")
+        r = convnets("models", "--arch", "resnet18", "--num-classes", "10", "--weights", st, "--save", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_same_state_dict(out)
+
+    def test_weights_of_another_arch_name_the_first_mismatch(self):
+        st = self.convert(self.sd, "r18")
+        r = convnets("models", "--arch", "resnet18", "--weights", st)  # 1000 classes vs 10
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("'fc.weight' has shape [1000, 512] in the model but [10, 512] in the file", r.stderr)
+        self.assertIn("r18.safetensors", r.stderr)
+        r = convnets("models", "--arch", "resnet34", "--num-classes", "10", "--weights", st)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("'layer1.2.conv1.weight' is missing from the file", r.stderr)
+
+    def test_save_does_not_clobber_on_failure(self):
+        out = self.path("keep.safetensors")
+        with open(out, "wb") as f:
+            f.write(b"precious")
+        bad = self.path("bad.safetensors")
+        with open(bad, "wb") as f:
+            f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+        r = convnets("models", "--arch", "resnet18", "--weights", bad, "--save", out)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("bad.safetensors", r.stderr)
+        self.assertIn("not valid JSON", r.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), b"precious")
+
+
+if __name__ == "__main__":
+    unittest.main()

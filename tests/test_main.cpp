@@ -1,0 +1,10 @@
+// GoogleTest entry point shared by the C++ test executables.
+#include "core/threads.h"
+
+#include <gtest/gtest.h>
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  convnets::configure_threads(0);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,175 @@
+// Model zoo: state_dict layout against the reference implementations, GMACs, init options, bad input.
+#include "core/error.h"
+#include "io/state_dict.h"
+#include "models/layers.h"
+#include "models/registry.h"
+#include "test_util.h"
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <regex>
+
+namespace convnets {
+namespace {
+
+// DLE reference files name stages `layers.N.`; the published NGC checkpoints
+// and convnets use torchvision's `layer{N+1}.` (independent of resnet_key_from_dle).
+std::string dle_to_tv(const std::string& key) {
+  static const std::regex stage(R"(^layers\.(\d+)\.)");
+  std::smatch m;
+  if (!std::regex_search(key, m, stage)) return key;
+  return "layer" + std::to_string(std::stoi(m[1]) + 1) + "." + m.suffix().str();
+}
+
+ModelOptions classes(int64_t n) {
+  ModelOptions o;
+  o.num_classes = n;
+  return o;
+}
+
+class ReferenceLayout : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReferenceLayout, KeysShapesOrderAndParameterCountMatchReference) {
+  CONVNETS_REQUIRE_SHARED(shared);
+  const auto& arch = find_architecture(GetParam());
+  const std::string path = shared + "/reference/models/" + arch.reference + ".keys.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing reference " << path;
+  const auto ref = nlohmann::json::parse(in);
+
+  auto net = build_model(arch, ModelOptions{});
+  const auto ours = state_dict(*net);
+  const auto& ref_sd = ref.at("state_dict");
+  ASSERT_EQ(ours.size(), ref_sd.size()) << arch.name << " vs " << arch.reference;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const auto ref_key = dle_to_tv(ref_sd[i][0].get<std::string>());
+    const auto ref_shape = ref_sd[i][1].get<std::vector<int64_t>>();
+    ASSERT_EQ(ours[i].first, ref_key) << "entry " << i;
+    ASSERT_EQ(ours[i].second.sizes().vec(), ref_shape) << ours[i].first;
+  }
+  EXPECT_EQ(count_parameters(*net), ref.at("params").get<int64_t>());
+
+  std::vector<std::string> buffers;
+  for (const auto& b : net->named_buffers()) buffers.push_back(b.key());
+  std::vector<std::string> ref_buffers;
+  for (const auto& b : ref.at("buffers")) ref_buffers.push_back(dle_to_tv(b.get<std::string>()));
+  EXPECT_EQ(buffers, ref_buffers);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, ReferenceLayout, ::testing::ValuesIn(architecture_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(Models, ParameterCountsFromTheIssue) {
+  EXPECT_EQ(count_parameters(*build_model(find_architecture("resnet50"), {})), 25'557'032);
+  EXPECT_EQ(count_parameters(*build_model(find_architecture("se_resnext101_32x4d"), {})), 45'251'128);
+}
+
+// torchvision's model docs list these "GFLOPS" (multiply-accumulates at 224 px).
+TEST(Models, GmacsMatchTorchvisionPublishedFigures) {
+  const std::pair<const char*, double> published[] = {
+      {"resnet18", 1.81},        {"resnet34", 3.66},          {"resnet50", 4.09},
+      {"resnet101", 7.80},       {"resnet152", 11.51},        {"resnext50_32x4d", 4.23},
+      {"resnext101_32x8d", 16.41}, {"wide_resnet50_2", 11.40},
+  };
+  for (const auto& [name, gmacs] : published) {
+    auto net = build_model(find_architecture(name), {});
+    EXPECT_NEAR(static_cast<double>(count_macs(*net, 224)) / 1e9, gmacs, 0.005) << name;
+  }
+}
+
+TEST(Models, MacCountingLeavesTheModelUsable) {
+  auto net = build_model(find_architecture("resnet18"), {});
+  net->train();
+  count_macs(*net, 64);
+  EXPECT_TRUE(net->is_training());
+  torch::NoGradGuard no_grad;
+  auto y = net->forward(torch::randn({2, 3, 64, 64}));
+  EXPECT_GT(y.abs().sum().item<double>(), 0.0) << "convs must compute again after the shape-only pass";
+}
+
+TEST(Models, NumClassesSetsTheClassifier) {
+  auto net = build_model(find_architecture("resnet18"), classes(7));
+  const auto sd = state_dict(*net);
+  EXPECT_EQ(sd.back().first, "fc.bias");
+  EXPECT_EQ(sd.back().second.sizes().vec(), std::vector<int64_t>{7});
+  torch::NoGradGuard no_grad;
+  net->eval();
+  EXPECT_EQ(net->forward(torch::randn({3, 3, 64, 64})).sizes().vec(), (std::vector<int64_t>{3, 7}));
+}
+
+TEST(Models, ZeroInitResidualZeroesTheLastBnOfEveryBlockOnly) {
+  for (const char* name : {"resnet18", "resnet50"}) {
+    const std::string last = std::string(name) == "resnet18" ? ".bn2.weight" : ".bn3.weight";
+    ModelOptions o;
+    o.zero_init_residual = true;
+    auto net = build_model(find_architecture(name), o);
+    int zeroed = 0;
+    for (const auto& [key, t] : state_dict(*net)) {
+      const bool is_last = key.size() > last.size() && key.compare(key.size() - last.size(), last.size(), last) == 0;
+      if (key.find(".bn") == std::string::npos && key.find("downsample.1.weight") == std::string::npos) continue;
+      if (key.find("weight") == std::string::npos) continue;
+      if (is_last) {
+        EXPECT_EQ(t.abs().sum().item<double>(), 0.0) << key;
+        ++zeroed;
+      } else {
+        EXPECT_TRUE(t.eq(1).all().item<bool>()) << key;
+      }
+    }
+    EXPECT_EQ(zeroed, std::string(name) == "resnet18" ? 8 : 16) << name;
+  }
+}
+
+// kaiming_normal_ with relu gain: std = sqrt(2 / fan); fan_in = C_in*k*k, fan_out = C_out*k*k.
+TEST(Models, ConvInitFollowsTheChosenFanMode) {
+  for (auto mode : {ConvInit::FanIn, ConvInit::FanOut}) {
+    torch::manual_seed(0);
+    ModelOptions o;
+    o.conv_init = mode;
+    auto net = build_model(find_architecture("resnet50"), o);
+    // layer4.0.conv1.weight is [512, 1024, 1, 1]: fan_in 1024, fan_out 512.
+    for (const auto& [key, t] : state_dict(*net)) {
+      if (key != "layer4.0.conv1.weight") continue;
+      const double fan = mode == ConvInit::FanIn ? 1024 : 512;
+      EXPECT_NEAR(t.std().item<double>(), std::sqrt(2.0 / fan), 0.02 * std::sqrt(2.0 / fan));
+    }
+  }
+}
+
+TEST(Models, UnknownArchListsTheValidOnes) {
+  try {
+    find_architecture("resnet5O");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resnet5O"), std::string::npos);
+    for (const auto& name : architecture_names()) EXPECT_NE(e.hint().find(name), std::string::npos) << name;
+  }
+}
+
+TEST(Models, NonPositiveNumClassesIsRejected) {
+  for (int64_t n : {0, -3}) {
+    try {
+      build_model(find_architecture("resnet18"), classes(n));
+      FAIL() << "expected an error for " << n;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--num-classes"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Models, EveryArchRunsForwardAndBackward) {
+  for (const auto& arch : architectures()) {
+    if (arch.name != "resnet18" && arch.name != "se_resnext101_32x4d") continue;  // one basic, one SE bottleneck
+    auto net = build_model(arch, classes(5));
+    net->train();
+    auto y = net->forward(torch::randn({2, 3, 64, 64}));
+    y.sum().backward();
+    for (const auto& p : net->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << arch.name << ": no gradient for " << p.key();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace convnets

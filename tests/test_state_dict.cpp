@@ -1,0 +1,120 @@
+// Loading weights: PyTorch state_dict order, DLE/DataParallel key names, and the mismatch report.
+#include "core/error.h"
+#include "io/state_dict.h"
+#include "models/registry.h"
+#include "models/resnet.h"
+#include "test_util.h"
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <fstream>
+
+namespace convnets {
+namespace {
+
+Network make(const std::string& arch, int64_t classes = 1000) {
+  ModelOptions o;
+  o.num_classes = classes;
+  return build_model(find_architecture(arch), o);
+}
+
+std::string load_error(Network& net, const TensorFile& file, const std::string& arch) {
+  try {
+    load_state_dict(*net, file, "file.safetensors", find_architecture(arch).import_key);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StateDict, DleKeymapOfTheReferenceMapsOntoOurOrder) {
+  CONVNETS_REQUIRE_SHARED(shared);
+  std::ifstream in(shared + "/reference/dle_resnet50_tv_keymap.json");
+  ASSERT_TRUE(in);
+  const auto pairs = nlohmann::json::parse(in).at("dle_to_torchvision");
+  const auto ours = state_dict(*make("resnet50"));
+  ASSERT_EQ(pairs.size(), ours.size());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const auto dle = pairs[i][0].get<std::string>();
+    const auto tv = pairs[i][1].get<std::string>();
+    EXPECT_EQ(ours[i].first, tv);
+    EXPECT_EQ(resnet_key_from_dle(dle), tv);
+  }
+}
+
+TEST(StateDict, DleAndDataParallelNamesLoadIntoTheSameTensors) {
+  torch::manual_seed(1);
+  auto src = make("se_resnext101_32x4d", 10);
+  auto dst = make("se_resnext101_32x4d", 10);
+  TensorFile dle;
+  for (const auto& [k, t] : state_dict(*src)) {
+    std::string key = k;
+    if (key.rfind("layer", 0) == 0 && key[5] >= '1' && key[5] <= '4') {
+      key = "layers." + std::to_string(key[5] - '1') + key.substr(6);
+    }
+    dle.tensors.emplace_back("module." + key, t.clone());
+  }
+  ASSERT_EQ(dle.tensors[6].first.rfind("module.layers.0.0.", 0), 0u) << dle.tensors[6].first;
+  const auto report = load_state_dict(*dst, dle, "dle.safetensors", find_architecture("se_resnext101_32x4d").import_key);
+  EXPECT_TRUE(report.ok()) << report.describe();
+  const auto a = state_dict(*src), b = state_dict(*dst);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+}
+
+TEST(StateDict, HalfPrecisionWeightsAreConvertedOnLoad) {
+  auto src = make("resnet18");
+  TensorFile half;
+  for (const auto& [k, t] : state_dict(*src)) {
+    half.tensors.emplace_back(k, t.is_floating_point() ? t.to(torch::kFloat16) : t.clone());
+  }
+  auto dst = make("resnet18");
+  load_state_dict(*dst, half, "half.safetensors");
+  const auto w = state_dict(*dst).front().second;
+  EXPECT_EQ(w.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(w, half.tensors.front().second.to(torch::kFloat32)));
+}
+
+TEST(StateDict, WrongClassCountNamesTheTensorAndBothShapes) {
+  TensorFile file;
+  file.tensors = state_dict(*make("resnet50", 10));
+  auto net = make("resnet50", 1000);
+  const auto msg = load_error(net, file, "resnet50");
+  EXPECT_NE(msg.find("file.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'fc.weight' has shape [1000, 2048] in the model but [10, 2048] in the file"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("fc.bias"), std::string::npos) << "every mismatch is listed: " << msg;
+}
+
+TEST(StateDict, WeightsOfAnotherArchAreRejectedWithEveryDifference) {
+  TensorFile file;
+  file.tensors = state_dict(*make("resnet18"));
+  auto net = make("resnet50");
+  const auto msg = load_error(net, file, "resnet50");
+  // The first tensor whose shape differs (conv1/bn1 agree; layer1.0.conv1 is 1x1 vs 3x3).
+  EXPECT_NE(msg.find("'layer1.0.conv1.weight' has shape [64, 64, 1, 1] in the model but [64, 64, 3, 3] in the file"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("missing from file: layer1.0.conv3.weight"), std::string::npos) << msg;
+
+  auto net34 = make("resnet34");
+  const auto msg34 = load_error(net34, file, "resnet34");
+  EXPECT_NE(msg34.find("'layer1.2.conv1.weight' is missing from the file"), std::string::npos) << msg34;
+}
+
+TEST(StateDict, NonStrictReportListsEverythingAndLoadsWhatFits) {
+  auto src = make("resnet18", 10);
+  TensorFile file;
+  file.tensors = state_dict(*src);
+  file.tensors.emplace_back("extra.weight", torch::zeros({1}));
+  auto dst = make("resnet18", 1000);
+  const auto report = load_state_dict(*dst, file, "f", {}, /*strict=*/false);
+  ASSERT_EQ(report.mismatched.size(), 2u);
+  EXPECT_EQ(report.mismatched[0].name, "fc.weight");
+  EXPECT_EQ(report.unexpected, std::vector<std::string>{"extra.weight"});
+  EXPECT_TRUE(report.missing.empty());
+  EXPECT_TRUE(torch::equal(state_dict(*dst)[0].second, file.tensors[0].second));
+}
+
+}  // namespace
+}  // namespace convnets

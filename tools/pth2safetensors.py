@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Convert a PyTorch .pth/.pt state_dict into a safetensors file that convnets loads.
+
+Needs only PyTorch (not the `safetensors` package). Handles checkpoints that
+wrap the weights (`{"state_dict": ...}`, `{"model": ...}`) and DataParallel's
+`module.` prefix. Usage:
+
+    python3 tools/pth2safetensors.py resnet50.pth resnet50.safetensors
+    python3 tools/pth2safetensors.py ckpt.pth out.safetensors --key model
+
+Also importable: write_safetensors(path, tensors, metadata) and
+read_safetensors(path) -> (OrderedDict of tensors, metadata).
+"""
+import argparse
+import collections
+import json
+import os
+import struct
+import sys
+
+import torch
+
+_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL",
+}
+_FROM_NAME = {v: k for k, v in _DTYPES.items()}
+
+
+def _tensor_bytes(t):
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the same bits
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Write name->tensor (in the given order) to `path` in safetensors format."""
+    header = collections.OrderedDict()
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    blobs, offset = [], 0
+    for name, t in tensors.items():
+        if t.dtype not in _DTYPES:
+            raise SystemExit(f"tensor {name!r}: dtype {t.dtype} has no safetensors equivalent")
+        data = _tensor_bytes(t)
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def read_safetensors(path):
+    """Return (OrderedDict name->tensor in data order, metadata dict)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    metadata = header.pop("__metadata__", {})
+    data = raw[8 + n:]
+    out = collections.OrderedDict()
+    for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = info["data_offsets"]
+        dtype = _FROM_NAME[info["dtype"]]
+        view_dtype = torch.int16 if dtype == torch.bfloat16 else dtype
+        t = torch.frombuffer(bytearray(data[b:e]), dtype=view_dtype) if e > b else torch.empty(0, dtype=view_dtype)
+        out[name] = t.view(dtype).reshape(info["shape"]).clone()
+    return out, metadata
+
+
+def extract_state_dict(obj, key=None):
+    """Find the tensor dict inside a loaded checkpoint and drop a `module.` prefix."""
+    if key is not None:
+        obj = obj[key]
+    elif isinstance(obj, dict) and not any(torch.is_tensor(v) for v in obj.values()):
+        for k in ("state_dict", "model", "model_state_dict"):
+            if k in obj and isinstance(obj[k], dict):
+                obj = obj[k]
+                break
+    if hasattr(obj, "state_dict") and not isinstance(obj, dict):
+        obj = obj.state_dict()
+    tensors = collections.OrderedDict()
+    for k, v in obj.items():
+        if not torch.is_tensor(v):
+            continue
+        tensors[k[len("module."):] if k.startswith("module.") else k] = v
+    if not tensors:
+        raise SystemExit("no tensors found in the checkpoint; pass --key to name the entry holding them")
+    return tensors
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("input", help=".pth/.pt file saved with torch.save")
+    p.add_argument("output", help="safetensors file to write")
+    p.add_argument("--key", help="entry of the checkpoint dict that holds the state_dict")
+    p.add_argument("--arch", help="recorded as metadata (e.g. resnet50)")
+    a = p.parse_args(argv)
+    obj = torch.load(a.input, map_location="cpu")
+    tensors = extract_state_dict(obj, a.key)
+    meta = {"format": "pt"}
+    if a.arch:
+        meta["arch"] = a.arch
+    write_safetensors(a.output, tensors, meta)
+    print(f"wrote {len(tensors)} tensors to {a.output}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
