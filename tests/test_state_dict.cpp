@@ -90,7 +90,11 @@ TEST(StateDict, WeightsOfAnotherArchAreRejectedWithEveryDifference) {
   TensorFile file;
   file.tensors = state_dict(*make("resnet18"));
   auto net = make("resnet50");
+  // conv1.weight has the same shape in both archs: a half-done load would overwrite it.
+  const auto before = state_dict(*net)[0].second.clone();
+  ASSERT_FALSE(torch::equal(before, file.tensors[0].second));
   const auto msg = load_error(net, file, "resnet50");
+  EXPECT_TRUE(torch::equal(state_dict(*net)[0].second, before)) << "a failed strict load leaves the model untouched";
   // The first tensor whose shape differs (conv1/bn1 agree; layer1.0.conv1 is 1x1 vs 3x3).
   EXPECT_NE(msg.find("'layer1.0.conv1.weight' has shape [64, 64, 1, 1] in the model but [64, 64, 3, 3] in the file"),
             std::string::npos)

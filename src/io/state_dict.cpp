@@ -58,22 +58,19 @@ LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights,
   }
 
   LoadReport report;
-  torch::NoGradGuard no_grad;
   auto own = state_dict(module);
+  std::vector<std::pair<torch::Tensor, const torch::Tensor*>> copies;
   std::unordered_map<std::string, bool> seen;
   for (auto& [name, target] : own) {
     seen[name] = true;
     auto it = file.find(name);
     if (it == file.end()) {
       report.missing.push_back(name);
-      continue;
+    } else if (it->second->sizes() != target.sizes()) {
+      report.mismatched.push_back({name, target.sizes().vec(), it->second->sizes().vec()});
+    } else {
+      copies.emplace_back(target, it->second);
     }
-    const auto& src = *it->second;
-    if (src.sizes() != target.sizes()) {
-      report.mismatched.push_back({name, target.sizes().vec(), src.sizes().vec()});
-      continue;
-    }
-    target.copy_(src);
   }
   for (const auto& key : file_order) {
     if (!seen.count(key)) report.unexpected.push_back(key);
@@ -93,6 +90,8 @@ LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights,
     throw Error("weights file '" + source + "' does not fit the model: " + first + "\n" + report.describe(),
                 "check --arch and --num-classes match the model the weights were saved from");
   }
+  torch::NoGradGuard no_grad;
+  for (auto& [target, src] : copies) target.copy_(*src);
   return report;
 }
 

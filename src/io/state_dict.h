@@ -33,9 +33,10 @@ struct LoadReport {
 // Copies `weights` into the module's parameters and buffers (converting dtype).
 // Keys are normalised first: a DataParallel `module.` prefix is dropped and
 // `import_key` (if given) maps foreign names, e.g. DLE's `layers.0.` -> `layer1.`.
-// Tensors that match are copied even when others do not; with `strict`, any
-// problem throws convnets::Error naming the first mismatched tensor and both
-// shapes (or the first missing/unexpected name) and listing the rest.
+// With `strict`, any problem throws convnets::Error naming the first mismatched
+// tensor and both shapes (or the first missing/unexpected name), listing the
+// rest, and leaving the module untouched. Without it, the tensors that fit are
+// copied and the report says what did not.
 LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights, const std::string& source,
                            const std::function<std::string(const std::string&)>& import_key = {},
                            bool strict = true);

@@ -49,6 +49,11 @@ class ModelsCommand(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("logits [2,1000]", r.stdout)
 
+    def test_version_names_libtorch_and_the_build_kind(self):
+        r = convnets("--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"^convnets \d+\.\d+\.\d+ \(LibTorch \d+\.\d+\.\d+, (CUDA|CPU-only) build\)")
+
     def test_help_on_the_command(self):
         r = convnets("models", "--help")
         self.assertEqual(r.returncode, 0)
