@@ -151,7 +151,7 @@ void add_models_command(CLI::App& app) {
   cmd->add_flag("--forward", args->forward, "Run one forward pass on a random batch");
   cmd->add_option("--batch-size", args->batch_size, "Batch size for --forward (default 1)");
   cmd->add_option("--input-size", args->input_size, "Image side for --forward (default: the arch's input size)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 65536));
   cmd->add_flag("--json", args->json, "Print JSON instead of a table");
   cmd->callback([args] { run(*args); });
 }

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
                                         (CONVNETS_CUDA ? ", CUDA build)" : ", CPU-only build)"));
   int threads = 0;
   app.add_option("--threads", threads, "CPU threads for tensor kernels (default: OMP_NUM_THREADS, else all CPUs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 4096));
   app.require_subcommand(1);
   app.parse_complete_callback([&] { convnets::configure_threads(threads); });
   convnets::cli::add_models_command(app);
@@ -31,7 +31,16 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "convnets: error: " << e.what() << "\n  run 'convnets --help' or 'convnets COMMAND --help'\n";
+    const auto extras = app.remaining();
+    if (app.get_subcommands().empty() && !extras.empty() && extras.front().rfind("-", 0) != 0) {
+      // CLI11 would only say "a subcommand is required"; name what was typed instead.
+      std::vector<std::string> commands;
+      for (const auto* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+      std::cerr << "convnets: error: unknown command '" << extras.front() << "'\n  hint: commands: "
+                << convnets::join(commands) << '\n';
+    } else {
+      std::cerr << "convnets: error: " << e.what() << "\n  run 'convnets --help' or 'convnets COMMAND --help'\n";
+    }
     return 2;
   } catch (const convnets::Error& e) {
     std::cerr << "convnets: error: " << e.what() << '\n';

@@ -52,21 +52,23 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& input) {
 }  // namespace layers
 
 int64_t count_macs(NetworkImpl& net, int input_size, int in_channels) {
-  const bool was_training = net.is_training();
-  net.eval();
-  MacTrace trace;
-  active_trace = &trace;
-  try {
-    torch::NoGradGuard no_grad;
-    net.forward(torch::zeros({1, in_channels, input_size, input_size}));
-  } catch (...) {
-    active_trace = nullptr;
-    net.train(was_training);
-    throw;
-  }
-  active_trace = nullptr;
-  net.train(was_training);
-  return trace.macs;
+  // Restores the module's mode and ends the trace even if forward throws.
+  struct TraceScope {
+    NetworkImpl& net;
+    bool was_training;
+    MacTrace trace;
+    explicit TraceScope(NetworkImpl& n) : net(n), was_training(n.is_training()) {
+      net.eval();
+      active_trace = &trace;
+    }
+    ~TraceScope() {
+      active_trace = nullptr;
+      net.train(was_training);
+    }
+  } scope(net);
+  torch::NoGradGuard no_grad;
+  net.forward(torch::zeros({1, in_channels, input_size, input_size}));
+  return scope.trace.macs;
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

@@ -85,8 +85,18 @@ class ModelsCommand(unittest.TestCase):
         r = convnets("models", "--forward")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--arch", r.stderr)
-        r = convnets("train")
-        self.assertEqual(r.returncode, 2, "commands of later issues are not registered yet")
+        for args, flag in ((("--threads", "x", "models"), "--threads"),
+                           (("models", "--arch", "resnet18", "--forward", "--input-size", "0"), "--input-size"),
+                           (("models", "--num-classes", "abc"), "--num-classes")):
+            r = convnets(*args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(flag, r.stderr)
+        r = convnets("models", "--arch", "resnet18", "--forward", "--batch-size", "0")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--batch-size", r.stderr)
+        r = convnets("frobnicate")
+        self.assertEqual(r.returncode, 2, "an unknown command is a usage error")
+        self.assertIn("frobnicate", r.stderr)
 
 
 class WeightExchange(unittest.TestCase):
