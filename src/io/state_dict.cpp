@@ -6,6 +6,7 @@
 
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace convnets {
 namespace {
@@ -60,9 +61,9 @@ LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights,
   LoadReport report;
   auto own = state_dict(module);
   std::vector<std::pair<torch::Tensor, const torch::Tensor*>> copies;
-  std::unordered_map<std::string, bool> seen;
+  std::unordered_set<std::string> seen;
   for (auto& [name, target] : own) {
-    seen[name] = true;
+    seen.insert(name);
     auto it = file.find(name);
     if (it == file.end()) {
       report.missing.push_back(name);
