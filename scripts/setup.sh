@@ -8,8 +8,11 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev                       # LibTorch 1.13 (CPU), the tensor engine
   nlohmann-json3-dev libcli11-dev    # JSON headers (safetensors, reports), the CLI
+  libjpeg62-turbo-dev libpng-dev zlib1g-dev  # JPEG (region + DCT-scaled decode), PNG, gzip IDX
+  dataset-fashion-mnist              # the default training data (IDX, read in place)
   libgtest-dev libgmock-dev          # the C++ test suite
   python3 python3-torch python3-torchvision  # reference implementations the tests compare with
+  python3-pil python3-numpy python3-skimage  # PIL decode reference; skimage's photos feed the JPEG test set
 )
 
 missing=()

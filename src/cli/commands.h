@@ -8,5 +8,6 @@ class App;
 namespace convnets::cli {
 
 void add_models_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace convnets::cli

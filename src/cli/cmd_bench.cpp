@@ -1,0 +1,133 @@
+// `convnets bench data`: throughput of the input pipeline (read, decode, transform, batch) on a dataset.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/loader.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+namespace convnets::cli {
+namespace {
+
+struct BenchDataArgs {
+  std::string location;
+  int workers = 0;
+  int size = 224;
+  bool train = false, eval = false;
+  std::int64_t batch_size = 64;
+  std::int64_t images = 2000;
+  int prefetch = 2;
+  std::string dct_scaling = "auto";
+  std::string bad_images = "skip";
+  std::uint64_t seed = 0;
+  bool json = false;
+};
+
+void run_bench_data(const BenchDataArgs& a) {
+  using Clock = std::chrono::steady_clock;
+  const bool train = !a.eval;
+  auto dataset = data::open_dataset(a.location, train ? "train" : "val");
+
+  data::TransformOptions t = train ? data::TransformOptions::train(a.size) : data::TransformOptions::eval(a.size);
+  if (a.dct_scaling != "auto") t.dct_scaling = a.dct_scaling == "on";
+  auto transform = std::make_shared<const data::Transform>(t);
+
+  data::LoaderOptions o;
+  o.batch_size = a.batch_size;
+  o.workers = a.workers;
+  o.prefetch = a.prefetch;
+  o.drop_last = false;  // every image counts once per pass
+  o.shard.shuffle = train;
+  o.shard.seed = a.seed;
+  o.bad_images = data::parse_bad_image_policy(a.bad_images);
+  data::Loader loader(dataset, transform, o);
+
+  if (!a.json) {
+    std::printf("dataset     %s\n", dataset->description().c_str());
+    std::printf("transform   %s %d, DCT scaling %s; %d workers, batch %lld\n",
+                train ? "RandomResizedCrop + flip" : "resize + centre crop", a.size, t.dct_scaling ? "on" : "off",
+                loader.workers(), static_cast<long long>(a.batch_size));
+  }
+  // The first batch per worker fills the pipeline and the page cache: not timed.
+  const std::int64_t warmup = std::min<std::int64_t>(loader.workers(), loader.batches_per_epoch());
+  std::int64_t seen_batches = 0, timed_images = 0, bad = 0, total_images = 0;
+  data::EpochStats sum;
+  Clock::time_point t0 = Clock::now();
+  data::Batch batch;
+  for (std::int64_t epoch = 0; timed_images < a.images; ++epoch) {
+    loader.start_epoch(epoch);
+    while (loader.next(batch)) {
+      if (++seen_batches == warmup) t0 = Clock::now();
+      else if (seen_batches > warmup) timed_images += batch.images.size(0);
+      if (timed_images >= a.images) break;
+    }
+    const data::EpochStats s = loader.stats();
+    sum.read_s += s.read_s, sum.decode_s += s.decode_s, sum.transform_s += s.transform_s;
+    total_images += s.images;
+    bad += s.bad_images;
+    if (s.bad_images > 0 && !a.json)
+      std::printf("epoch %lld: %lld bad images replaced (%zu distinct files so far)\n", static_cast<long long>(epoch),
+                  static_cast<long long>(s.bad_images), loader.bad_files().size());
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double rate = timed_images / seconds;
+  const double per = 1e3 / static_cast<double>(total_images);
+  nlohmann::ordered_json r = {{"dataset", dataset->description()},
+                              {"mode", train ? "train" : "eval"},
+                              {"size", a.size},
+                              {"dct_scaling", t.dct_scaling},
+                              {"workers", loader.workers()},
+                              {"batch_size", a.batch_size},
+                              {"timed_images", timed_images},
+                              {"seconds", seconds},
+                              {"images_per_s", rate},
+                              {"images_per_s_per_worker", rate / loader.workers()},
+                              {"read_ms", sum.read_s * per},
+                              {"decode_ms", sum.decode_s * per},
+                              {"transform_ms", sum.transform_s * per},
+                              {"bad_images", bad}};
+  if (a.json) {
+    std::cout << r.dump(2) << '\n';
+    return;
+  }
+  std::printf("images/s    %.1f  (%.1f per worker, %lld images in %.2f s)\n", rate, rate / loader.workers(),
+              static_cast<long long>(timed_images), seconds);
+  std::printf("per image   read %.3f ms, decode %.3f ms, transform %.3f ms (mean over %lld)\n",
+              r["read_ms"].get<double>(), r["decode_ms"].get<double>(), r["transform_ms"].get<double>(),
+              static_cast<long long>(total_images));
+  std::printf("bad images  %lld\n", static_cast<long long>(bad));
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks: input pipeline throughput");
+  bench->require_subcommand(1);
+  auto args = std::make_shared<BenchDataArgs>();
+  auto* cmd = bench->add_subcommand("data", "Images/s of read + decode + transform + batching on a dataset");
+  cmd->add_option("location", args->location,
+                  "Image folder (DIR/<class>/..., or DIR with train/ and val/), list file, IDX folder, or synthetic[:N]")
+      ->required();
+  cmd->add_option("--workers", args->workers, "Decoding threads (default: one per CPU)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--size", args->size, "Output side in pixels (default 224)")->check(CLI::Range(1, 8192));
+  auto* train = cmd->add_flag("--train", args->train, "RandomResizedCrop + flip (the default)");
+  auto* eval = cmd->add_flag("--eval", args->eval, "Resize to size/0.875 + centre crop");
+  train->excludes(eval);
+  cmd->add_option("--batch-size", args->batch_size, "Images per batch (default 64)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--images", args->images, "Images to time after warm-up (default 2000)")->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--prefetch", args->prefetch, "Batches prepared ahead per worker (default 2)")->check(CLI::Range(1, 64));
+  cmd->add_option("--dct-scaling", args->dct_scaling, "JPEG DCT-domain downscaling: auto (train on, eval off), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--bad-images", args->bad_images, "skip (replace and report) or fail (stop at the first)")
+      ->check(CLI::IsMember({"skip", "fail"}));
+  cmd->add_option("--seed", args->seed, "Shuffle and augmentation seed (default 0)");
+  cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->callback([args] { run_bench_data(*args); });
+}
+
+}  // namespace convnets::cli

@@ -1,0 +1,300 @@
+#include "data/dataset.h"
+
+#include "core/error.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace fs = std::filesystem;
+
+namespace convnets::data {
+namespace {
+
+void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw codec::DecodeError(path + ": cannot open: " + std::strerror(errno));
+  out.clear();
+  std::uint8_t chunk[1 << 16];
+  std::size_t n;
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) out.insert(out.end(), chunk, chunk + n);
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  if (failed) throw codec::DecodeError(path + ": read error");
+}
+
+bool lower_ends_with(std::string s, const std::string& suffix) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Files on disk with one label each: the image-folder and list-file layouts.
+class FileDataset : public Dataset {
+ public:
+  FileDataset(std::vector<std::string> paths, std::vector<std::int32_t> labels, std::vector<std::string> classes,
+              std::string description)
+      : paths_(std::move(paths)), labels_(std::move(labels)) {
+    classes_ = std::move(classes);
+    description_ = std::move(description);
+  }
+  std::size_t size() const override { return paths_.size(); }
+  std::int64_t label(std::size_t i) const override { return labels_[i]; }
+  std::string name(std::size_t i) const override { return paths_[i]; }
+  void load(std::size_t i, SampleData& out) const override {
+    out.name = paths_[i];
+    out.encoded = true;
+    read_file(paths_[i], out.bytes);
+  }
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<std::int32_t> labels_;
+};
+
+// Whole images held in memory as raw pixels: IDX and synthetic data.
+class PixelDataset : public Dataset {
+ public:
+  PixelDataset(std::string source, std::size_t count, int h, int w, int c, std::vector<std::uint8_t> pixels,
+               std::vector<std::int32_t> labels, std::vector<std::string> classes, std::uint64_t synthetic_seed,
+               std::string description)
+      : source_(std::move(source)), count_(count), h_(h), w_(w), c_(c), pixels_(std::move(pixels)),
+        labels_(std::move(labels)), seed_(synthetic_seed) {
+    classes_ = std::move(classes);
+    description_ = std::move(description);
+  }
+  std::size_t size() const override { return count_; }
+  std::int64_t label(std::size_t i) const override {
+    return labels_.empty() ? std::int64_t(i % classes_.size()) : labels_[i];
+  }
+  std::string name(std::size_t i) const override { return source_ + "[" + std::to_string(i) + "]"; }
+  int channels() const override { return c_; }
+  void load(std::size_t i, SampleData& out) const override {
+    out.name = name(i);
+    out.encoded = false;
+    out.pixels.resize(w_, h_, c_);
+    const std::size_t n = out.pixels.pixels.size();
+    if (!pixels_.empty()) {
+      std::memcpy(out.pixels.pixels.data(), pixels_.data() + i * n, n);
+      return;
+    }
+    Rng rng(seed_, 0, static_cast<std::int64_t>(i));
+    std::uint8_t* p = out.pixels.pixels.data();
+    for (std::size_t k = 0; k < n; k += 8) {
+      const std::uint64_t r = rng.next();
+      std::memcpy(p + k, &r, std::min<std::size_t>(8, n - k));
+    }
+  }
+
+ private:
+  std::string source_;
+  std::size_t count_;
+  int h_, w_, c_;
+  std::vector<std::uint8_t> pixels_;  // empty for synthetic data: generated on load
+  std::vector<std::int32_t> labels_;
+  std::uint64_t seed_;
+};
+
+std::vector<std::uint8_t> read_maybe_gzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");  // zlib reads plain files transparently
+  if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
+  std::vector<std::uint8_t> out;
+  std::uint8_t chunk[1 << 16];
+  int n;
+  while ((n = gzread(f, chunk, sizeof chunk)) > 0) out.insert(out.end(), chunk, chunk + n);
+  int zerr = Z_OK;
+  const std::string msg = n < 0 ? gzerror(f, &zerr) : "";
+  gzclose(f);
+  if (n < 0) throw Error(path + ": corrupt gzip stream: " + msg);
+  return out;
+}
+
+// IDX header: 0, 0, type, ndims, then ndims big-endian uint32 sizes.
+std::vector<std::size_t> idx_header(const std::vector<std::uint8_t>& d, const std::string& path, std::size_t& offset) {
+  if (d.size() < 4 || d[0] != 0 || d[1] != 0)
+    throw Error(path + ": not an IDX file (expected the magic 00 00 <type> <ndims>)");
+  if (d[2] != 0x08) throw Error(path + ": IDX element type 0x" + std::to_string(d[2]) + " is not unsigned byte (0x08)");
+  const std::size_t ndims = d[3];
+  if (d.size() < 4 + 4 * ndims) throw Error(path + ": IDX header is truncated");
+  std::vector<std::size_t> dims(ndims);
+  std::size_t total = 1;
+  for (std::size_t k = 0; k < ndims; ++k) {
+    const std::uint8_t* p = &d[4 + 4 * k];
+    dims[k] = (std::size_t(p[0]) << 24) | (std::size_t(p[1]) << 16) | (std::size_t(p[2]) << 8) | p[3];
+    total *= dims[k];
+  }
+  offset = 4 + 4 * ndims;
+  if (d.size() - offset != total)
+    throw Error(path + ": IDX header promises " + std::to_string(total) + " bytes of data, the file holds " +
+                std::to_string(d.size() - offset));
+  return dims;
+}
+
+std::vector<std::string> numbered_classes(std::int64_t n) {
+  std::vector<std::string> out;
+  for (std::int64_t k = 0; k < n; ++k) out.push_back(std::to_string(k));
+  return out;
+}
+
+}  // namespace
+
+DatasetPtr image_folder(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a directory", "expected DIR/<class>/<image> folders");
+  std::vector<std::string> classes;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory()) classes.push_back(entry.path().filename().string());
+  if (ec) throw Error(dir + ": cannot list: " + ec.message());
+  if (classes.empty())
+    throw Error(dir + ": no class folders", "expected DIR/<class>/<image>, one folder per class");
+  std::sort(classes.begin(), classes.end());
+
+  std::vector<std::string> paths;
+  std::vector<std::int32_t> labels;
+  std::map<std::string, std::size_t> skipped;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    // torchvision walks sorted(os.walk(class_dir)): folders by path, then file names.
+    std::map<std::string, std::vector<std::string>> by_dir;
+    const fs::path class_dir = fs::path(dir) / classes[c];
+    by_dir[class_dir.string()];
+    for (fs::recursive_directory_iterator it(class_dir, fs::directory_options::follow_directory_symlink, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      if (it->is_directory()) continue;
+      const std::string file = it->path().filename().string();
+      if (lower_ends_with(file, ".jpg") || lower_ends_with(file, ".jpeg") || lower_ends_with(file, ".png")) {
+        by_dir[it->path().parent_path().string()].push_back(file);
+      } else {
+        const std::string ext = it->path().extension().string();
+        ++skipped[ext.empty() ? "(no extension)" : ext];
+      }
+    }
+    if (ec) throw Error(class_dir.string() + ": cannot list: " + ec.message());
+    const std::size_t before = paths.size();
+    for (auto& [folder, files] : by_dir) {
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) {
+        paths.push_back((fs::path(folder) / f).string());
+        labels.push_back(static_cast<std::int32_t>(c));
+      }
+    }
+    if (paths.size() == before)
+      throw Error(class_dir.string() + ": class '" + classes[c] + "' has no images",
+                  "every class folder needs at least one .jpg, .jpeg or .png file");
+  }
+  std::string desc = "image folder " + dir + ": " + std::to_string(paths.size()) + " images, " +
+                     std::to_string(classes.size()) + " classes";
+  std::vector<std::string> ignored;
+  for (const auto& [ext, n] : skipped) ignored.push_back(std::to_string(n) + " " + ext);
+  if (!ignored.empty()) desc += " (ignored, not .jpg/.jpeg/.png: " + join(ignored) + ")";
+  return std::make_shared<FileDataset>(std::move(paths), std::move(labels), std::move(classes), std::move(desc));
+}
+
+DatasetPtr list_file(const std::string& path, const std::string& root_in, std::int64_t num_classes) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open list file: " + std::strerror(errno));
+  const std::string root = root_in.empty() ? fs::path(path).parent_path().string() : root_in;
+  std::vector<std::string> paths;
+  std::vector<std::int32_t> labels;
+  std::string line;
+  std::int64_t max_label = -1;
+  for (std::size_t lineno = 1; std::getline(in, line); ++lineno) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    const std::size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(lineno);
+    const std::size_t split = line.find_last_of(" \t");
+    if (split == std::string::npos || split < start)
+      throw Error(where + ": expected 'relative/path label', got '" + line + "'");
+    const std::string label_text = line.substr(split + 1);
+    std::int64_t label = 0;
+    const auto [end, err] = std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
+    if (err != std::errc() || end != label_text.data() + label_text.size())
+      throw Error(where + ": label '" + label_text + "' is not an integer");
+    if (label < 0 || label > INT32_MAX) throw Error(where + ": label " + label_text + " is negative or too large");
+    if (num_classes > 0 && label >= num_classes)
+      throw Error(where + ": label " + label_text + " is out of range for " + std::to_string(num_classes) +
+                  " classes (labels are 0.." + std::to_string(num_classes - 1) + ")");
+    std::string rel = line.substr(start, split - start);
+    while (!rel.empty() && (rel.back() == ' ' || rel.back() == '\t')) rel.pop_back();
+    paths.push_back((fs::path(root) / rel).string());
+    labels.push_back(static_cast<std::int32_t>(label));
+    max_label = std::max(max_label, label);
+  }
+  if (paths.empty()) throw Error(path + ": list file has no samples", "expected lines 'relative/path label'");
+  if (!fs::exists(paths.front()))
+    throw Error(path + ":1: '" + paths.front() + "' does not exist",
+                "paths are relative to the list file's folder unless a data root is given");
+  const std::int64_t n = num_classes > 0 ? num_classes : max_label + 1;
+  std::string desc = "list file " + path + ": " + std::to_string(paths.size()) + " images, " + std::to_string(n) +
+                     " classes";
+  return std::make_shared<FileDataset>(std::move(paths), std::move(labels), numbered_classes(n), std::move(desc));
+}
+
+DatasetPtr idx_files(const std::string& images, const std::string& labels) {
+  std::vector<std::uint8_t> img = read_maybe_gzip(images), lab = read_maybe_gzip(labels);
+  std::size_t img_off = 0, lab_off = 0;
+  const auto idims = idx_header(img, images, img_off);
+  const auto ldims = idx_header(lab, labels, lab_off);
+  if (idims.size() != 3 && idims.size() != 4)
+    throw Error(images + ": IDX images need 3 dimensions (N, H, W) or 4 (N, H, W, C), found " +
+                std::to_string(idims.size()));
+  if (ldims.size() != 1) throw Error(labels + ": IDX labels need 1 dimension, found " + std::to_string(ldims.size()));
+  if (idims[0] != ldims[0])
+    throw Error(images + " holds " + std::to_string(idims[0]) + " images but " + labels + " holds " +
+                std::to_string(ldims[0]) + " labels");
+  if (idims[0] == 0) throw Error(images + ": IDX file has no images");
+  const int h = int(idims[1]), w = int(idims[2]), c = idims.size() == 4 ? int(idims[3]) : 1;
+  std::vector<std::int32_t> lv(lab.begin() + lab_off, lab.end());
+  const std::int64_t n_classes = *std::max_element(lv.begin(), lv.end()) + 1;
+  img.erase(img.begin(), img.begin() + img_off);
+  std::string desc = "IDX " + images + ": " + std::to_string(idims[0]) + " images " + std::to_string(h) + "x" +
+                     std::to_string(w) + "x" + std::to_string(c) + ", " + std::to_string(n_classes) + " classes";
+  return std::make_shared<PixelDataset>(images, idims[0], h, w, c, std::move(img), std::move(lv),
+                                        numbered_classes(n_classes), 0, std::move(desc));
+}
+
+DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int classes, std::uint64_t seed) {
+  if (count == 0 || height < 1 || width < 1 || channels < 1 || classes < 1)
+    throw Error("synthetic dataset: count, height, width, channels and classes must all be at least 1");
+  std::string desc = "synthetic: " + std::to_string(count) + " images " + std::to_string(height) + "x" +
+                     std::to_string(width) + "x" + std::to_string(channels) + ", " + std::to_string(classes) +
+                     " classes";
+  return std::make_shared<PixelDataset>("synthetic", count, height, width, channels, std::vector<std::uint8_t>{},
+                                        std::vector<std::int32_t>{}, numbered_classes(classes), seed,
+                                        std::move(desc));
+}
+
+DatasetPtr open_dataset(const std::string& location, const std::string& split) {
+  if (split != "train" && split != "val") throw Error("dataset split '" + split + "' is not train or val");
+  if (location.rfind("synthetic", 0) == 0) {
+    std::size_t count = 10000;
+    if (location.size() > 9) {
+      const auto [end, err] = std::from_chars(location.data() + 10, location.data() + location.size(), count);
+      if (location[9] != ':' || err != std::errc() || end != location.data() + location.size() || count == 0)
+        throw Error("dataset '" + location + "': expected synthetic or synthetic:N with N >= 1");
+    }
+    return synthetic(count, 224, 224, 3, 1000, split == "train" ? 0 : 1);
+  }
+  std::error_code ec;
+  if (fs::is_regular_file(location, ec)) return list_file(location);
+  if (!fs::is_directory(location, ec))
+    throw Error(location + ": no such file or directory",
+                "give an image folder, a list file, an IDX folder or synthetic[:N]");
+  const std::string prefix = split == "train" ? "train" : "t10k";
+  for (const char* suffix : {".gz", ""}) {
+    const fs::path images = fs::path(location) / (prefix + "-images-idx3-ubyte" + suffix);
+    const fs::path labels = fs::path(location) / (prefix + "-labels-idx1-ubyte" + suffix);
+    if (fs::exists(images) && fs::exists(labels)) return idx_files(images.string(), labels.string());
+  }
+  if (fs::is_directory(fs::path(location) / "train") && fs::is_directory(fs::path(location) / "val"))
+    return image_folder((fs::path(location) / split).string());
+  return image_folder(location);
+}
+
+}  // namespace convnets::data

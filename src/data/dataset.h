@@ -1,0 +1,64 @@
+// Dataset sources (image folder, list file, IDX, synthetic): an indexed table of samples, labels and class names.
+#pragma once
+
+#include "data/transforms.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace convnets::data {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual std::size_t size() const = 0;
+  virtual std::int64_t label(std::size_t index) const = 0;
+  // The file path (or "file[index]") that messages about this sample name.
+  virtual std::string name(std::size_t index) const = 0;
+  // Reads sample `index` into `out`, reusing its buffers. An unreadable file
+  // throws codec::DecodeError (a bad image), not a fatal error.
+  virtual void load(std::size_t index, SampleData& out) const = 0;
+  // Channels of the pixels the transform produces: 3 for decoded images, the
+  // stored count for raw pixels (1 for Fashion-MNIST).
+  virtual int channels() const { return 3; }
+
+  const std::vector<std::string>& classes() const { return classes_; }
+  std::size_t num_classes() const { return classes_.size(); }
+  // One line: kind, location, samples, classes.
+  const std::string& description() const { return description_; }
+
+ protected:
+  std::vector<std::string> classes_;
+  std::string description_;
+};
+
+using DatasetPtr = std::shared_ptr<const Dataset>;
+
+// DIR/<class>/**/<image>, classes sorted by name and files in torchvision
+// ImageFolder order. Only .jpg/.jpeg/.png (any case) are samples; other files
+// are counted by extension in the description, so none vanish silently.
+DatasetPtr image_folder(const std::string& dir);
+
+// PaddleClas list file: "relative/path label" per line; the path may contain
+// spaces (the label is the last field). Paths are relative to `root` (default:
+// the list file's directory). num_classes 0 infers max label + 1.
+DatasetPtr list_file(const std::string& path, const std::string& root = "", std::int64_t num_classes = 0);
+
+// IDX images + labels files (gzip or raw), e.g. Fashion-MNIST; read whole.
+DatasetPtr idx_files(const std::string& images, const std::string& labels);
+
+// `count` random height x width x channels images with labels index % classes;
+// pixels depend only on (seed, index).
+DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int classes, std::uint64_t seed = 0);
+
+// Opens whatever `location` names, for split "train" or "val":
+//   synthetic[:N]                     -> synthetic 224x224x3, 1000 classes, N samples (default 10000)
+//   FILE.txt                          -> list file
+//   DIR with {train,t10k}-images-idx3-ubyte[.gz] -> IDX (train or t10k by split)
+//   DIR with train/ and val/          -> image folder DIR/<split>
+//   DIR                               -> image folder DIR
+DatasetPtr open_dataset(const std::string& location, const std::string& split);
+
+}  // namespace convnets::data

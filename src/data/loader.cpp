@@ -1,0 +1,209 @@
+#include "data/loader.h"
+
+#include "core/error.h"
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+namespace convnets::data {
+
+struct Loader::Worker {
+  Workspace ws;
+  SampleData sample;
+};
+
+Loader::Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, LoaderOptions options)
+    : dataset_(std::move(dataset)), transform_(std::move(transform)), options_(std::move(options)) {
+  if (!dataset_ || dataset_->size() == 0) throw Error("loader: the dataset is empty");
+  if (options_.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(options_.batch_size));
+  if (options_.prefetch < 1) throw Error("--prefetch must be at least 1, got " + std::to_string(options_.prefetch));
+  if (options_.workers < 0) throw Error("--workers must be 0 (all CPUs) or more, got " + std::to_string(options_.workers));
+  samples_ = static_cast<std::int64_t>(shard_indices(dataset_->size(), options_.shard, 0).size());
+  batches_ = options_.drop_last ? samples_ / options_.batch_size
+                                : (samples_ + options_.batch_size - 1) / options_.batch_size;
+  if (batches_ == 0)
+    throw Error("loader: " + std::to_string(samples_) + " samples per rank make no full batch of " +
+                    std::to_string(options_.batch_size),
+                "lower --batch-size or keep the last partial batch");
+  pinned_ = options_.pin_memory && torch::cuda::is_available();
+  int n = options_.workers;
+  if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
+  for (int k = 0; k < n; ++k) workers_state_.push_back(std::make_unique<Worker>());
+  for (int k = 0; k < n; ++k) threads_.emplace_back([this, k] { run(*workers_state_[k]); });
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void Loader::start_epoch(std::int64_t epoch) {
+  std::vector<std::int64_t> order = shard_indices(dataset_->size(), options_.shard, epoch);
+  std::unique_lock<std::mutex> lock(mutex_);
+  active_ = false;
+  ++generation_;
+  idle_cv_.wait(lock, [&] { return in_flight_ == 0; });  // nobody still reads the old order
+  order_ = std::move(order);
+  epoch_ = epoch;
+  next_claim_ = next_return_ = 0;
+  ready_.clear();
+  stats_ = EpochStats{};
+  active_ = true;
+  work_cv_.notify_all();
+}
+
+bool Loader::next(Batch& out) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!active_) throw Error("loader: next() before start_epoch()");
+  if (next_return_ >= batches_) return false;
+  ready_cv_.wait(lock, [&] { return ready_.count(next_return_) != 0; });
+  auto node = ready_.extract(next_return_);
+  ++next_return_;
+  work_cv_.notify_all();
+  Result& r = node.mapped();
+  if (r.error) std::rethrow_exception(r.error);
+  stats_.images += r.stats.images;
+  stats_.bad_images += r.stats.bad_images;
+  stats_.read_s += r.stats.read_s;
+  stats_.decode_s += r.stats.decode_s;
+  stats_.transform_s += r.stats.transform_s;
+  out = std::move(r.batch);
+  return true;
+}
+
+EpochStats Loader::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+std::vector<std::string> Loader::bad_files() const {
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  return bad_files_;
+}
+
+void Loader::run(Worker& w) {
+  const std::int64_t depth = std::int64_t(options_.prefetch) * static_cast<std::int64_t>(workers_state_.size());
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    work_cv_.wait(lock, [&] {
+      return stopping_ || (active_ && next_claim_ < batches_ && next_claim_ < next_return_ + depth);
+    });
+    if (stopping_) return;
+    const std::int64_t number = next_claim_++, generation = generation_, epoch = epoch_;
+    ++in_flight_;
+    lock.unlock();
+    Result r = build(w, number, epoch);
+    lock.lock();
+    --in_flight_;
+    if (generation == generation_) {
+      ready_.emplace(number, std::move(r));
+      ready_cv_.notify_all();
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch) {
+  Result r;
+  try {
+    const std::int64_t begin = number * options_.batch_size;
+    const std::int64_t count = std::min(options_.batch_size, samples_ - begin);
+    const int size = transform_->size(), channels = dataset_->channels();
+    auto opts = at::TensorOptions().dtype(at::kByte);
+    if (pinned_) opts = opts.pinned_memory(true);
+    r.batch.images = at::empty({count, size, size, channels}, opts);
+    r.batch.labels = at::empty({count}, at::TensorOptions().dtype(at::kLong));
+    r.batch.number = number;
+    r.batch.indices.resize(count);
+    std::uint8_t* dst = r.batch.images.data_ptr<std::uint8_t>();
+    std::int64_t* labels = r.batch.labels.data_ptr<std::int64_t>();
+    const std::int64_t stride = std::int64_t(size) * size * channels;
+    for (std::int64_t k = 0; k < count; ++k) {
+      const std::int64_t used = fill(w, order_[begin + k], epoch, dst + k * stride, r.stats);
+      r.batch.indices[k] = used;
+      labels[k] = dataset_->label(static_cast<std::size_t>(used));
+    }
+    r.stats.images = count;
+  } catch (...) {
+    r.error = std::current_exception();
+  }
+  return r;
+}
+
+std::int64_t Loader::fill(Worker& w, std::int64_t index, std::int64_t epoch, std::uint8_t* dst, EpochStats& stats) {
+  using Clock = std::chrono::steady_clock;
+  const auto n = static_cast<std::int64_t>(dataset_->size());
+  // Replacement walks forward from the bad index: deterministic, so the batch
+  // does not depend on which worker met the bad file first.
+  for (std::int64_t attempt = 0; attempt < n; ++attempt) {
+    const std::int64_t candidate = (index + attempt) % n;
+    {
+      std::lock_guard<std::mutex> lock(bad_mutex_);
+      if (bad_indices_.count(candidate)) continue;
+    }
+    try {
+      const auto t0 = Clock::now();
+      dataset_->load(static_cast<std::size_t>(candidate), w.sample);
+      stats.read_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      Rng rng(options_.shard.seed, epoch, index);
+      TransformTimes times;
+      transform_->apply(w.sample, rng, w.ws, dst, &times);
+      stats.decode_s += times.decode_s;
+      stats.transform_s += times.transform_s;
+      if (attempt > 0) ++stats.bad_images;  // one replaced sample, however many bad files it walked past
+      return candidate;
+    } catch (const codec::DecodeError& e) {
+      if (options_.bad_images == BadImagePolicy::Fail)
+        throw Error(std::string(e.what()), "--bad-images skip replaces bad files with other samples and reports them");
+      std::lock_guard<std::mutex> lock(bad_mutex_);
+      if (bad_indices_.insert(candidate).second) {
+        bad_files_.push_back(dataset_->name(static_cast<std::size_t>(candidate)));
+        const std::string msg = std::string("bad image skipped: ") + e.what();
+        if (options_.warn) {
+          options_.warn(msg);
+        } else {
+          std::cerr << "convnets: warning: " << msg << '\n';
+        }
+      }
+    }
+  }
+  throw Error("loader: none of the " + std::to_string(n) + " samples in " + dataset_->description() +
+              " could be decoded");
+}
+
+BadImagePolicy parse_bad_image_policy(const std::string& value) {
+  if (value == "skip") return BadImagePolicy::Skip;
+  if (value == "fail") return BadImagePolicy::Fail;
+  throw Error("--bad-images " + value + ": expected skip or fail");
+}
+
+at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>& mean,
+                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype) {
+  if (images.dim() != 4 || images.scalar_type() != at::kByte || (images.size(3) != 1 && images.size(3) != 3))
+    throw Error("normalize: expected a uint8 [B, H, W, 1 or 3] batch, got " + std::string(images.toString()) + " " +
+                std::to_string(images.dim()) + "-d");
+  at::Tensor x = images.to(device, /*non_blocking=*/true);
+  // A grayscale batch feeds a 3-channel model as R = G = B, as JPEG decoding does.
+  if (x.size(3) == 1) x = x.expand({x.size(0), x.size(1), x.size(2), 3});
+  x = x.permute({0, 3, 1, 2});
+  std::array<float, 3> scale{}, bias{};
+  for (int c = 0; c < 3; ++c) {
+    scale[c] = static_cast<float>(1.0 / (255.0 * std[c]));
+    bias[c] = static_cast<float>(-mean[c] / std[c]);
+  }
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor s = at::tensor(at::ArrayRef<float>(scale.data(), 3), opts).view({1, 3, 1, 1}).to(device);
+  const at::Tensor b = at::tensor(at::ArrayRef<float>(bias.data(), 3), opts).view({1, 3, 1, 1}).to(device);
+  at::Tensor out = at::addcmul(b, x.to(at::kFloat), s).contiguous(at::MemoryFormat::ChannelsLast);
+  return dtype == at::kFloat ? out : out.to(dtype);
+}
+
+}  // namespace convnets::data

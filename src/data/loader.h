@@ -1,0 +1,120 @@
+// The threaded batch loader: worker threads decode and transform samples into (pinned) uint8 batches, in a deterministic order.
+#pragma once
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/transforms.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace convnets::data {
+
+enum class BadImagePolicy { Skip, Fail };
+
+struct LoaderOptions {
+  std::int64_t batch_size = 64;
+  int workers = 0;       // 0: one per online CPU
+  int prefetch = 2;      // batches prepared ahead, per worker
+  bool drop_last = true; // drop the epoch's final partial batch (training)
+  ShardOptions shard;    // shuffle, seed, rank and world size
+  BadImagePolicy bad_images = BadImagePolicy::Skip;
+  bool pin_memory = true;  // only takes effect when CUDA is available
+  // Where bad-image reports go (one line per distinct file); stderr if empty.
+  std::function<void(const std::string&)> warn;
+};
+
+struct Batch {
+  at::Tensor images;                  // uint8 [B, size, size, channels], pinned when CUDA is present
+  at::Tensor labels;                  // int64 [B]
+  std::vector<std::int64_t> indices;  // dataset index per row, after bad-image replacement
+  std::int64_t number = 0;            // position within the epoch
+};
+
+struct EpochStats {
+  std::int64_t images = 0;
+  std::int64_t bad_images = 0;  // samples replaced because their file was bad
+  double read_s = 0, decode_s = 0, transform_s = 0;  // summed over workers
+};
+
+// Batches come out in sampler order whatever the worker count: each sample's
+// randomness is Rng(seed, epoch, index), and a bad sample is replaced by the
+// next good index, so 1 and 16 workers give bit-identical epochs.
+class Loader {
+ public:
+  Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  std::int64_t samples_per_epoch() const { return samples_; }
+  std::int64_t batches_per_epoch() const { return batches_; }
+  int workers() const { return static_cast<int>(threads_.size()); }
+  const Dataset& dataset() const { return *dataset_; }
+
+  // Starts (or restarts) an epoch; batches still in flight are discarded.
+  void start_epoch(std::int64_t epoch);
+  // The next batch of the epoch, or false when it is over. Rethrows a worker's
+  // error (a bad image under BadImagePolicy::Fail, or anything unexpected).
+  bool next(Batch& out);
+  // Totals over the batches returned so far in this epoch.
+  EpochStats stats() const;
+  // Every distinct bad file seen since construction.
+  std::vector<std::string> bad_files() const;
+
+ private:
+  struct Result {
+    Batch batch;
+    EpochStats stats;
+    std::exception_ptr error;
+  };
+  struct Worker;
+  void run(Worker& w);
+  Result build(Worker& w, std::int64_t number, std::int64_t epoch);
+  std::int64_t fill(Worker& w, std::int64_t index, std::int64_t epoch, std::uint8_t* dst, EpochStats& stats);
+
+  DatasetPtr dataset_;
+  std::shared_ptr<const Transform> transform_;
+  LoaderOptions options_;
+  std::int64_t samples_ = 0, batches_ = 0;
+  bool pinned_ = false;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_, ready_cv_, idle_cv_;
+  std::vector<std::int64_t> order_;
+  std::int64_t epoch_ = 0, generation_ = 0, next_claim_ = 0, next_return_ = 0;
+  int in_flight_ = 0;
+  bool active_ = false, stopping_ = false;
+  std::map<std::int64_t, Result> ready_;
+  EpochStats stats_;
+
+  mutable std::mutex bad_mutex_;
+  std::set<std::int64_t> bad_indices_;
+  std::vector<std::string> bad_files_;
+
+  std::vector<std::unique_ptr<Worker>> workers_state_;
+  std::vector<std::thread> threads_;
+};
+
+// BadImagePolicy from the --bad-images value; the error names the flag.
+BadImagePolicy parse_bad_image_policy(const std::string& value);
+
+// uint8 [B, H, W, C] -> dtype [B, C, H, W] in channels-last memory on `device`,
+// (x / 255 - mean) / std folded into a cast and one multiply-add. The permute
+// of NHWC is already a channels-last NCHW view, so the layout change is free.
+at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>& mean,
+                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype);
+
+}  // namespace convnets::data

@@ -1,0 +1,112 @@
+// ImageNet-recipe transforms with torchvision semantics: RandomResizedCrop + flip for training, resize + centre crop for eval.
+#pragma once
+
+#include "codec/image.h"
+#include "codec/jpeg.h"
+#include "data/resample.h"
+#include "data/rng.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convnets::data {
+
+// One sample as a dataset yields it: encoded file bytes (JPEG/PNG) or pixels.
+struct SampleData {
+  std::string name;                 // file path, or "file[index]", for messages
+  std::vector<std::uint8_t> bytes;  // the encoded file, when `encoded`
+  codec::Image pixels;              // raw pixels (IDX, synthetic), when !encoded
+  bool encoded = true;
+};
+
+// torchvision's (i, j, h, w): top row, left column, height, width.
+struct CropBox {
+  int top = 0, left = 0, height = 0, width = 0;
+};
+
+struct RandomResizedCropParams {
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+};
+
+// torchvision.transforms.RandomResizedCrop.get_params: ten attempts at a
+// random area fraction and log-uniform aspect ratio, then the centre-crop
+// fallback clamped to the ratio range.
+CropBox random_resized_crop_box(int width, int height, const RandomResizedCropParams& p, Rng& rng);
+
+// Resize(shorter side -> floor(size / crop_ratio)) + CenterCrop(size), as
+// torchvision computes them (int() of the long side, Python's half-even round
+// for the crop offset).
+struct EvalGeometry {
+  int resized_width = 0, resized_height = 0, top = 0, left = 0;
+};
+EvalGeometry eval_geometry(int width, int height, int size, double crop_ratio);
+
+struct TransformOptions {
+  enum class Mode { Train, Eval };
+  Mode mode = Mode::Train;
+  int size = 224;
+  RandomResizedCropParams crop;
+  bool flip = true;            // train: horizontal flip with p = 0.5
+  double crop_ratio = 0.875;   // eval: 224 / 0.875 = 256
+  // Decode JPEGs at the smallest scale M/8 whose crop still has at least as
+  // many pixels as the output. Output then differs slightly from full-scale
+  // decoding, so it defaults on for training and off for evaluation.
+  bool dct_scaling = true;
+  // Resample in PIL's pass order, so that (without DCT scaling) output equals
+  // torchvision's bit for bit; otherwise the cheaper order is used, which
+  // differs by rounding only. On for evaluation, off for training.
+  bool pil_exact = false;
+
+  // The recipes' defaults: train is fast (DCT scaling, cheaper pass order),
+  // eval reproduces torchvision exactly.
+  static TransformOptions train(int size) {
+    TransformOptions o;
+    o.size = size;
+    return o;
+  }
+  static TransformOptions eval(int size, double crop_ratio = 0.875) {
+    TransformOptions o;
+    o.mode = Mode::Eval;
+    o.size = size;
+    o.crop_ratio = crop_ratio;
+    o.flip = false;
+    o.dct_scaling = false;
+    o.pil_exact = true;
+    return o;
+  }
+};
+
+// Per-thread decoders and buffers, reused across samples.
+struct Workspace {
+  codec::JpegDecoder jpeg;
+  codec::Image decoded;
+  std::vector<std::uint8_t> scratch;
+  std::vector<std::int32_t> accum;
+};
+
+struct TransformTimes {
+  double decode_s = 0, transform_s = 0;
+};
+
+class Transform {
+ public:
+  explicit Transform(TransformOptions options);  // validates; throws Error naming the option
+  const TransformOptions& options() const { return options_; }
+  int size() const { return options_.size; }
+
+  // Writes size x size x channels uint8 (HWC) to dst. Randomness comes only
+  // from `rng`. Throws codec::DecodeError for an undecodable sample.
+  void apply(const SampleData& sample, Rng& rng, Workspace& ws, std::uint8_t* dst, TransformTimes* times) const;
+
+  // The training transform for a given box and flip: the deterministic part
+  // of apply(), which tests compare with PIL's crop + resize.
+  void apply_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws, std::uint8_t* dst,
+                  TransformTimes* times) const;
+
+ private:
+  TransformOptions options_;
+};
+
+}  // namespace convnets::data

@@ -1,0 +1,264 @@
+// Data pipeline tests that need no reference implementation: loader determinism, sharding, bad files, dataset errors.
+#include "codec/image.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "data/resample.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace fs = std::filesystem;
+using namespace convnets;
+
+namespace {
+
+// The ImageNet-like JPEG set from scripts/make_imagenet_like.py (a CTest fixture).
+std::string imagenet_like() {
+  const char* env = std::getenv("CONVNETS_IMAGENET_LIKE");
+  return env ? env : "";
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("convnets_test_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(reinterpret_cast<std::uintptr_t>(this)));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write(const fs::path& p, const std::string& bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+std::vector<data::Batch> epoch(data::Loader& loader, std::int64_t e) {
+  loader.start_epoch(e);
+  std::vector<data::Batch> out;
+  data::Batch b;
+  while (loader.next(b)) out.push_back(b);
+  return out;
+}
+
+std::shared_ptr<const data::Transform> train_transform(int size = 64) {
+  return std::make_shared<const data::Transform>(data::TransformOptions::train(size));
+}
+
+}  // namespace
+
+TEST(Resample, IdentityAndConstantImages) {
+  codec::Image img;
+  img.resize(37, 23, 3);
+  for (std::size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<std::uint8_t>(i * 31);
+  std::vector<std::uint8_t> out(37 * 23 * 3), scratch;
+  std::vector<std::int32_t> acc;
+  auto h = data::plan_axis(37, 0, 37, 37, 0, 37), v = data::plan_axis(23, 0, 23, 23, 0, 23);
+  data::resample(img.view(), h, v, out.data(), 37 * 3, false, true, scratch, acc);
+  EXPECT_EQ(out, img.pixels);
+  // A constant image stays constant under any scale, pass order and flip.
+  std::fill(img.pixels.begin(), img.pixels.end(), 77);
+  for (int n : {5, 16, 50}) {
+    for (bool pil : {true, false}) {
+      auto ph = data::plan_axis(37, 0, 37, n, 0, n), pv = data::plan_axis(23, 0, 23, n, 0, n);
+      std::vector<std::uint8_t> o(std::size_t(n) * n * 3);
+      data::resample(img.view(), ph, pv, o.data(), n * 3, true, pil, scratch, acc);
+      for (auto x : o) ASSERT_EQ(x, 77) << "size " << n;
+    }
+  }
+}
+
+TEST(Loader, BatchesAreIdenticalWithOneOrFourWorkers) {
+  const std::string root = imagenet_like();
+  if (root.empty()) GTEST_SKIP() << "CONVNETS_IMAGENET_LIKE not set (the imagenet_like_data fixture sets it)";
+  auto ds = data::image_folder(root + "/train");
+  data::LoaderOptions o;
+  o.batch_size = 24;
+  o.shard.seed = 11;
+  o.workers = 1;
+  data::Loader one(ds, train_transform(), o);
+  o.workers = 4;
+  o.prefetch = 1;
+  data::Loader four(ds, train_transform(), o);
+  for (std::int64_t e = 0; e < 2; ++e) {
+    auto a = epoch(one, e), b = epoch(four, e);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_EQ(std::int64_t(a.size()), std::int64_t(ds->size()) / 24);  // drop_last
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      ASSERT_TRUE(torch::equal(a[k].images, b[k].images)) << "epoch " << e << " batch " << k;
+      ASSERT_TRUE(torch::equal(a[k].labels, b[k].labels));
+      EXPECT_EQ(a[k].images.sizes(), (std::vector<std::int64_t>{24, 64, 64, 3}));
+    }
+  }
+  // Another epoch or seed draws other crops and order.
+  auto e0 = epoch(one, 0), e1 = epoch(one, 1);
+  EXPECT_FALSE(torch::equal(e0[0].images, e1[0].images));
+  o.shard.seed = 12;
+  data::Loader other(ds, train_transform(), o);
+  EXPECT_FALSE(torch::equal(epoch(other, 0)[0].images, e0[0].images));
+}
+
+TEST(Loader, LabelsFollowTheSamplerOrder) {
+  auto ds = data::synthetic(50, 8, 8, 3, 7, 3);
+  data::LoaderOptions o;
+  o.batch_size = 8;
+  o.drop_last = false;
+  o.workers = 3;
+  o.shard.shuffle = true;
+  o.shard.seed = 5;
+  data::Loader loader(ds, train_transform(8), o);
+  const auto order = data::shard_indices(50, o.shard, 3);
+  std::vector<std::int64_t> seen;
+  for (const auto& b : epoch(loader, 3)) {
+    for (std::int64_t k = 0; k < b.labels.size(0); ++k) {
+      EXPECT_EQ(b.labels[k].item<std::int64_t>(), b.indices[k] % 7);
+      seen.push_back(b.indices[k]);
+    }
+  }
+  EXPECT_EQ(seen, order);
+  EXPECT_EQ(loader.batches_per_epoch(), 7);  // 50 / 8 rounded up: the last batch is partial
+}
+
+TEST(Loader, ShardsCoverTheDatasetOncePerEpoch) {
+  auto ds = data::synthetic(101, 4, 4, 1, 3);
+  std::multiset<std::int64_t> all;
+  for (int rank = 0; rank < 4; ++rank) {
+    data::LoaderOptions o;
+    o.batch_size = 5;
+    o.drop_last = false;
+    o.workers = 2;
+    o.shard = {rank, 4, true, 9, false};
+    data::Loader loader(ds, train_transform(4), o);
+    EXPECT_EQ(loader.samples_per_epoch(), 26);
+    for (const auto& b : epoch(loader, 1)) all.insert(b.indices.begin(), b.indices.end());
+  }
+  std::set<std::int64_t> distinct(all.begin(), all.end());
+  EXPECT_EQ(distinct.size(), 101u);  // every sample visited
+  EXPECT_EQ(all.size(), 104u);       // 3 repeats pad 101 to 4 x 26
+}
+
+TEST(Loader, BadFilesAreReplacedAndReportedOnceOrStopTheRun) {
+  const std::string root = imagenet_like();
+  if (root.empty()) GTEST_SKIP() << "CONVNETS_IMAGENET_LIKE not set (the imagenet_like_data fixture sets it)";
+  TempDir tmp;
+  std::vector<fs::path> good;
+  for (const auto& e : fs::directory_iterator(root + "/val/n00000000_astronaut")) good.push_back(e.path());
+  std::sort(good.begin(), good.end());
+  fs::create_directories(tmp.path / "c");
+  for (int k = 0; k < 6; ++k) fs::copy_file(good[k], tmp.path / "c" / ("g" + std::to_string(k) + ".jpg"));
+  std::ifstream in(good[0], std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  write(tmp.path / "c" / "a_zero.jpg", "");
+  write(tmp.path / "c" / "b_truncated.jpg", bytes.substr(0, bytes.size() / 3));
+  write(tmp.path / "c" / "c_text.png", "not an image at all");
+  write(tmp.path / "c" / "d_corrupt.jpg", bytes.substr(0, 200) + std::string(2000, '\x55'));
+
+  auto ds = data::image_folder(tmp.path.string());
+  ASSERT_EQ(ds->size(), 10u);
+  std::vector<std::string> reports;
+  std::mutex m;
+  data::LoaderOptions o;
+  o.batch_size = 5;
+  o.workers = 3;
+  o.warn = [&](const std::string& msg) {
+    std::lock_guard<std::mutex> lock(m);
+    reports.push_back(msg);
+  };
+  data::Loader loader(ds, train_transform(), o);
+  for (int e = 0; e < 3; ++e) {
+    auto batches = epoch(loader, e);
+    ASSERT_EQ(batches.size(), 2u);
+    for (const auto& b : batches)
+      for (auto i : b.indices) EXPECT_EQ(fs::path(ds->name(i)).filename().string()[0], 'g') << ds->name(i);
+    EXPECT_EQ(loader.stats().bad_images, 4) << "epoch " << e;
+  }
+  EXPECT_EQ(reports.size(), 4u);  // once per file, not once per epoch
+  for (const char* name : {"a_zero.jpg", "b_truncated.jpg", "c_text.png", "d_corrupt.jpg"}) {
+    EXPECT_EQ(std::count_if(reports.begin(), reports.end(),
+                            [&](const std::string& r) { return r.find(name) != std::string::npos; }),
+              1)
+        << name;
+  }
+  o.bad_images = data::BadImagePolicy::Fail;
+  data::Loader strict(ds, train_transform(), o);
+  strict.start_epoch(0);
+  data::Batch b;
+  try {
+    while (strict.next(b)) {
+    }
+    FAIL() << "a bad file must stop the run under --bad-images fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(tmp.path.string()), std::string::npos) << e.what();
+  }
+}
+
+TEST(Datasets, ImageFolderOrderListFileAndIdx) {
+  TempDir tmp;
+  for (const char* f : {"b/z.jpg", "b/sub/a.JPEG", "a/y.png", "a/x.jpg", "a/notes.txt"}) write(tmp.path / f, "x");
+  auto ds = data::image_folder(tmp.path.string());
+  ASSERT_EQ(ds->size(), 4u);
+  EXPECT_EQ(ds->classes(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(ds->name(0), (tmp.path / "a" / "x.jpg").string());
+  EXPECT_EQ(ds->name(2), (tmp.path / "b" / "z.jpg").string());  // files of b/ before b/sub/ (os.walk order)
+  EXPECT_EQ(ds->name(3), (tmp.path / "b" / "sub" / "a.JPEG").string());
+  EXPECT_EQ(ds->label(3), 1);
+  EXPECT_NE(ds->description().find("1 .txt"), std::string::npos) << ds->description();
+
+  write(tmp.path / "list.txt", "a/x.jpg 0\n\nb/z.jpg 3\r\n");
+  auto lf = data::list_file((tmp.path / "list.txt").string());
+  EXPECT_EQ(lf->size(), 2u);
+  EXPECT_EQ(lf->num_classes(), 4u);
+  EXPECT_EQ(lf->label(1), 3);
+  auto expect_error = [](auto fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error containing '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  write(tmp.path / "bad.txt", "a/x.jpg 0\na/y.png one\n");
+  expect_error([&] { data::list_file((tmp.path / "bad.txt").string()); }, "bad.txt:2: label 'one'");
+  expect_error([&] { data::list_file((tmp.path / "list.txt").string(), "", 3); }, "list.txt:3: label 3 is out of range");
+  write(tmp.path / "empty.txt", "\n");
+  expect_error([&] { data::list_file((tmp.path / "empty.txt").string()); }, "no samples");
+  fs::create_directories(tmp.path / "c");
+  expect_error([&] { data::image_folder(tmp.path.string()); }, "class 'c' has no images");
+
+  // IDX: 3 images 2x2 (gzip) + labels (raw).
+  const std::string img_hdr("\0\0\x08\x03\0\0\0\x03\0\0\0\x02\0\0\0\x02", 16);
+  gzFile g = gzopen((tmp.path / "i.gz").c_str(), "wb");
+  const std::string img = img_hdr + std::string("\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c", 12);
+  gzwrite(g, img.data(), unsigned(img.size()));
+  gzclose(g);
+  write(tmp.path / "l", std::string("\0\0\x08\x01\0\0\0\x03\x02\x00\x01", 11));
+  auto idx = data::idx_files((tmp.path / "i.gz").string(), (tmp.path / "l").string());
+  ASSERT_EQ(idx->size(), 3u);
+  EXPECT_EQ(idx->channels(), 1);
+  EXPECT_EQ(idx->label(0), 2);
+  data::SampleData s;
+  idx->load(1, s);
+  EXPECT_EQ(s.pixels.pixels, (std::vector<std::uint8_t>{5, 6, 7, 8}));
+  write(tmp.path / "l2", std::string("\0\0\x08\x01\0\0\0\x02\x02\x00", 10));
+  expect_error([&] { data::idx_files((tmp.path / "i.gz").string(), (tmp.path / "l2").string()); }, "holds 3 images but");
+}
+
+TEST(Datasets, FashionMnistFromDebianPackage) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (!fs::exists(dir)) GTEST_SKIP() << dir << " absent (Debian package dataset-fashion-mnist; setup.sh installs it)";
+  auto train = data::open_dataset(dir, "train"), val = data::open_dataset(dir, "val");
+  EXPECT_EQ(train->size(), 60000u);
+  EXPECT_EQ(val->size(), 10000u);
+  EXPECT_EQ(train->num_classes(), 10u);
+  data::SampleData s;
+  train->load(0, s);
+  EXPECT_EQ(s.pixels.width, 28);
+  EXPECT_EQ(s.pixels.channels, 1);
+  EXPECT_EQ(train->label(0), 9);  // the first training image is an ankle boot
+}
