@@ -262,3 +262,20 @@ TEST(Datasets, FashionMnistFromDebianPackage) {
   EXPECT_EQ(s.pixels.channels, 1);
   EXPECT_EQ(train->label(0), 9);  // the first training image is an ankle boot
 }
+
+TEST(Normalize, MatchesTheFormulaInChannelsLastLayout) {
+  auto images = torch::randint(0, 256, {2, 5, 7, 3}, torch::kByte);
+  const std::array<double, 3> mean{0.485, 0.456, 0.406}, std{0.229, 0.224, 0.225};
+  auto x = data::normalize_batch(images, mean, std, torch::kCPU, torch::kFloat);
+  EXPECT_EQ(x.sizes(), (std::vector<std::int64_t>{2, 3, 5, 7}));
+  EXPECT_TRUE(x.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  auto m = torch::tensor({0.485, 0.456, 0.406}, torch::kDouble).view({1, 3, 1, 1});
+  auto s = torch::tensor({0.229, 0.224, 0.225}, torch::kDouble).view({1, 3, 1, 1});
+  auto ref = (images.permute({0, 3, 1, 2}).to(torch::kDouble) / 255.0 - m) / s;
+  EXPECT_LT((x.to(torch::kDouble) - ref).abs().max().item<double>(), 1e-5);
+  // One channel (Fashion-MNIST) feeds 3-channel models as R = G = B.
+  auto gray = data::normalize_batch(images.narrow(3, 0, 1), mean, std, torch::kCPU, torch::kFloat);
+  auto g = (images.narrow(3, 0, 1).permute({0, 3, 1, 2}).to(torch::kDouble) / 255.0 - m) / s;
+  EXPECT_LT((gray.to(torch::kDouble) - g).abs().max().item<double>(), 1e-5);
+  EXPECT_THROW(data::normalize_batch(images.to(torch::kFloat), mean, std, torch::kCPU, torch::kFloat), Error);
+}
