@@ -35,9 +35,9 @@ void on_message(j_common_ptr cinfo, int level) {
 // pass as valid. Entropy-coded data never contains FF D9 (FF is stuffed), so
 // finding it near the end is reliable; a little trailing junk is tolerated.
 bool has_end_marker(const std::uint8_t* data, std::size_t size) {
-  const std::size_t window = std::min<std::size_t>(size, 4096);
-  for (std::size_t i = size - 1; i + window >= size && i >= 1; --i)
-    if (data[i - 1] == 0xff && data[i] == 0xd9) return true;
+  const std::size_t from = size > 4096 ? size - 4096 : 0;
+  for (std::size_t i = size; i >= from + 2; --i)
+    if (data[i - 2] == 0xff && data[i - 1] == 0xd9) return true;
   return false;
 }
 

@@ -18,16 +18,17 @@ namespace fs = std::filesystem;
 namespace convnets::data {
 namespace {
 
+// One read of the whole file: this runs once per sample per epoch.
 void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw codec::DecodeError(path + ": cannot open: " + std::strerror(errno));
-  out.clear();
-  std::uint8_t chunk[1 << 16];
-  std::size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) out.insert(out.end(), chunk, chunk + n);
-  const bool failed = std::ferror(f);
+  long size = -1;
+  if (std::fseek(f, 0, SEEK_END) == 0) size = std::ftell(f);
+  const bool sized = size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
+  out.resize(sized ? static_cast<std::size_t>(size) : 0);
+  const bool ok = sized && std::fread(out.data(), 1, out.size(), f) == out.size();
   std::fclose(f);
-  if (failed) throw codec::DecodeError(path + ": read error");
+  if (!ok) throw codec::DecodeError(path + ": read error");
 }
 
 bool lower_ends_with(std::string s, const std::string& suffix) {

@@ -22,7 +22,7 @@ Loader::Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, L
   if (options_.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(options_.batch_size));
   if (options_.prefetch < 1) throw Error("--prefetch must be at least 1, got " + std::to_string(options_.prefetch));
   if (options_.workers < 0) throw Error("--workers must be 0 (all CPUs) or more, got " + std::to_string(options_.workers));
-  samples_ = static_cast<std::int64_t>(shard_indices(dataset_->size(), options_.shard, 0).size());
+  samples_ = static_cast<std::int64_t>(shard_size(dataset_->size(), options_.shard));
   batches_ = options_.drop_last ? samples_ / options_.batch_size
                                 : (samples_ + options_.batch_size - 1) / options_.batch_size;
   if (batches_ == 0)

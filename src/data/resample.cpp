@@ -101,15 +101,16 @@ void horizontal_rgb(const std::uint8_t* in, std::uint8_t* out, int step, int out
   }
 }
 
-void horizontal_any(const std::uint8_t* in, std::uint8_t* out, int out_w, int C, int taps, const int* first,
-                    const std::int32_t* w, int src_begin) {
+// Any channel count and tap count; `step` as for horizontal_rgb (+-C).
+void horizontal_any(const std::uint8_t* in, std::uint8_t* out, int step, int out_w, int C, int taps,
+                    const int* first, const std::int32_t* w, int src_begin) {
   const std::int32_t half = 1 << (kPrecisionBits - 1);
-  for (int x = 0; x < out_w; ++x, w += taps) {
+  for (int x = 0; x < out_w; ++x, w += taps, out += step) {
     const std::uint8_t* s = in + std::ptrdiff_t(first[x] - src_begin) * C;
     for (int c = 0; c < C; ++c) {
       std::int32_t a = half;
       for (int t = 0; t < taps; ++t) a += s[t * C + c] * w[t];
-      *out++ = clip8(a);
+      out[c] = clip8(a);
     }
   }
 }
@@ -172,55 +173,46 @@ __attribute__((target("avx2"))) int horizontal_rgb_avx2(const std::uint8_t* in, 
 #endif
 
 // Scalar by nature (each output reads its own window), so it is the pass to
-// run on as few rows as possible. Writes rows mirrored when `flip` (only the 3-channel kernels can); returns
-// whether it did, so the caller flips otherwise.
-bool horizontal_pass(const codec::ImageView& src, const AxisPlan& h, std::uint8_t* dst, std::ptrdiff_t dst_stride,
+// run on as few rows as possible. Writes each row mirrored when `flip`.
+void horizontal_pass(const codec::ImageView& src, const AxisPlan& h, std::uint8_t* dst, std::ptrdiff_t dst_stride,
                      bool flip, bool src_has_slack, std::vector<std::int32_t>& offsets) {
-  const int C = src.channels, out_w = h.out_count();
-  const int kernel = C == 3 && h.taps <= 6 ? h.taps : 0;
-  const int step = kernel && flip ? -3 : 3;
+  const int C = src.channels, out_w = h.out_count(), taps = h.taps;
+  const int step = flip ? -C : C;
+  const std::ptrdiff_t start = flip ? std::ptrdiff_t(out_w - 1) * C : 0;
+  const int* first = h.first_padded.data();
+  const std::int32_t* w = h.weights_padded.data();
 #ifdef CONVNETS_X86_SIMD
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (kernel && src_has_slack && avx2) {
+  if (C == 3 && src_has_slack && avx2) {
     offsets.resize(out_w);
-    for (int x = 0; x < out_w; ++x) offsets[x] = (h.first_padded[x] - h.src_begin) * 3;
+    for (int x = 0; x < out_w; ++x) offsets[x] = (first[x] - h.src_begin) * 3;
     for (int y = 0; y < src.height; ++y) {
       const std::uint8_t* in = src.row(y);
       std::uint8_t* out = dst + y * dst_stride;
-      const int done = horizontal_rgb_avx2(in, out, flip, out_w, offsets.data(), h.weights_by_tap.data(), h.taps);
+      const int done = horizontal_rgb_avx2(in, out, flip, out_w, offsets.data(), h.weights_by_tap.data(), taps);
       // The scalar kernel finishes the last out_w % 8 outputs.
-      const std::int32_t* w = h.weights_padded.data() + std::size_t(done) * h.taps;
-      std::uint8_t* rest = out + (flip ? std::ptrdiff_t(out_w - 1 - done) * 3 : std::ptrdiff_t(done) * 3);
-      for (int x = done; x < out_w; ++x, w += h.taps, rest += step) {
-        const std::uint8_t* s = in + std::ptrdiff_t(h.first_padded[x] - h.src_begin) * 3;
-        std::int32_t a0 = 1 << (kPrecisionBits - 1), a1 = a0, a2 = a0;
-        for (int t = 0; t < h.taps; ++t) a0 += s[3 * t] * w[t], a1 += s[3 * t + 1] * w[t], a2 += s[3 * t + 2] * w[t];
-        rest[0] = clip8(a0), rest[1] = clip8(a1), rest[2] = clip8(a2);
-      }
+      horizontal_any(in, out + start + std::ptrdiff_t(done) * step, step, out_w - done, 3, taps, first + done,
+                     w + std::size_t(done) * taps, h.src_begin);
     }
-    return flip;
+    return;
   }
 #else
   (void)src_has_slack;
   (void)offsets;
 #endif
-  const int* first = h.first_padded.data();
-  const std::int32_t* w = h.weights_padded.data();
-  const std::ptrdiff_t start = step < 0 ? std::ptrdiff_t(out_w - 1) * 3 : 0;
   for (int y = 0; y < src.height; ++y) {
     const std::uint8_t* in = src.row(y);
     std::uint8_t* out = dst + y * dst_stride + start;
-    switch (kernel) {
+    switch (C == 3 ? taps : 0) {
       case 1: horizontal_rgb<1>(in, out, step, out_w, first, w, h.src_begin); break;
       case 2: horizontal_rgb<2>(in, out, step, out_w, first, w, h.src_begin); break;
       case 3: horizontal_rgb<3>(in, out, step, out_w, first, w, h.src_begin); break;
       case 4: horizontal_rgb<4>(in, out, step, out_w, first, w, h.src_begin); break;
       case 5: horizontal_rgb<5>(in, out, step, out_w, first, w, h.src_begin); break;
       case 6: horizontal_rgb<6>(in, out, step, out_w, first, w, h.src_begin); break;
-      default: horizontal_any(in, out, out_w, C, h.taps, first, w, h.src_begin);
+      default: horizontal_any(in, out, step, out_w, C, taps, first, w, h.src_begin);
     }
   }
-  return step < 0;
 }
 
 // src rows are local rows v.src_begin.. ; row_len bytes per row are filtered.
@@ -247,24 +239,28 @@ void resample(const codec::ImageView& src, const AxisPlan& h, const AxisPlan& v,
   const int out_w = h.out_count(), out_h = v.out_count();
   const int src_w = h.src_end - h.src_begin, src_h = v.src_end - v.src_begin;
   const bool vertical_first = !pil_order && !v.identity && !h.identity && src_h > out_h;
-  bool flipped = false;
+  // When the horizontal pass writes the output it mirrors as it goes; only
+  // outputs whose last pass is vertical need flipping afterwards.
+  bool mirror_after = false;
   if (h.identity) {
     vertical_pass(src, out_w * C, v, dst, dst_stride, accum);
+    mirror_after = flip;
   } else if (v.identity) {
-    flipped = horizontal_pass({src.data + std::ptrdiff_t(v.first[0] - v.src_begin) * src.stride, src.width, out_h, C,
-                               src.stride}, h, dst, dst_stride, flip, src.slack > 0, accum);
+    horizontal_pass({src.data + std::ptrdiff_t(v.first[0] - v.src_begin) * src.stride, src.width, out_h, C,
+                     src.stride}, h, dst, dst_stride, flip, src.slack > 0, accum);
   } else if (vertical_first) {
     const std::ptrdiff_t stride = std::ptrdiff_t(src_w) * C;
     scratch.resize(std::size_t(out_h) * stride + 16);  // slack for the gathering kernel
     vertical_pass(src, src_w * C, v, scratch.data(), stride, accum);
-    flipped = horizontal_pass({scratch.data(), src_w, out_h, C, stride}, h, dst, dst_stride, flip, true, accum);
+    horizontal_pass({scratch.data(), src_w, out_h, C, stride}, h, dst, dst_stride, flip, true, accum);
   } else {
     const std::ptrdiff_t stride = std::ptrdiff_t(out_w) * C;
     scratch.resize(std::size_t(src_h) * stride);
     horizontal_pass({src.data, src.width, src_h, C, src.stride}, h, scratch.data(), stride, false, src.slack > 0, accum);
     vertical_pass({scratch.data(), out_w, src_h, C, stride}, out_w * C, v, dst, dst_stride, accum);
+    mirror_after = flip;
   }
-  if (flip && !flipped) {
+  if (mirror_after) {
     for (int y = 0; y < out_h; ++y) {
       std::uint8_t* out = dst + y * dst_stride;
       for (int a = 0, b = out_w - 1; a < b; ++a, --b)

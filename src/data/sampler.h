@@ -20,4 +20,8 @@ struct ShardOptions {
 // padded to a multiple of world_size, then every world_size-th from rank.
 std::vector<std::int64_t> shard_indices(std::size_t n, const ShardOptions& o, std::int64_t epoch);
 
+// How many indices each rank gets per epoch (DistributedSampler.num_samples);
+// validates the options as shard_indices does.
+std::size_t shard_size(std::size_t n, const ShardOptions& o);
+
 }  // namespace convnets::data
