@@ -9,5 +9,8 @@ namespace convnets::cli {
 
 void add_models_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace convnets::cli

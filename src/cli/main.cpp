@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.parse_complete_callback([&] { convnets::configure_threads(threads); });
   convnets::cli::add_models_command(app);
+  convnets::cli::add_train_command(app);
+  convnets::cli::add_eval_command(app);
+  convnets::cli::add_report_command(app);
   convnets::cli::add_bench_command(app);
 
   try {

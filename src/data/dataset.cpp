@@ -271,6 +271,32 @@ DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int
                                         std::move(desc));
 }
 
+namespace {
+
+class HeadDataset : public Dataset {
+ public:
+  HeadDataset(DatasetPtr base, std::size_t count) : base_(std::move(base)), count_(count) {
+    classes_ = base_->classes();
+    description_ = base_->description() + ", first " + std::to_string(count) + " used";
+  }
+  std::size_t size() const override { return count_; }
+  std::int64_t label(std::size_t i) const override { return base_->label(i); }
+  std::string name(std::size_t i) const override { return base_->name(i); }
+  void load(std::size_t i, SampleData& out) const override { base_->load(i, out); }
+  int channels() const override { return base_->channels(); }
+
+ private:
+  DatasetPtr base_;
+  std::size_t count_;
+};
+
+}  // namespace
+
+DatasetPtr head(DatasetPtr dataset, std::size_t count) {
+  if (count == 0 || count >= dataset->size()) return dataset;
+  return std::make_shared<HeadDataset>(std::move(dataset), count);
+}
+
 DatasetPtr open_dataset(const std::string& location, const std::string& split) {
   if (split != "train" && split != "val") throw Error("dataset split '" + split + "' is not train or val");
   if (location.rfind("synthetic", 0) == 0) {

@@ -53,6 +53,10 @@ DatasetPtr idx_files(const std::string& images, const std::string& labels);
 // pixels depend only on (seed, index).
 DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int classes, std::uint64_t seed = 0);
 
+// The first `count` samples of `dataset` (all of them when count is 0 or
+// larger), with the same classes: for short runs and smoke tests.
+DatasetPtr head(DatasetPtr dataset, std::size_t count);
+
 // Opens whatever `location` names, for split "train" or "val":
 //   synthetic[:N]                     -> synthetic 224x224x3, 1000 classes, N samples (default 10000)
 //   FILE.txt                          -> list file

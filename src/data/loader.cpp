@@ -45,7 +45,11 @@ Loader::~Loader() {
   for (auto& t : threads_) t.join();
 }
 
-void Loader::start_epoch(std::int64_t epoch) {
+void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
+  if (first_batch < 0 || first_batch > batches_) {
+    throw Error("loader: cannot start epoch " + std::to_string(epoch) + " at batch " + std::to_string(first_batch) +
+                "; it has " + std::to_string(batches_) + " batches");
+  }
   std::vector<std::int64_t> order = shard_indices(dataset_->size(), options_.shard, epoch);
   std::unique_lock<std::mutex> lock(mutex_);
   active_ = false;
@@ -53,7 +57,7 @@ void Loader::start_epoch(std::int64_t epoch) {
   idle_cv_.wait(lock, [&] { return in_flight_ == 0; });  // nobody still reads the old order
   order_ = std::move(order);
   epoch_ = epoch;
-  next_claim_ = next_return_ = 0;
+  next_claim_ = next_return_ = first_batch;
   ready_.clear();
   stats_ = EpochStats{};
   active_ = true;

@@ -65,7 +65,9 @@ class Loader {
   const Dataset& dataset() const { return *dataset_; }
 
   // Starts (or restarts) an epoch; batches still in flight are discarded.
-  void start_epoch(std::int64_t epoch);
+  // `first_batch` skips the batches before it without loading them: a run
+  // resumed mid-epoch sees exactly the batches the interrupted run had left.
+  void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
   // The next batch of the epoch, or false when it is over. Rethrows a worker's
   // error (a bad image under BadImagePolicy::Fail, or anything unexpected).
   bool next(Batch& out);

@@ -16,6 +16,22 @@ ArchInfo resnet(std::string name, std::string description, std::string reference
   return a;  // Preprocessing defaults are the ImageNet ones every ResNet recipe uses.
 }
 
+// He et al. 2015, section 4.2: 6n+2 layers, three stages of n BasicBlocks at
+// 16/32/64 channels, for 32x32 inputs (28x28 Fashion-MNIST works as is).
+ArchInfo cifar_resnet(int n) {
+  const int depth = 6 * n + 2;
+  ResNetConfig config{false, {n, n, n}, 1, 64, 0, {16, 32, 64}, true};
+  auto a = resnet("resnet" + std::to_string(depth),
+                  "ResNet-" + std::to_string(depth) + " for small images (He et al. 2015 sec. 4.2, 1x1 projections)",
+                  "", config);
+  a.import_key = {};
+  a.preprocessing.input_size = 32;
+  a.preprocessing.crop_ratio = 1.0;  // CIFAR-sized images are used whole
+  a.preprocessing.mean = {0.4914, 0.4822, 0.4465};
+  a.preprocessing.std = {0.2470, 0.2435, 0.2616};
+  return a;
+}
+
 std::vector<ArchInfo> make_registry() {
   const bool basic = false, bottleneck = true;
   return {
@@ -33,6 +49,9 @@ std::vector<ArchInfo> make_registry() {
              {bottleneck, {3, 4, 6, 3}, 1, 128}),
       resnet("se_resnext101_32x4d", "SE-ResNeXt-101 32x4d (DLE: SE width 16)", "dle-se-resnext101-32x4d",
              {bottleneck, {3, 4, 23, 3}, 32, 4, 16}),
+      cifar_resnet(1),
+      cifar_resnet(3),
+      cifar_resnet(9),
   };
 }
 

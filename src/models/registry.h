@@ -14,7 +14,8 @@ struct ArchInfo {
   std::string description;
   Preprocessing preprocessing;
   // Reference implementation whose state_dict this arch reproduces, named as
-  // in shared/reference/models/<reference>.keys.json (e.g. "tv-resnet50").
+  // in shared/reference/models/<reference>.keys.json (e.g. "tv-resnet50");
+  // empty for convnets' own small-image archs, which have no published weights.
   std::string reference;
   std::function<Network(const ModelOptions&)> build;
   // Maps a key of a foreign checkpoint (e.g. DLE's `layers.0.`) to ours.

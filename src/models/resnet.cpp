@@ -87,14 +87,17 @@ TORCH_MODULE(Block);
 
 class ResNetImpl : public NetworkImpl {
  public:
-  ResNetImpl(const ResNetConfig& c, const ModelOptions& o)
-      : conv1_(register_module("conv1", Conv2d(nn::Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false)))),
-        bn1_(register_module("bn1", nn::BatchNorm2d(64))) {
-    TORCH_CHECK(c.blocks.size() == 4, "a ResNet has 4 stages");
+  ResNetImpl(const ResNetConfig& c, const ModelOptions& o) : small_input_stem_(c.small_input_stem) {
+    TORCH_CHECK(!c.blocks.empty() && c.blocks.size() == c.widths.size(), "one width per ResNet stage");
+    const int64_t stem = c.small_input_stem ? c.widths[0] : 64;
+    auto stem_conv = c.small_input_stem ? nn::Conv2dOptions(3, stem, 3).stride(1).padding(1).bias(false)
+                                        : nn::Conv2dOptions(3, stem, 7).stride(2).padding(3).bias(false);
+    conv1_ = register_module("conv1", Conv2d(stem_conv));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(stem));
     const int64_t expansion = c.bottleneck ? 4 : 1;
-    int64_t in = 64;
-    for (int s = 0; s < 4; ++s) {
-      const int64_t planes = int64_t{64} << s;
+    int64_t in = stem;
+    for (size_t s = 0; s < c.blocks.size(); ++s) {
+      const int64_t planes = c.widths[s];
       nn::Sequential stage;
       for (int b = 0; b < c.blocks[s]; ++b) {
         stage->push_back(Block(c, in, planes, (b == 0 && s > 0) ? 2 : 1));
@@ -108,7 +111,7 @@ class ResNetImpl : public NetworkImpl {
 
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(bn1_(conv1_(x)));
-    x = torch::max_pool2d(x, 3, 2, 1);
+    if (!small_input_stem_) x = torch::max_pool2d(x, 3, 2, 1);
     for (auto& stage : stages_) x = stage->forward(x);
     return fc_(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
   }
@@ -136,8 +139,9 @@ class ResNetImpl : public NetworkImpl {
     }
   }
 
-  Conv2d conv1_;
-  nn::BatchNorm2d bn1_;
+  bool small_input_stem_;
+  Conv2d conv1_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
   Linear fc_{nullptr};
 };

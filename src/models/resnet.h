@@ -14,10 +14,15 @@ namespace convnets {
 // from DLE's SE unit; see shared/reference/DLE_RESNET_NOTES.md.
 struct ResNetConfig {
   bool bottleneck = true;            // Bottleneck (expansion 4) vs BasicBlock (expansion 1)
-  std::vector<int> blocks;           // blocks per stage, 4 stages
+  std::vector<int> blocks;           // blocks per stage
   int64_t groups = 1;                // cardinality (ResNeXt)
   int64_t width_per_group = 64;      // inner width = planes * width_per_group / 64 * groups
   int64_t se_channels = 0;           // DLE SE-ResNeXt: absolute reduced width (16), 0 = no SE
+  std::vector<int64_t> widths{64, 128, 256, 512};  // planes per stage (before expansion)
+  // CIFAR-style stem (He et al. 2015, "Deep Residual Learning", section 4.2):
+  // one 3x3 stride-1 conv of widths[0] and no max-pool, for 28-32 px inputs.
+  // Shortcuts stay torchvision's 1x1 projections (the paper's option B), not option A's zero padding.
+  bool small_input_stem = false;
 };
 
 Network make_resnet(const ResNetConfig& config, const ModelOptions& options);

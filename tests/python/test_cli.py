@@ -28,7 +28,7 @@ class ModelsCommand(unittest.TestCase):
         r = convnets("models", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = {m["name"]: m for m in json.loads(r.stdout)}
-        self.assertEqual(len(rows), 10)
+        self.assertEqual(len(rows), 13)
         self.assertEqual(rows["resnet50"]["params"], 25557032)
         self.assertAlmostEqual(rows["resnet50"]["gmacs"], 4.09, places=2)
         self.assertEqual(rows["se_resnext101_32x4d"]["params"], 45251128)

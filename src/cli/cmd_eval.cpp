@@ -1,0 +1,118 @@
+// `convnets eval`: accuracy, loss, throughput and latency percentiles of a checkpoint on a validation set.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "io/state_dict.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/runtime.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+namespace convnets::cli {
+namespace {
+
+struct EvalArgs {
+  std::string data, checkpoint, arch, device = "auto", precision = "fp32", memory_format = "nhwc", bad_images = "skip";
+  std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
+  int workers = 0;
+  double crop_ratio = 0;
+  bool ema = false, json = false;
+};
+
+void run(const EvalArgs& a) {
+  if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
+  if (a.top_k < 1) throw Error("--top-k must be at least 1, got " + std::to_string(a.top_k));
+  const auto ckpt = train::load_checkpoint(a.checkpoint);
+  std::string arch_name = a.arch;
+  if (ckpt.is_training_checkpoint()) {
+    const auto trained = ckpt.meta.at("arch").get<std::string>();
+    if (!arch_name.empty() && arch_name != trained) {
+      throw Error("--arch " + arch_name + " disagrees with --checkpoint " + a.checkpoint + ", a " + trained);
+    }
+    arch_name = trained;
+  } else if (arch_name.empty()) {
+    throw Error("--checkpoint " + a.checkpoint + " is a plain weights file; name its --arch");
+  }
+  const auto& arch = find_architecture(arch_name);
+  const auto rt = train::resolve_runtime(a.device, a.precision, a.memory_format);
+  Preprocessing pre = ckpt.is_training_checkpoint() ? train::preprocessing_from_json(ckpt.meta.at("preprocessing"))
+                                                    : arch.preprocessing;
+  if (a.image_size > 0) pre.input_size = static_cast<int>(a.image_size);
+  if (a.crop_ratio > 0) pre.crop_ratio = a.crop_ratio;
+
+  auto ds = data::head(data::open_dataset(a.data, "val"), static_cast<std::size_t>(a.max_images));
+  if (ckpt.is_training_checkpoint()) {
+    const auto names = ckpt.meta.value("class_names", std::vector<std::string>{});
+    if (!names.empty() && names != ds->classes()) {
+      throw Error(a.data + " has " + std::to_string(ds->num_classes()) + " classes that differ from the " +
+                  std::to_string(names.size()) + " the checkpoint was trained on",
+                  "evaluate on data with the same class folders");
+    }
+  }
+  ModelOptions mo;
+  mo.num_classes = static_cast<std::int64_t>(ds->num_classes());
+  auto model = build_model(arch, mo);
+  const std::string prefix = a.ema ? "ema." : "model.";
+  const auto weights = ckpt.section(prefix);
+  if (weights.tensors.empty()) throw Error(a.checkpoint + ": no " + (a.ema ? "EMA " : "") + "weights in it");
+  load_state_dict(*model, weights, a.checkpoint, arch.import_key, /*strict=*/true);
+  train::prepare_model(*model, rt);
+
+  data::LoaderOptions lo;
+  lo.batch_size = a.batch_size;
+  lo.workers = a.workers;
+  lo.drop_last = false;
+  lo.shard.shuffle = false;
+  lo.bad_images = data::parse_bad_image_policy(a.bad_images);
+  data::Loader loader(ds, std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio)),
+                      lo);
+  if (!a.json) std::cout << "eval: " << arch.name << " from " << a.checkpoint << " on " << ds->description() << '\n';
+  const auto r = train::evaluate(*model, loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
+  if (a.json) {
+    auto j = r.to_dllogger("val");
+    j["images"] = r.images;
+    std::cout << j.dump(2) << '\n';
+    return;
+  }
+  std::printf("images        %lld\n", static_cast<long long>(r.images));
+  std::printf("top-1         %.2f %%\n", r.top1);
+  std::printf("top-%-9lld %.2f %%\n", static_cast<long long>(r.k), r.topk);
+  std::printf("loss          %.4f\n", r.loss);
+  std::printf("images/s      %.1f (forward only %.1f)\n", r.total_ips, r.compute_ips);
+  std::printf("latency ms    mean %.2f  p50 %.2f  p90 %.2f  p95 %.2f  p99 %.2f  (batch %lld)\n", r.latency_mean_ms,
+              r.latency_p50_ms, r.latency_p90_ms, r.latency_p95_ms, r.latency_p99_ms,
+              static_cast<long long>(a.batch_size));
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval", "Evaluate a checkpoint: top-1/top-k, loss, images/s, latency percentiles");
+  auto a = std::make_shared<EvalArgs>();
+  cmd->add_option("DATA", a->data, "validation data (a folder with val/, class folders, list file, IDX folder)")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "training checkpoint or weights (safetensors)")->required();
+  cmd->add_option("--arch", a->arch, "architecture, for plain weights files");
+  cmd->add_option("--batch-size", a->batch_size, "images per batch");
+  cmd->add_option("--workers", a->workers, "loader threads (0: one per CPU)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--top-k", a->top_k, "report top-k besides top-1 (capped at the class count)");
+  cmd->add_option("--device", a->device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
+      ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}));
+  cmd->add_option("--memory-format", a->memory_format, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
+  cmd->add_option("--max-images", a->max_images, "evaluate only the first N images (0: all)");
+  cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's)");
+  cmd->add_option("--crop-ratio", a->crop_ratio, "resize to size / ratio before the centre crop (default: the checkpoint's)");
+  cmd->add_option("--bad-images", a->bad_images, "skip | fail")->check(CLI::IsMember({"skip", "fail"}));
+  cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
+  cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace convnets::cli

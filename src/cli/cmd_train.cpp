@@ -1,0 +1,129 @@
+// `convnets train`: recipe + flag overrides -> TrainConfig, resume/fine-tune wiring, then the training run.
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <sstream>
+
+namespace convnets::cli {
+namespace {
+
+struct TrainArgs {
+  std::string data, recipe, resume, fine_tune;
+  std::map<std::string, std::string> values;  // field -> text of the flag given
+  nlohmann::json flags = nlohmann::json::object();
+};
+
+std::string flag_name(const std::string& field) {
+  std::string f = field;
+  for (auto& ch : f) {
+    if (ch == '_') ch = '-';
+  }
+  return f;
+}
+
+// The flag's text parsed as the field's type (that of its default value).
+nlohmann::json parse_value(const std::string& field, const nlohmann::json& like, const std::string& text) {
+  const std::string flag = "--" + flag_name(field);
+  try {
+    std::size_t used = 0;
+    if (like.is_number_integer()) {
+      const long long v = std::stoll(text, &used);
+      if (used == text.size()) return v;
+    } else if (like.is_number()) {
+      const double v = std::stod(text, &used);
+      if (used == text.size()) return v;
+    } else if (like.is_array()) {
+      nlohmann::json out = nlohmann::json::array();
+      std::stringstream in(text);
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        if (item.empty()) continue;
+        const double v = std::stod(item, &used);
+        if (used != item.size()) throw std::invalid_argument(item);
+        out.push_back(v);
+      }
+      return out;
+    } else {
+      return text;
+    }
+  } catch (const std::exception&) {
+  }
+  throw Error(flag + " expects " + (like.is_number_integer() ? "an integer" : like.is_array() ? "numbers separated by commas" : "a number") +
+              ", got '" + text + "'");
+}
+
+int run(TrainArgs& a) {
+  train::TrainConfig config;
+  train::RunOptions options;
+  options.command = "convnets train";
+  if (!a.resume.empty()) {
+    options.resume = train::load_checkpoint(a.resume);
+    if (!options.resume->is_training_checkpoint()) {
+      throw Error("--resume " + a.resume + " is a weights file, not a training checkpoint",
+                  "use --fine-tune to start a new run from weights");
+    }
+    train::apply_json(config, options.resume->meta.at("config"), a.resume + " (config)");
+  }
+  if (!a.recipe.empty()) train::apply_json(config, train::load_recipe(a.recipe), "--recipe " + a.recipe);
+  const auto defaults = train::to_json(train::TrainConfig{});
+  nlohmann::json overrides = a.flags;
+  for (const auto& [field, text] : a.values) overrides[field] = parse_value(field, defaults.at(field), text);
+  if (!a.data.empty()) overrides["data"] = a.data;
+  train::apply_json(config, overrides, "flags");
+  options.fine_tune = a.fine_tune;
+  return train::run_training(config, options);
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a model on a folder of images (DLE ResNet-50 v1.5 recipe by default)");
+  auto args = std::make_shared<TrainArgs>();
+  cmd->add_option("DATA", args->data, "training data (folder with train/ and val/, class folders, list file, IDX folder)");
+  // A repeated flag overrides the earlier one, as with argparse in DLE's main.py.
+  const auto last = CLI::MultiOptionPolicy::TakeLast;
+  cmd->add_option("--recipe", args->recipe,
+                  "built-in recipe (" + join(train::builtin_recipes()) + ") or a JSON file, flags override its fields")
+      ->multi_option_policy(last);
+  cmd->add_option("--resume", args->resume, "continue the run saved in this checkpoint (e.g. WORKSPACE/last.safetensors)")
+      ->multi_option_policy(last);
+  cmd->add_option("--fine-tune", args->fine_tune, "start from these weights, a new classifier for another class count")
+      ->multi_option_policy(last);
+  const auto defaults = train::to_json(train::TrainConfig{});
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+    const std::string field = it.key();
+    if (field == "data") continue;  // the positional DATA
+    const std::string flag = "--" + flag_name(field);
+    const std::string help = std::string(train::field_help(field)) + " [default " + it.value().dump() + "]";
+    if (it.value().is_boolean()) {
+      cmd->add_flag_callback(flag, [args, field] { args->flags[field] = true; }, help);
+      cmd->add_flag_callback("--no-" + flag_name(field), [args, field] { args->flags[field] = false; },
+                             "turn off " + flag);
+    } else {
+      const auto& v = it.value();
+      cmd->add_option(flag, args->values[field], help)
+          ->expected(1)
+          ->multi_option_policy(last)
+          ->type_name(v.is_number_integer() ? "INT" : v.is_number() ? "NUMBER" : v.is_array() ? "N,N,.." : "TEXT");
+    }
+  }
+  // Only fields whose flag was given override the recipe: drop the untouched entries.
+  cmd->callback([cmd, args] {
+    for (auto it = args->values.begin(); it != args->values.end();) {
+      const auto* opt = cmd->get_option_no_throw("--" + flag_name(it->first));
+      it = (opt && opt->count() > 0) ? std::next(it) : args->values.erase(it);
+    }
+    const int code = run(*args);
+    if (code != 0) std::exit(code);
+  });
+}
+
+}  // namespace convnets::cli

@@ -1,0 +1,208 @@
+#include "report/report.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace convnets::report {
+namespace {
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+std::string num(double v, int precision = 4) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+  return buf;
+}
+
+// "Nice" tick step (1, 2 or 5 x 10^k) giving about `target` ticks over the span.
+double tick_step(double span, int target) {
+  if (span <= 0) return 1;
+  const double raw = span / target, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double f = raw / mag;
+  return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
+}
+
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+
+Series series_of(const std::string& name, const std::vector<std::pair<int, nlohmann::json>>& epochs,
+                 const std::string& key) {
+  Series s{name, {}};
+  for (const auto& [e, d] : epochs) {
+    if (d.contains(key) && d[key].is_number()) s.points.emplace_back(e, d[key].get<double>());
+  }
+  return s;
+}
+
+}  // namespace
+
+RunLog parse_dllogger(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read " + path, "pass a run's workspace folder or its log.json");
+  RunLog run;
+  std::map<int, nlohmann::json> epochs;
+  std::map<double, nlohmann::json> steps;
+  std::string line;
+  int number = 0, records = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.rfind("DLLL ", 0) != 0) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line.substr(5));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ":" + std::to_string(number) + ": not a DLLogger JSON record (" + e.what() + ")");
+    }
+    ++records;
+    if (j.value("type", "") != "LOG" || !j.contains("data")) continue;
+    const auto& step = j["step"];
+    const auto& data = j["data"];
+    if (step.is_string() && step.get<std::string>() == "PARAMETER") {
+      run.parameters.update(data);
+    } else if (step.is_array() && step.size() == 1 && step[0].is_number()) {
+      epochs[step[0].get<int>()] = data;  // a resumed epoch replaces the interrupted one
+    } else if (step.is_array() && step.size() == 2 && step[0].is_number() && step[1].is_number()) {
+      const double per_epoch = run.parameters.value("steps_per_epoch", 0.0);
+      const double x = step[0].get<double>() - 1 + (per_epoch > 0 ? step[1].get<double>() / per_epoch : 0.0);
+      steps[x] = data;
+    } else if (step.is_array() && step.empty()) {
+      run.summary = data;
+    }
+  }
+  if (records == 0) throw Error(path + ": no DLLogger lines ('DLLL {...}')", "is this a convnets or DLE log.json?");
+  for (auto& [e, d] : epochs) run.epochs.emplace_back(e, d);
+  for (auto& [x, d] : steps) run.steps.emplace_back(x, d);
+  return run;
+}
+
+std::string svg_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                      const std::vector<Series>& series) {
+  const double W = 560, H = 320, left = 64, right = 16, top = 36, bottom = 48;
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : series) {
+    for (const auto& [x, y] : s.points) {
+      if (!std::isfinite(y)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  }
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"" << W << "\" height=\"" << H
+    << "\" viewBox=\"0 0 " << W << ' ' << H << "\" role=\"img\" aria-label=\"" << escape(title) << "\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n"
+    << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">"
+    << escape(title) << "</text>\n";
+  if (x0 > x1) {
+    o << "<text x=\"" << W / 2 << "\" y=\"" << H / 2 << "\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n</svg>";
+    return o.str();
+  }
+  if (x1 == x0) x0 -= 0.5, x1 += 0.5;
+  if (y1 == y0) y0 -= std::max(1e-3, std::fabs(y0) * 0.05), y1 += std::max(1e-3, std::fabs(y1) * 0.05);
+  const double pad = (y1 - y0) * 0.05;
+  y0 -= pad, y1 += pad;
+  const double pw = W - left - right, ph = H - top - bottom;
+  auto X = [&](double x) { return left + (x - x0) / (x1 - x0) * pw; };
+  auto Y = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
+  o << "<g font-size=\"11\" fill=\"#333\" stroke-width=\"1\">\n";
+  const double ys = tick_step(y1 - y0, 5);
+  for (double t = std::ceil(y0 / ys) * ys; t <= y1 + 1e-12; t += ys) {
+    o << "<line x1=\"" << left << "\" x2=\"" << W - right << "\" y1=\"" << Y(t) << "\" y2=\"" << Y(t)
+      << "\" stroke=\"#e5e5e5\"/><text x=\"" << left - 6 << "\" y=\"" << Y(t) + 4 << "\" text-anchor=\"end\">"
+      << num(std::fabs(t) < ys * 1e-6 ? 0.0 : t) << "</text>\n";
+  }
+  const double xs = std::max(tick_step(x1 - x0, 8), x1 - x0 >= 2 ? 1.0 : 0.0);
+  for (double t = std::ceil(x0 / xs) * xs; t <= x1 + 1e-12; t += xs) {
+    o << "<line x1=\"" << X(t) << "\" x2=\"" << X(t) << "\" y1=\"" << top + ph << "\" y2=\"" << top + ph + 4
+      << "\" stroke=\"#333\"/><text x=\"" << X(t) << "\" y=\"" << top + ph + 17 << "\" text-anchor=\"middle\">"
+      << num(t) << "</text>\n";
+  }
+  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
+    << "\" fill=\"none\" stroke=\"#333\"/>\n"
+    << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 10 << "\" text-anchor=\"middle\">" << escape(x_label)
+    << "</text>\n<text transform=\"translate(14," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
+    << escape(y_label) << "</text>\n</g>\n";
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const auto& s = series[i];
+    const char* color = kColors[i % (sizeof kColors / sizeof *kColors)];
+    o << "<g class=\"series\" data-name=\"" << escape(s.name) << "\">\n<polyline fill=\"none\" stroke=\"" << color
+      << "\" stroke-width=\"2\" points=\"";
+    for (const auto& [x, y] : s.points) {
+      if (std::isfinite(y)) o << num(X(x), 6) << ',' << num(Y(y), 6) << ' ';
+    }
+    o << "\"/>\n";
+    if (s.points.size() <= 60) {
+      for (const auto& [x, y] : s.points) {
+        if (std::isfinite(y)) {
+          o << "<circle cx=\"" << num(X(x), 6) << "\" cy=\"" << num(Y(y), 6) << "\" r=\"3\" fill=\"" << color
+            << "\"><title>" << escape(s.name) << ": " << num(y, 6) << " at " << num(x) << "</title></circle>\n";
+        }
+      }
+    }
+    const double ly = top + 14 + 16 * static_cast<double>(i);
+    o << "<line x1=\"" << W - right - 150 << "\" x2=\"" << W - right - 130 << "\" y1=\"" << ly - 4 << "\" y2=\""
+      << ly - 4 << "\" stroke=\"" << color << "\" stroke-width=\"3\"/><text x=\"" << W - right - 124 << "\" y=\""
+      << ly << "\" font-size=\"11\">" << escape(s.name) << "</text>\n</g>\n";
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+std::string render_html(const RunLog& run, const std::string& title) {
+  std::vector<Series> loss{series_of("train loss", run.epochs, "train.loss"),
+                           series_of("val loss", run.epochs, "val.loss")};
+  std::vector<Series> top1{series_of("val top-1", run.epochs, "val.top1")};
+  if (!series_of("", run.epochs, "val_ema.top1").points.empty()) {
+    top1.push_back(series_of("val top-1 (EMA)", run.epochs, "val_ema.top1"));
+  }
+  Series lr{"learning rate", {}};
+  for (const auto& [x, d] : run.steps) {
+    if (d.contains("train.lr")) lr.points.emplace_back(x, d["train.lr"].get<double>());
+  }
+  if (lr.points.empty()) lr = series_of("learning rate", run.epochs, "train.lr");
+  std::vector<Series> ips{series_of("train images/s (total)", run.epochs, "train.total_ips"),
+                          series_of("train images/s (compute)", run.epochs, "train.compute_ips")};
+
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" << escape(title)
+    << "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}"
+       ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:16px}"
+       "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}"
+       "th{background:#f5f5f5}</style></head><body>\n<h1>"
+    << escape(title) << "</h1>\n";
+  o << "<table><tr><th>arch</th><td>" << escape(run.parameters.value("arch", "?")) << "</td></tr>"
+    << "<tr><th>epochs logged</th><td>" << run.epochs.size() << " of " << run.parameters.value("epochs", 0)
+    << "</td></tr>";
+  for (auto it = run.summary.begin(); it != run.summary.end(); ++it) {
+    o << "<tr><th>" << escape(it.key()) << "</th><td>"
+      << escape(it.value().is_number_float() ? num(it.value().get<double>(), 6) : it.value().dump()) << "</td></tr>";
+  }
+  o << "</table>\n<div class=\"grid\">\n"
+    << svg_chart("Loss", "epoch", "loss", loss) << '\n'
+    << svg_chart("Top-1 accuracy", "epoch", "top-1 (%)", top1) << '\n'
+    << svg_chart("Learning rate", "epoch", "LR", {lr}) << '\n'
+    << svg_chart("Throughput", "epoch", "images/s", ips) << "\n</div>\n";
+  o << "<h2>Configuration</h2>\n<table>";
+  for (auto it = run.parameters.begin(); it != run.parameters.end(); ++it) {
+    o << "<tr><th>" << escape(it.key()) << "</th><td>" << escape(it.value().dump()) << "</td></tr>";
+  }
+  o << "</table>\n</body></html>\n";
+  return o.str();
+}
+
+}  // namespace convnets::report

@@ -1,0 +1,35 @@
+// `convnets report`: a run's DLLogger log turned into one self-contained HTML page with SVG charts.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace convnets::report {
+
+struct RunLog {
+  nlohmann::json parameters = nlohmann::json::object();   // merged PARAMETER entries
+  std::vector<std::pair<double, nlohmann::json>> steps;    // (fractional epoch, data) of [epoch, iteration] entries
+  std::vector<std::pair<int, nlohmann::json>> epochs;      // (epoch, data) of [epoch] entries
+  nlohmann::json summary = nlohmann::json::object();       // the [] entry
+};
+
+// Reads "DLLL {...}" lines (other lines are ignored, as DLE's parsers do). A
+// resumed run's repeated epochs keep the latest entry. Throws Error naming the
+// file and line for malformed JSON, or when there are no DLLogger lines.
+RunLog parse_dllogger(const std::string& path);
+
+struct Series {
+  std::string name;
+  std::vector<std::pair<double, double>> points;
+};
+
+// An SVG line chart with axes, ticks and a legend; no scripts, no external assets.
+std::string svg_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                      const std::vector<Series>& series);
+
+// The whole page: summary, loss, top-1, learning-rate and throughput charts, configuration.
+std::string render_html(const RunLog& run, const std::string& title);
+
+}  // namespace convnets::report

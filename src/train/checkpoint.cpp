@@ -1,0 +1,42 @@
+#include "train/checkpoint.h"
+
+#include "core/error.h"
+
+namespace convnets::train {
+
+TensorFile Checkpoint::section(const std::string& prefix) const {
+  TensorFile out;
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name.rfind(prefix, 0) == 0) out.tensors.emplace_back(name.substr(prefix.size()), tensor);
+  }
+  if (!is_training_checkpoint() && prefix == "model.") out.tensors = file.tensors;
+  return out;
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  Checkpoint c;
+  c.path = path;
+  c.file = load_safetensors(path);
+  c.meta = nlohmann::json::object();
+  auto it = c.file.metadata.find("convnets");
+  if (it == c.file.metadata.end()) return c;
+  try {
+    c.meta = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": checkpoint metadata 'convnets' is not valid JSON (" + e.what() + ")",
+                "the file is damaged; use another checkpoint (e.g. epoch-N or best)");
+  }
+  if (!c.meta.is_object() || c.meta.value("format", "") != kCheckpointFormat) {
+    throw Error(path + ": metadata 'convnets' is not a " + std::string(kCheckpointFormat) + " record");
+  }
+  for (const char* key : {"arch", "num_classes", "epoch", "step", "config", "preprocessing"}) {
+    if (!c.meta.contains(key)) throw Error(path + ": checkpoint metadata lacks '" + std::string(key) + "'");
+  }
+  return c;
+}
+
+void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta) {
+  save_safetensors(path, tensors, {{"convnets", meta.dump()}, {"format", "pt"}});
+}
+
+}  // namespace convnets::train

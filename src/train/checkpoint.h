@@ -1,0 +1,37 @@
+// Training checkpoints: model, EMA, optimizer and loss-scale state plus run metadata in one safetensors file.
+#pragma once
+
+#include "io/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace convnets::train {
+
+// Tensor names: "model.<key>", "ema.<key>", "optimizer.momentum.<param>",
+// "loss_scale.*", "rng.torch_cpu"; metadata key "convnets" holds the JSON
+// (format, arch, num_classes, class_names, preprocessing, config, epoch,
+// step, step_in_epoch, best_top1, seed, ...). Every other metadata key is
+// left for tools.
+inline constexpr const char* kCheckpointFormat = "convnets-checkpoint/1";
+
+struct Checkpoint {
+  TensorFile file;
+  nlohmann::json meta;  // empty object for a plain weights file
+  std::string path;
+
+  bool is_training_checkpoint() const { return meta.contains("format"); }
+  // The tensors under `prefix` with the prefix stripped ("model." -> state_dict).
+  // A plain weights file (no metadata) is returned whole for "model.".
+  TensorFile section(const std::string& prefix) const;
+};
+
+// Throws Error naming the file for anything unreadable or malformed,
+// including metadata that is not JSON or names another format.
+Checkpoint load_checkpoint(const std::string& path);
+
+// Atomic (temp file, fsync, rename): an interrupted save leaves the old file.
+void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta);
+
+}  // namespace convnets::train

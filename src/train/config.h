@@ -1,0 +1,80 @@
+// The training configuration: every recipe field, its default, JSON recipes, flag overrides and validation.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convnets::train {
+
+// Field names follow NVIDIA DeepLearningExamples' ConvNets main.py flags
+// (--lr, --warmup, --label-smoothing, --mixup, --optimizer-batch-size, ...);
+// each field `a_b` is also the flag `--a-b`. Defaults are DLE's ResNet-50 v1.5
+// recipe (README "Default configuration").
+struct TrainConfig {
+  std::string arch = "resnet50";
+  std::string data;       // training data: image folder, list file, IDX folder or synthetic[:N]
+  std::string val_data;   // empty: the "val" split of `data`
+  std::string workspace = "runs/convnets";
+  std::int64_t epochs = 90;
+  std::int64_t batch_size = 256;            // per process
+  std::int64_t optimizer_batch_size = 0;    // 0: batch_size; a multiple of it accumulates gradients
+  double lr = 0.256;                        // per `lr_reference_batch` images of optimizer batch
+  std::int64_t lr_reference_batch = 256;    // linear scaling (Goyal et al. 2017); 0 disables it
+  std::string lr_schedule = "cosine";       // step | linear | cosine
+  double warmup = 8;                        // epochs of linear warmup (fractions allowed)
+  std::vector<double> lr_steps{30, 60, 80}; // step schedule: epochs where the LR is multiplied
+  double lr_step_factor = 0.1;
+  double end_lr = 0;                        // cosine/linear: LR reached at the last step
+  double momentum = 0.875;
+  bool nesterov = false;
+  double weight_decay = 3.0517578125e-05;   // 1/32768
+  bool bn_weight_decay = false;             // also decay BN parameters and biases
+  double label_smoothing = 0.1;
+  double mixup = 0;                         // Beta(alpha, alpha); 0 disables
+  double ema = 0;                           // decay of the weight EMA; 0 disables
+  std::string precision = "fp32";           // fp32 | tf32 | amp | bf16
+  std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw
+  std::string device = "auto";              // auto | cpu | cuda
+  std::int64_t seed = 0;
+  std::int64_t workers = 0;                 // loader threads; 0: one per CPU
+  std::int64_t prof = 0;                    // stop after this many optimizer steps; 0: full run
+  bool training_only = false;               // skip validation
+  bool evaluate = false;                    // validate only (needs --resume or --fine-tune weights)
+  std::int64_t print_freq = 50;             // steps between progress lines when not on a terminal
+  std::int64_t save_every = 0;              // also keep epoch-N checkpoints every N epochs
+  std::int64_t keep = 0;                    // how many of those to keep; 0: all
+  std::int64_t image_size = 0;              // 0: the arch's input size
+  double crop_ratio = 0;                    // eval resize = size / crop_ratio; 0: the arch's
+  std::vector<double> mean;                 // RGB, 0..1 scale; empty: the arch's
+  std::vector<double> std;
+  double crop_scale_min = 0.08;             // RandomResizedCrop area fraction lower bound
+  bool flip = true;
+  std::string init = "fan_in";              // fan_in (DLE) | fan_out (torchvision)
+  bool zero_init_residual = false;
+  std::int64_t top_k = 5;                   // reported besides top-1 (capped at the class count)
+  std::string bad_images = "skip";
+  std::int64_t max_train_images = 0;        // use only the first N samples; 0: all
+  std::int64_t max_val_images = 0;
+};
+
+nlohmann::ordered_json to_json(const TrainConfig& c);
+
+// Fields absent from `j` keep their current value in `c`; an unknown field or a
+// value of the wrong type throws Error naming the field and `source`.
+void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& source);
+
+// Every range and choice; the error names the flag (--batch-size ...).
+void validate(const TrainConfig& c);
+
+// One-line help per field, for the CLI.
+const char* field_help(const std::string& field);
+
+// A recipe by name (a file shipped in recipes/, embedded in the binary) or by
+// path to a JSON file. Throws Error listing the built-in names.
+nlohmann::json load_recipe(const std::string& name_or_path);
+std::vector<std::string> builtin_recipes();
+
+}  // namespace convnets::train

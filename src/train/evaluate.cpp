@@ -1,0 +1,104 @@
+#include "train/evaluate.h"
+
+#include "core/compat.h"
+#include "train/progress.h"
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+namespace convnets::train {
+
+double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q / 100.0 * static_cast<double>(values.size())));
+  return values[std::min(values.size() - 1, rank > 0 ? rank - 1 : 0)];
+}
+
+nlohmann::ordered_json EvalResult::to_dllogger(const std::string& p) const {
+  return {{p + ".top1", top1},
+          {p + ".top" + std::to_string(k), topk},
+          {p + ".loss", loss},
+          {p + ".compute_ips", compute_ips},
+          {p + ".total_ips", total_ips},
+          {p + ".compute_latency_mean", latency_mean_ms / 1e3},
+          {p + ".compute_latency_at50", latency_p50_ms / 1e3},
+          {p + ".compute_latency_at90", latency_p90_ms / 1e3},
+          {p + ".compute_latency_at95", latency_p95_ms / 1e3},
+          {p + ".compute_latency_at99", latency_p99_ms / 1e3}};
+}
+
+EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt, const Preprocessing& pre,
+                    std::int64_t top_k, const std::string& phase, std::int64_t print_every) {
+  using clock = std::chrono::steady_clock;
+  torch::NoGradGuard no_grad;
+  model.eval();
+  EvalResult r;
+  r.k = std::min<std::int64_t>(top_k, static_cast<std::int64_t>(loader.dataset().num_classes()));
+  // Sums stay on the device until the end: no sync per batch beyond timing's.
+  auto correct1 = torch::zeros({}, torch::dtype(torch::kLong).device(rt.device));
+  auto correctk = torch::zeros_like(correct1);
+  auto loss_sum = torch::zeros({}, torch::dtype(torch::kDouble).device(rt.device));
+  std::vector<double> latencies;
+  double compute_s = 0;
+  std::optional<Progress> progress;
+  if (!phase.empty()) progress.emplace(phase, loader.batches_per_epoch(), print_every, Progress::stdout_is_terminal());
+  loader.start_epoch(0);
+  data::Batch batch;
+  const auto start = clock::now();
+  while (loader.next(batch)) {
+    const auto images = data::normalize_batch(batch.images, pre.mean, pre.std, rt.device, torch::kFloat);
+    const auto input = rt.channels_last ? images : images.contiguous();
+    const auto labels = batch.labels.to(rt.device, /*non_blocking=*/true);
+    if (rt.device.is_cuda()) torch::cuda::synchronize();
+    const auto t0 = clock::now();
+    at::Tensor logits;
+    {
+      compat::AutocastGuard autocast(rt.device, rt.autocast);
+      logits = model.forward(input);
+    }
+    if (rt.device.is_cuda()) torch::cuda::synchronize();
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    compute_s += dt;
+    latencies.push_back(dt * 1e3);
+    logits = logits.to(torch::kFloat);
+    loss_sum += torch::nn::functional::cross_entropy(logits, labels,
+                                                     torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                                                         torch::kSum))
+                    .to(torch::kDouble);
+    const auto top = std::get<1>(logits.topk(r.k, 1));
+    const auto hits = top.eq(labels.unsqueeze(1));
+    correct1 += hits.select(1, 0).sum();
+    correctk += hits.any(1).sum();
+    r.images += batch.labels.size(0);
+    const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
+    if (progress) progress->update(batch.number + 1, static_cast<double>(r.images) / elapsed, "");
+  }
+  const double total_s = std::chrono::duration<double>(clock::now() - start).count();
+  const double n = static_cast<double>(std::max<std::int64_t>(r.images, 1));
+  r.top1 = 100.0 * static_cast<double>(correct1.item<std::int64_t>()) / n;
+  r.topk = 100.0 * static_cast<double>(correctk.item<std::int64_t>()) / n;
+  r.loss = loss_sum.item<double>() / n;
+  r.total_ips = static_cast<double>(r.images) / total_s;
+  r.compute_ips = compute_s > 0 ? static_cast<double>(r.images) / compute_s : 0;
+  double sum = 0;
+  for (double l : latencies) sum += l;
+  r.latency_mean_ms = latencies.empty() ? 0 : sum / static_cast<double>(latencies.size());
+  r.latency_p50_ms = percentile(latencies, 50);
+  r.latency_p90_ms = percentile(latencies, 90);
+  r.latency_p95_ms = percentile(latencies, 95);
+  r.latency_p99_ms = percentile(latencies, 99);
+  char summary[160];
+  std::snprintf(summary, sizeof summary, "top-1 %.2f%%  top-%lld %.2f%%  loss %.4f  %.0f img/s", r.top1,
+                static_cast<long long>(r.k), r.topk, r.loss, r.total_ips);
+  if (progress) progress->finish(summary);
+  return r;
+}
+
+}  // namespace convnets::train

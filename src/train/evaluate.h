@@ -1,0 +1,36 @@
+// Validation: top-1/top-k accuracy, loss, throughput and per-batch latency percentiles over a loader's epoch.
+#pragma once
+
+#include "data/loader.h"
+#include "models/network.h"
+#include "train/runtime.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+namespace convnets::train {
+
+struct EvalResult {
+  std::int64_t images = 0;
+  std::int64_t k = 5;          // top-k reported (capped at the class count)
+  double top1 = 0, topk = 0;   // percent
+  double loss = 0;             // cross-entropy, no smoothing
+  double total_ips = 0;        // images/s including data loading
+  double compute_ips = 0;      // images/s of forward passes alone
+  double latency_mean_ms = 0, latency_p50_ms = 0, latency_p90_ms = 0, latency_p95_ms = 0, latency_p99_ms = 0;
+
+  // DLE's metric names: <prefix>.top1, .top5, .loss, .compute_ips, .total_ips,
+  // .compute_latency_mean / _at50 / _at90 / _at95 / _at99 (seconds, as DLE logs them).
+  nlohmann::ordered_json to_dllogger(const std::string& prefix) const;
+};
+
+// Runs one epoch of `loader` (eval transform, no shuffling) in eval mode.
+// `phase` names the progress line (empty: no progress output); print_every as Progress.
+EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt, const Preprocessing& pre,
+                    std::int64_t top_k, const std::string& phase, std::int64_t print_every);
+
+// Nearest-rank percentile (q in [0, 100]) of unsorted values.
+double percentile(std::vector<double> values, double q);
+
+}  // namespace convnets::train

@@ -1,0 +1,84 @@
+#include "train/runtime.h"
+
+#include "core/error.h"
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#if CONVNETS_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace convnets::train {
+
+Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format) {
+  Runtime rt;
+  const bool cuda = torch::cuda::is_available();
+  if (device == "cuda" && !cuda) {
+    throw Error("--device cuda: no CUDA device is available",
+                CONVNETS_CUDA ? "check the driver and CUDA_VISIBLE_DEVICES" : "this convnets build is CPU-only");
+  }
+  rt.device = (device == "cuda" || (device == "auto" && cuda)) ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  rt.precision = precision;
+  rt.channels_last = memory_format == "nhwc";
+  if (precision != "fp32" && !rt.device.is_cuda()) {
+    throw Error("--precision " + precision + " needs a CUDA GPU, and this run is on the CPU",
+                "use --precision fp32 on the CPU");
+  }
+  int major = 0;
+#if CONVNETS_CUDA
+  if (rt.device.is_cuda()) major = at::cuda::getCurrentDeviceProperties()->major;
+#endif
+  if ((precision == "bf16" || precision == "tf32") && major < 8) {
+    throw Error("--precision " + precision + " needs a GPU of compute capability 8.0 or newer; this one is " +
+                    std::to_string(major) + ".x",
+                "use --precision amp (fp16) or fp32");
+  }
+  if (rt.device.is_cuda()) {
+    at::globalContext().setAllowTF32CuBLAS(precision == "tf32");
+    at::globalContext().setAllowTF32CuDNN(precision == "tf32");
+    at::globalContext().setBenchmarkCuDNN(true);  // static shapes: autotune once
+  }
+  if (precision == "amp") {
+    rt.autocast = c10::kHalf;
+    rt.loss_scaling = true;
+  } else if (precision == "bf16") {
+    rt.autocast = c10::kBFloat16;
+  }
+  return rt;
+}
+
+void prepare_model(NetworkImpl& model, const Runtime& rt) {
+  model.to(rt.device);
+  if (!rt.channels_last) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+}
+
+Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& c) {
+  Preprocessing p = arch.preprocessing;
+  if (c.image_size > 0) p.input_size = static_cast<int>(c.image_size);
+  if (c.crop_ratio > 0) p.crop_ratio = c.crop_ratio;
+  if (!c.mean.empty()) p.mean = {c.mean[0], c.mean[1], c.mean[2]};
+  if (!c.std.empty()) p.std = {c.std[0], c.std[1], c.std[2]};
+  return p;
+}
+
+nlohmann::json to_json(const Preprocessing& p) {
+  return {{"input_size", p.input_size}, {"crop_ratio", p.crop_ratio}, {"mean", p.mean},
+          {"std", p.std},               {"interpolation", p.interpolation}};
+}
+
+Preprocessing preprocessing_from_json(const nlohmann::json& j) {
+  Preprocessing p;
+  p.input_size = j.at("input_size").get<int>();
+  p.crop_ratio = j.at("crop_ratio").get<double>();
+  p.mean = j.at("mean").get<std::array<double, 3>>();
+  p.std = j.at("std").get<std::array<double, 3>>();
+  p.interpolation = j.value("interpolation", "bilinear");
+  return p;
+}
+
+}  // namespace convnets::train

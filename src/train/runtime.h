@@ -1,0 +1,35 @@
+// Where and how tensors run: device, mixed-precision mode and memory format, checked against what the device supports.
+#pragma once
+
+#include "models/network.h"
+#include "models/registry.h"
+#include "train/config.h"
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace convnets::train {
+
+struct Runtime {
+  c10::Device device = c10::kCPU;
+  std::string precision = "fp32";
+  c10::ScalarType autocast = c10::kFloat;  // kHalf (amp) / kBFloat16 (bf16); kFloat: none
+  bool loss_scaling = false;               // amp: dynamic loss scaling
+  bool channels_last = true;
+};
+
+// Throws Error naming --device/--precision when the device lacks the mode
+// (fp16/bf16/tf32 need CUDA; bf16 and tf32 need compute capability 8.0+).
+// Sets the TF32 switches: on for tf32, off for fp32 (PyTorch leaves cuDNN's on).
+Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format);
+
+// Moves the model to the device and, for channels-last, its 4-D weights to NHWC memory.
+void prepare_model(NetworkImpl& model, const Runtime& rt);
+
+// The arch's preprocessing with the config's overrides (image size, crop ratio, mean, std).
+Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& config);
+
+nlohmann::json to_json(const Preprocessing& p);
+Preprocessing preprocessing_from_json(const nlohmann::json& j);
+
+}  // namespace convnets::train

@@ -1,0 +1,34 @@
+#include "train/schedule.h"
+
+#include <cmath>
+
+namespace convnets::train {
+
+LrSchedule::LrSchedule(ScheduleOptions o) : o_(std::move(o)) {
+  total_ = o_.steps_per_epoch * o_.epochs;
+  warmup_ = static_cast<std::int64_t>(std::llround(o_.warmup_epochs * static_cast<double>(o_.steps_per_epoch)));
+  if (warmup_ >= total_) warmup_ = total_ > 0 ? total_ - 1 : 0;
+}
+
+double LrSchedule::at(std::int64_t step) const {
+  if (step < warmup_) return o_.base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_);
+  if (o_.kind == "step") {
+    const double epoch = static_cast<double>(step) / static_cast<double>(o_.steps_per_epoch);
+    double lr = o_.base_lr;
+    for (double s : o_.steps) {
+      if (epoch >= s) lr *= o_.step_factor;
+    }
+    return lr;
+  }
+  const double span = static_cast<double>(total_ - warmup_);
+  const double p = span > 0 ? static_cast<double>(step - warmup_) / span : 0.0;
+  if (o_.kind == "linear") return o_.end_lr + (o_.base_lr - o_.end_lr) * (1.0 - p);
+  return o_.end_lr + 0.5 * (o_.base_lr - o_.end_lr) * (1.0 + std::cos(M_PI * p));
+}
+
+double scaled_lr(double lr, std::int64_t optimizer_batch, std::int64_t reference_batch) {
+  if (reference_batch <= 0) return lr;
+  return lr * static_cast<double>(optimizer_batch) / static_cast<double>(reference_batch);
+}
+
+}  // namespace convnets::train

@@ -1,0 +1,102 @@
+#include "train/step.h"
+
+#include "core/compat.h"
+#include "data/rng.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <numeric>
+
+namespace convnets::train {
+namespace {
+
+double standard_normal(data::Rng& rng) {
+  // Box-Muller; 1 - u keeps log() away from 0.
+  const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+// Marsaglia & Tsang 2000, "A simple method for generating gamma variables";
+// shape < 1 via Gamma(a + 1) * U^(1/a).
+double sample_gamma(double shape, data::Rng& rng) {
+  if (shape < 1.0) return sample_gamma(shape + 1.0, rng) * std::pow(1.0 - rng.uniform(), 1.0 / shape);
+  const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    double x, v;
+    do {
+      x = standard_normal(rng);
+      v = 1.0 + c * x;
+    } while (v <= 0);
+    v = v * v * v;
+    const double u = 1.0 - rng.uniform();
+    if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v;
+  }
+}
+
+}  // namespace
+
+MixupDraw draw_mixup(double alpha, std::int64_t batch, std::uint64_t seed, std::int64_t step, std::int64_t micro) {
+  MixupDraw d;
+  if (alpha <= 0) return d;
+  // A stream of its own: the data loader uses (seed, epoch, index).
+  data::Rng rng(seed ^ 0x6d69787570ULL /* "mixup" */, step, micro);
+  const double x = sample_gamma(alpha, rng), y = sample_gamma(alpha, rng);
+  d.lam = x + y > 0 ? x / (x + y) : 0.5;
+  d.perm.resize(static_cast<size_t>(batch));
+  std::iota(d.perm.begin(), d.perm.end(), 0);
+  for (std::int64_t i = batch - 1; i > 0; --i) std::swap(d.perm[i], d.perm[rng.integer(0, i)]);
+  return d;
+}
+
+at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& labels, double smoothing,
+                               const MixupDraw* mix) {
+  namespace F = torch::nn::functional;
+  const auto opts = F::CrossEntropyFuncOptions().label_smoothing(smoothing);
+  const auto x = logits.to(torch::kFloat);
+  if (!mix || mix->perm.empty()) return F::cross_entropy(x, labels, opts);
+  const auto perm = torch::tensor(mix->perm, torch::dtype(torch::kLong).device(labels.device()));
+  return F::cross_entropy(x, labels, opts) * mix->lam +
+         F::cross_entropy(x, labels.index_select(0, perm), opts) * (1.0 - mix->lam);
+}
+
+StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+                      const std::vector<MicroBatch>& micro, double lr, std::int64_t step, const StepOptions& options) {
+  StepOutput out;
+  model.train();
+  optimizer.zero_grad();
+  const double n = static_cast<double>(micro.size());
+  at::Tensor total;
+  for (size_t m = 0; m < micro.size(); ++m) {
+    auto images = micro[m].images;
+    auto draw = draw_mixup(options.mixup, images.size(0), options.seed, step, static_cast<std::int64_t>(m));
+    if (!draw.perm.empty()) {
+      torch::NoGradGuard no_grad;
+      const auto perm = torch::tensor(draw.perm, torch::dtype(torch::kLong).device(images.device()));
+      images = images.mul(draw.lam).add_(images.index_select(0, perm), 1.0 - draw.lam);
+    }
+    at::Tensor loss;
+    {
+      compat::AutocastGuard autocast(images.device(), options.autocast);
+      loss = classification_loss(model.forward(images), micro[m].labels, options.label_smoothing, &draw);
+    }
+    auto scaled = loss / n;
+    if (scaler) scaled = scaler->scale(scaled);
+    scaled.backward();
+    total = total.defined() ? total + loss.detach() : loss.detach();
+    out.mixup.push_back(std::move(draw));
+  }
+  at::Tensor skip;
+  if (scaler) {
+    std::vector<at::Tensor> grads;
+    for (const auto& p : optimizer.params()) grads.push_back(p.value.grad());
+    skip = scaler->unscale(grads);
+  }
+  optimizer.step(lr, skip);
+  if (scaler) scaler->update(skip);
+  if (ema) ema->update(model);
+  out.loss = total / n;
+  return out;
+}
+
+}  // namespace convnets::train

@@ -1,0 +1,56 @@
+// One optimizer step: forward/backward over micro-batches with label smoothing and mixup, unscale, SGD, EMA.
+#pragma once
+
+#include "models/network.h"
+#include "train/ema.h"
+#include "train/loss_scale.h"
+#include "train/sgd.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace convnets::train {
+
+struct MixupDraw {
+  double lam = 1.0;
+  std::vector<std::int64_t> perm;  // partner of each row
+};
+
+// Zhang et al. 2018 ("mixup"), as DLE's MixUpWrapper: lam ~ Beta(alpha, alpha)
+// and a random permutation of the batch. Drawn from a counter-based stream of
+// (seed, step, micro-batch), so a resumed run draws what the original would.
+MixupDraw draw_mixup(double alpha, std::int64_t batch, std::uint64_t seed, std::int64_t step, std::int64_t micro);
+
+// Cross-entropy with label smoothing (Szegedy et al. 2016) averaged over the
+// batch; with mixup, lam * CE(y) + (1 - lam) * CE(y[perm]), which equals DLE's
+// NLLMultiLabelSmooth on the mixed smoothed one-hot targets.
+at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& labels, double smoothing,
+                               const MixupDraw* mix = nullptr);
+
+struct StepOptions {
+  double label_smoothing = 0;
+  double mixup = 0;
+  std::uint64_t seed = 0;
+  at::ScalarType autocast = at::kFloat;  // kHalf / kBFloat16: autocast on CUDA; kFloat: none
+};
+
+struct MicroBatch {
+  at::Tensor images;  // normalised float NCHW on the device
+  at::Tensor labels;  // int64 on the device
+};
+
+struct StepOutput {
+  at::Tensor loss;  // 0-dim, mean over the micro-batches, on the device (no sync)
+  std::vector<MixupDraw> mixup;
+};
+
+// Gradients of the micro-batches accumulate (each loss divided by their
+// count, so two of B equal one of 2B apart from BN statistics); then, with a
+// scaler, gradients are unscaled and an overflow skips the update on the
+// device; then SGD at `lr` and the EMA update.
+StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+                      const std::vector<MicroBatch>& micro, double lr, std::int64_t step, const StepOptions& options);
+
+}  // namespace convnets::train

@@ -1,0 +1,488 @@
+#include "train/trainer.h"
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "io/state_dict.h"
+#include "models/registry.h"
+#include "train/dllogger.h"
+#include "train/ema.h"
+#include "train/evaluate.h"
+#include "train/loss_scale.h"
+#include "train/progress.h"
+#include "train/runtime.h"
+#include "train/schedule.h"
+#include "train/sgd.h"
+#include "train/step.h"
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace convnets::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
+  // A second signal kills the process the default way.
+  std::signal(sig, SIG_DFL);
+}
+
+// Installed for the run only, so a Ctrl-C during setup still exits at once.
+class SignalScope {
+ public:
+  SignalScope() {
+    g_signal.store(0);
+    previous_int_ = std::signal(SIGINT, on_signal);
+    previous_term_ = std::signal(SIGTERM, on_signal);
+  }
+  ~SignalScope() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+  }
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
+
+const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal"; }
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// Strict weights load from a checkpoint section; the error names the file.
+void load_weights(NetworkImpl& model, const Checkpoint& ckpt, const std::string& prefix, const ArchInfo& arch) {
+  const auto section = ckpt.section(prefix);
+  if (section.tensors.empty()) throw Error(ckpt.path + ": no '" + prefix + "*' tensors in the checkpoint");
+  load_state_dict(model, section, ckpt.path, arch.import_key, /*strict=*/true);
+}
+
+// --fine-tune: every tensor must fit except the classifier, which is kept
+// freshly initialised when its shape differs (another class count).
+void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo& arch) {
+  const auto ckpt = load_checkpoint(path);
+  if (ckpt.is_training_checkpoint() && ckpt.meta.value("arch", "") != arch.name) {
+    throw Error("--fine-tune " + path + " holds a " + ckpt.meta.value("arch", "?") + ", this run trains " + arch.name);
+  }
+  auto report = load_state_dict(model, ckpt.section("model."), path, arch.import_key, /*strict=*/false);
+  std::vector<std::string> problems;
+  std::vector<std::string> reinitialised;
+  for (const auto& m : report.mismatched) {
+    (m.name.rfind("fc.", 0) == 0 ? reinitialised : problems).push_back(m.name);
+  }
+  for (const auto& m : report.missing) problems.push_back("missing " + m);
+  for (const auto& u : report.unexpected) problems.push_back("unexpected " + u);
+  if (!problems.empty()) {
+    throw Error("--fine-tune " + path + " does not fit " + arch.name + ": " + join(problems),
+                report.describe());
+  }
+  std::cout << "fine-tune: weights from " << path
+            << (reinitialised.empty() ? "" : "; new classifier (" + join(reinitialised) + ")") << '\n';
+}
+
+void check_same_classes(const data::Dataset& train, const data::Dataset& val) {
+  if (train.classes() != val.classes()) {
+    throw Error("validation data has " + std::to_string(val.num_classes()) + " classes (" + val.description() +
+                    "), training data " + std::to_string(train.num_classes()) + "; the class names must match",
+                "pass --val-data with the same class folders, or --training-only");
+  }
+}
+
+void prune_epoch_checkpoints(const std::string& workspace, std::int64_t keep) {
+  if (keep <= 0) return;
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  for (const auto& e : fs::directory_iterator(workspace)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".safetensors") {
+      try {
+        found.emplace_back(std::stoll(name.substr(6)), e.path());
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  std::sort(found.begin(), found.end());
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < found.size(); ++i) fs::remove(found[i].second);
+}
+
+}  // namespace
+
+std::string last_checkpoint_path(const std::string& workspace) {
+  return (fs::path(workspace) / "last.safetensors").string();
+}
+
+int run_training(const TrainConfig& config, const RunOptions& options) {
+  using clock = std::chrono::steady_clock;
+  validate(config);
+  const auto& c = config;
+  const Runtime rt = resolve_runtime(c.device, c.precision, c.memory_format);
+  const ArchInfo& arch = find_architecture(c.arch);
+  const Preprocessing pre = resolve_preprocessing(arch, c);
+
+  // ---- data (bad paths and empty class sets fail here, before any write)
+  auto train_ds = data::head(data::open_dataset(c.data, "train"), static_cast<std::size_t>(c.max_train_images));
+  data::DatasetPtr val_ds;
+  if (!c.training_only) {
+    val_ds = data::head(data::open_dataset(c.val_data.empty() ? c.data : c.val_data, "val"),
+                        static_cast<std::size_t>(c.max_val_images));
+    check_same_classes(*train_ds, *val_ds);
+  }
+  const std::int64_t micro_per_step = c.optimizer_batch_size > 0 ? c.optimizer_batch_size / c.batch_size : 1;
+  const std::int64_t optimizer_batch = c.batch_size * micro_per_step;
+
+  // ---- model, optimizer, EMA, loss scale
+  torch::manual_seed(static_cast<std::uint64_t>(c.seed));
+  ModelOptions mo;
+  mo.num_classes = static_cast<std::int64_t>(train_ds->num_classes());
+  mo.conv_init = c.init == "fan_out" ? ConvInit::FanOut : ConvInit::FanIn;
+  mo.zero_init_residual = c.zero_init_residual;
+  Network model = build_model(arch, mo);
+  const Checkpoint* resume = options.resume ? &*options.resume : nullptr;
+  if (resume) {
+    const auto& m = resume->meta;
+    if (m.at("arch").get<std::string>() != arch.name) {
+      throw Error("--resume " + resume->path + " was trained as " + m.at("arch").get<std::string>() +
+                  ", but this run is " + arch.name, "resume with the same --arch, or use --fine-tune to start anew");
+    }
+    if (m.at("num_classes").get<std::int64_t>() != mo.num_classes) {
+      throw Error("--resume " + resume->path + " has " + std::to_string(m.at("num_classes").get<std::int64_t>()) +
+                  " classes, the data " + std::to_string(mo.num_classes));
+    }
+    load_weights(*model, *resume, "model.", arch);
+  } else if (!options.fine_tune.empty()) {
+    load_fine_tune(*model, options.fine_tune, arch);
+  } else if (c.evaluate) {
+    throw Error("--evaluate needs weights", "add --resume CHECKPOINT or --fine-tune WEIGHTS (or use convnets eval)");
+  }
+  prepare_model(*model, rt);
+  Sgd sgd(*model, {c.momentum, c.nesterov, c.weight_decay, c.bn_weight_decay});
+  std::unique_ptr<LossScaler> scaler;
+  if (rt.loss_scaling) scaler = std::make_unique<LossScaler>(rt.device);
+  std::unique_ptr<Ema> ema;
+  if (c.ema > 0) {
+    auto shadow = build_model(arch, mo);
+    prepare_model(*shadow, rt);
+    ema = std::make_unique<Ema>(shadow, *model, c.ema);
+  }
+  std::int64_t start_epoch = 0, start_step_in_epoch = 0, global_step = 0;
+  double best_top1 = -1;
+  std::int64_t best_epoch = -1;
+  if (resume) {
+    const auto& m = resume->meta;
+    sgd.load_state(resume->file, resume->path);
+    if (scaler) {
+      // Switching to amp on resume starts a fresh scale; the reverse drops it.
+      if (resume->file.find("loss_scale.scale")) scaler->load_state(resume->file, resume->path);
+    }
+    if (ema) {
+      if (resume->section("ema.").tensors.empty()) {
+        std::cout << "resume: " << resume->path << " has no EMA; the EMA starts from the current weights\n";
+      } else {
+        load_weights(*ema->model(), *resume, "ema.", arch);
+      }
+    }
+    start_epoch = m.at("epoch").get<std::int64_t>();
+    start_step_in_epoch = m.value("step_in_epoch", std::int64_t{0});
+    global_step = m.at("step").get<std::int64_t>();
+    best_top1 = m.value("best_top1", -1.0);
+    best_epoch = m.value("best_epoch", std::int64_t{-1});
+  }
+
+  // ---- loaders
+  data::TransformOptions train_t = data::TransformOptions::train(pre.input_size);
+  train_t.crop.scale_min = c.crop_scale_min;
+  train_t.flip = c.flip;
+  data::LoaderOptions lo;
+  lo.batch_size = c.batch_size;
+  lo.workers = static_cast<int>(c.workers);
+  lo.drop_last = true;
+  lo.shard.shuffle = true;
+  lo.shard.seed = static_cast<std::uint64_t>(c.seed);
+  lo.bad_images = data::parse_bad_image_policy(c.bad_images);
+  std::unique_ptr<data::Loader> train_loader;
+  if (!c.evaluate) {
+    train_loader = std::make_unique<data::Loader>(train_ds, std::make_shared<data::Transform>(train_t), lo);
+  }
+  std::unique_ptr<data::Loader> val_loader;
+  if (val_ds) {
+    data::LoaderOptions vo = lo;
+    vo.drop_last = false;
+    vo.shard.shuffle = false;
+    val_loader = std::make_unique<data::Loader>(
+        val_ds, std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio)), vo);
+  }
+
+  auto validate_models = [&](std::int64_t epoch, nlohmann::ordered_json& data) -> EvalResult {
+    const std::string tag = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs);
+    auto r = evaluate(*model, *val_loader, rt, pre, c.top_k, tag + " val", c.print_freq);
+    data.update(r.to_dllogger("val"));
+    if (ema) {
+      auto e = evaluate(*ema->model(), *val_loader, rt, pre, c.top_k, tag + " val (EMA)", c.print_freq);
+      data.update(e.to_dllogger("val_ema"));
+    }
+    return r;
+  };
+
+  if (c.evaluate) {
+    nlohmann::ordered_json data;
+    validate_models(start_epoch > 0 ? start_epoch - 1 : 0, data);
+    std::cout << data.dump(2) << '\n';
+    return 0;
+  }
+
+  const std::int64_t steps_per_epoch = train_loader->batches_per_epoch() / micro_per_step;
+  if (steps_per_epoch < 1) {
+    throw Error("an epoch of " + std::to_string(train_loader->samples_per_epoch()) +
+                " images is smaller than one optimizer batch of " + std::to_string(optimizer_batch),
+                "lower --batch-size or --optimizer-batch-size");
+  }
+  ScheduleOptions so;
+  so.kind = c.lr_schedule;
+  so.base_lr = scaled_lr(c.lr, optimizer_batch, c.lr_reference_batch);
+  so.warmup_epochs = c.warmup;
+  so.steps = c.lr_steps;
+  so.step_factor = c.lr_step_factor;
+  so.end_lr = c.end_lr;
+  so.steps_per_epoch = steps_per_epoch;
+  so.epochs = c.epochs;
+  const LrSchedule schedule(so);
+  if (start_step_in_epoch >= steps_per_epoch) {
+    throw Error("--resume " + resume->path + " stopped at step " + std::to_string(start_step_in_epoch) +
+                " of an epoch that now has " + std::to_string(steps_per_epoch) + " steps",
+                "resume with the same data, --batch-size and --optimizer-batch-size");
+  }
+
+  // ---- workspace: refuse to overwrite another run; everything above was checked first
+  fs::create_directories(c.workspace);
+  const std::string last_path = last_checkpoint_path(c.workspace);
+  if (!resume && fs::exists(last_path)) {
+    throw Error("--workspace " + c.workspace + " already holds a run (" + last_path + ")",
+                "continue it with --resume " + last_path + ", or pick another --workspace");
+  }
+  auto resolved = to_json(c);
+  {
+    nlohmann::ordered_json doc;
+    doc["config"] = resolved;
+    doc["derived"] = {{"optimizer_batch", optimizer_batch},
+                      {"micro_batches_per_step", micro_per_step},
+                      {"base_lr_scaled", so.base_lr},
+                      {"steps_per_epoch", steps_per_epoch},
+                      {"warmup_steps", schedule.warmup_steps()},
+                      {"num_classes", mo.num_classes},
+                      {"preprocessing", to_json(pre)},
+                      {"device", rt.device.str()},
+                      {"train_data", train_ds->description()},
+                      {"val_data", val_ds ? val_ds->description() : ""}};
+    const auto tmp = (fs::path(c.workspace) / "config.json.tmp").string();
+    std::ofstream(tmp) << doc.dump(2) << '\n';
+    fs::rename(tmp, fs::path(c.workspace) / "config.json");
+  }
+  DlLogger log((fs::path(c.workspace) / "log.json").string(), /*append=*/resume != nullptr);
+  {
+    nlohmann::ordered_json params = resolved;
+    params["steps_per_epoch"] = steps_per_epoch;
+    params["base_lr_scaled"] = so.base_lr;
+    params["num_classes"] = mo.num_classes;
+    params["device"] = rt.device.str();
+    params["resumed_from"] = resume ? resume->path : "";
+    log.log("PARAMETER", params);
+    for (const char* m : {"train.loss", "val.loss"}) log.metadata(m, {{"unit", ""}, {"format", ":>.5f"}});
+    for (const char* m : {"train.total_ips", "train.compute_ips", "val.total_ips", "val.compute_ips"}) {
+      log.metadata(m, {{"unit", "images/s"}, {"format", ":>.2f"}});
+    }
+    for (const char* m : {"val.top1", "val.top5"}) log.metadata(m, {{"unit", "%"}, {"format", ":>.2f"}});
+  }
+
+  std::vector<std::string> class_names = train_ds->classes();
+  auto checkpoint_meta = [&](std::int64_t epoch, std::int64_t step_in_epoch) {
+    nlohmann::json m;
+    m["format"] = kCheckpointFormat;
+    m["arch"] = arch.name;
+    m["num_classes"] = mo.num_classes;
+    m["class_names"] = class_names;
+    m["preprocessing"] = to_json(pre);
+    m["config"] = resolved;
+    m["epoch"] = epoch;
+    m["step_in_epoch"] = step_in_epoch;
+    m["step"] = global_step;
+    m["best_top1"] = best_top1;
+    m["best_epoch"] = best_epoch;
+    m["seed"] = c.seed;
+    // Augmentation, data order and mixup draw from counter-based streams of
+    // (seed, epoch, index) and (seed, step): the position is the RNG state.
+    m["rng"] = "splitmix64(seed, epoch, sample) for data; splitmix64(seed, step, micro-batch) for mixup";
+    m["loss_scale"] = scaler ? scaler->value() : 1.0;
+    m["world_size"] = 1;
+    return m;
+  };
+  auto save = [&](const std::string& path, std::int64_t epoch, std::int64_t step_in_epoch) {
+    NamedTensors tensors;
+    for (auto& [k, t] : state_dict(*model)) tensors.emplace_back("model." + k, t);
+    if (ema) {
+      for (auto& [k, t] : state_dict(*ema->model())) tensors.emplace_back("ema." + k, t);
+    }
+    for (auto& e : sgd.state()) tensors.push_back(e);
+    if (scaler) {
+      for (auto& e : scaler->state()) tensors.push_back(e);
+    }
+    tensors.emplace_back("rng.torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    save_checkpoint(path, tensors, checkpoint_meta(epoch, step_in_epoch));
+  };
+
+  std::cout << "train: " << arch.name << ", " << train_ds->description() << '\n'
+            << "       " << steps_per_epoch << " steps/epoch of " << optimizer_batch << " images"
+            << (micro_per_step > 1 ? " (" + std::to_string(micro_per_step) + " micro-batches)" : "")
+            << ", lr " << so.base_lr << " " << c.lr_schedule << ", " << rt.device.str() << " " << c.precision << ", "
+            << train_loader->workers() << " loader threads\n";
+  if (resume) {
+    std::cout << "resume: " << resume->path << " at epoch " << start_epoch + 1 << ", step " << start_step_in_epoch
+              << "/" << steps_per_epoch << '\n';
+  }
+
+  SignalScope signals;
+  StepOptions step_options{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), rt.autocast};
+  const bool terminal = Progress::stdout_is_terminal();
+  const std::int64_t total_steps = c.prof > 0 ? std::min(c.prof, schedule.total_steps()) : schedule.total_steps();
+  bool stopped_by_prof = false;
+  data::Batch batch;
+  EvalResult last_val;
+
+  for (std::int64_t epoch = start_epoch; epoch < c.epochs && !stopped_by_prof; ++epoch) {
+    const std::int64_t first = epoch == start_epoch ? start_step_in_epoch : 0;
+    train_loader->start_epoch(epoch, first * micro_per_step);
+    Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs) + " train",
+                      steps_per_epoch, c.print_freq, terminal, first);
+    auto epoch_loss = torch::zeros({}, torch::dtype(torch::kDouble).device(rt.device));
+    auto window_loss = torch::zeros_like(epoch_loss);
+    double data_s = 0, compute_s = 0, window_data_s = 0, window_compute_s = 0;
+    std::int64_t window_steps = 0, epoch_steps = 0;
+    double lr = 0;
+    const auto epoch_start = clock::now();
+    for (std::int64_t s = first; s < steps_per_epoch; ++s) {
+      const auto t0 = clock::now();
+      std::vector<MicroBatch> micro;
+      for (std::int64_t m = 0; m < micro_per_step; ++m) {
+        if (!train_loader->next(batch)) throw Error("loader: the epoch ended early");  // not reachable: sizes checked
+        micro.push_back({data::normalize_batch(batch.images, pre.mean, pre.std, rt.device, torch::kFloat),
+                         batch.labels.to(rt.device, /*non_blocking=*/true)});
+        if (!rt.channels_last) micro.back().images = micro.back().images.contiguous();
+      }
+      const auto t1 = clock::now();
+      lr = schedule.at(global_step);
+      auto out = train_step(*model, sgd, scaler.get(), ema.get(), micro, lr, global_step, step_options);
+      ++global_step;
+      epoch_loss += out.loss;
+      window_loss += out.loss;
+      const auto t2 = clock::now();
+      const double d = std::chrono::duration<double>(t1 - t0).count();
+      const double k = std::chrono::duration<double>(t2 - t1).count();
+      data_s += d;
+      compute_s += k;
+      window_data_s += d;
+      window_compute_s += k;
+      ++window_steps;
+      ++epoch_steps;
+      const bool log_now = (s + 1) % c.print_freq == 0 || s + 1 == steps_per_epoch;
+      if (log_now) {
+        const double wl = window_loss.item<double>() / static_cast<double>(window_steps);
+        const double images = static_cast<double>(window_steps * optimizer_batch);
+        nlohmann::ordered_json d_json{{"train.loss", wl},
+                                      {"train.total_ips", images / (window_data_s + window_compute_s)},
+                                      {"train.compute_ips", images / window_compute_s},
+                                      {"train.data_time", window_data_s / static_cast<double>(window_steps)},
+                                      {"train.compute_time", window_compute_s / static_cast<double>(window_steps)},
+                                      {"train.lr", lr}};
+        if (scaler) d_json["train.loss_scale"] = scaler->value();
+        log.log({epoch + 1, s + 1}, d_json);
+        window_loss.zero_();
+        window_data_s = window_compute_s = 0;
+        window_steps = 0;
+        progress.update(s + 1, d_json["train.total_ips"].get<double>(), "loss " + fmt("%.4f", wl) +
+                                                                           "  lr " + fmt("%.4g", lr));
+      } else if (terminal) {
+        const double el = std::chrono::duration<double>(clock::now() - epoch_start).count();
+        progress.update(s + 1, static_cast<double>(epoch_steps * optimizer_batch) / el, "lr " + fmt("%.4g", lr));
+      }
+      const int sig = g_signal.load();
+      if (sig != 0 && s + 1 < steps_per_epoch) {
+        save(last_path, epoch, s + 1);
+        std::cout << '\n';
+        std::cerr << "convnets: interrupted by " << signal_name(sig) << " at epoch " << epoch + 1 << ", step "
+                  << s + 1 << "/" << steps_per_epoch << "; saved " << last_path << "\n  resume with: "
+                  << options.command << " --resume " << last_path << '\n';
+        return 128 + sig;
+      }
+      if (c.prof > 0 && global_step >= total_steps) {
+        stopped_by_prof = true;
+        break;
+      }
+    }
+    const double epoch_s = std::chrono::duration<double>(clock::now() - epoch_start).count();
+    const double n_images = static_cast<double>(epoch_steps * optimizer_batch);
+    const double mean_loss = epoch_loss.item<double>() / static_cast<double>(std::max<std::int64_t>(epoch_steps, 1));
+    progress.finish("loss " + fmt("%.4f", mean_loss) + "  " + fmt("%.0f", n_images / epoch_s) + " img/s");
+    nlohmann::ordered_json epoch_data{{"train.loss", mean_loss},
+                                      {"train.total_ips", n_images / epoch_s},
+                                      {"train.compute_ips", n_images / compute_s},
+                                      {"train.data_time", data_s / static_cast<double>(epoch_steps)},
+                                      {"train.compute_time", compute_s / static_cast<double>(epoch_steps)},
+                                      {"train.lr", lr},
+                                      {"train.bad_images", train_loader->stats().bad_images}};
+    if (scaler) epoch_data["train.loss_scale"] = scaler->value();
+    const bool epoch_complete = first + epoch_steps == steps_per_epoch;
+    bool improved = false;
+    if (val_loader) {
+      last_val = validate_models(epoch, epoch_data);
+      if (last_val.top1 > best_top1) {
+        best_top1 = last_val.top1;
+        best_epoch = epoch + 1;
+        improved = true;
+      }
+    }
+    log.log({epoch + 1}, epoch_data);
+    const std::int64_t next_epoch = epoch_complete ? epoch + 1 : epoch;
+    save(last_path, next_epoch, epoch_complete ? 0 : first + epoch_steps);
+    if (improved && epoch_complete) {
+      fs::copy_file(last_path, fs::path(c.workspace) / "best.safetensors.tmp", fs::copy_options::overwrite_existing);
+      fs::rename(fs::path(c.workspace) / "best.safetensors.tmp", fs::path(c.workspace) / "best.safetensors");
+    }
+    if (epoch_complete && c.save_every > 0 && (epoch + 1) % c.save_every == 0) {
+      const auto path = fs::path(c.workspace) / ("epoch-" + std::to_string(epoch + 1) + ".safetensors");
+      fs::copy_file(last_path, path.string() + ".tmp", fs::copy_options::overwrite_existing);
+      fs::rename(path.string() + ".tmp", path);
+      prune_epoch_checkpoints(c.workspace, c.keep);
+    }
+    const int sig = g_signal.load();
+    if (sig != 0 && epoch + 1 < c.epochs) {
+      std::cerr << "convnets: interrupted by " << signal_name(sig) << " after epoch " << epoch + 1 << "; saved "
+                << last_path << "\n  resume with: " << options.command << " --resume " << last_path << '\n';
+      return 128 + sig;
+    }
+  }
+  nlohmann::ordered_json summary{{"train.steps", global_step}};
+  if (best_epoch > 0) {
+    summary["val.best_top1"] = best_top1;
+    summary["val.best_epoch"] = best_epoch;
+    summary.update(last_val.to_dllogger("val"));
+  }
+  log.log(nlohmann::json::array(), summary);
+  std::cout << "done: " << global_step << " steps";
+  if (best_epoch > 0) std::cout << ", best top-1 " << fmt("%.2f", best_top1) << "% (epoch " << best_epoch << ")";
+  std::cout << "; checkpoints in " << c.workspace << '\n';
+  return 0;
+}
+
+}  // namespace convnets::train

@@ -1,0 +1,26 @@
+// `convnets train`: the training run (setup, epochs, validation, checkpoints, logs, interruption and resume).
+#pragma once
+
+#include "train/checkpoint.h"
+#include "train/config.h"
+
+#include <optional>
+#include <string>
+
+namespace convnets::train {
+
+struct RunOptions {
+  std::optional<Checkpoint> resume;  // continue this run (config already merged by the caller)
+  std::string fine_tune;             // weights to start from, classifier re-initialised if the classes differ
+  std::string command;               // how to re-run, for the resume hint
+};
+
+// Exit code: 0 finished, 128 + signal when SIGINT/SIGTERM interrupted it
+// (after finishing the step and saving `last`). Bad input throws Error before
+// anything in the workspace is written.
+int run_training(const TrainConfig& config, const RunOptions& options);
+
+// The workspace files a run writes.
+std::string last_checkpoint_path(const std::string& workspace);
+
+}  // namespace convnets::train
