@@ -1,0 +1,232 @@
+// Training pieces in isolation: LR schedules, loss scaling, EMA, recipes and config validation, percentiles, report charts.
+#include "core/error.h"
+#include "io/state_dict.h"
+#include "models/registry.h"
+#include "report/report.h"
+#include "train/config.h"
+#include "train/ema.h"
+#include "train/evaluate.h"
+#include "train/loss_scale.h"
+#include "train/schedule.h"
+#include "train/sgd.h"
+#include "train/step.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+
+namespace convnets::train {
+namespace {
+
+ScheduleOptions schedule(const std::string& kind) {
+  ScheduleOptions o;
+  o.kind = kind;
+  o.base_lr = 1.0;
+  o.warmup_epochs = 1;
+  o.steps_per_epoch = 10;
+  o.epochs = 5;
+  o.steps = {2, 4};
+  o.step_factor = 0.1;
+  return o;
+}
+
+TEST(LrSchedule, WarmupRisesLinearlyToTheBaseRate) {
+  const LrSchedule s(schedule("cosine"));
+  EXPECT_EQ(s.warmup_steps(), 10);
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(4), 0.5);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+}
+
+TEST(LrSchedule, CosineLinearAndStepAfterWarmup) {
+  const LrSchedule cosine(schedule("cosine")), linear(schedule("linear")), step(schedule("step"));
+  EXPECT_DOUBLE_EQ(cosine.at(10), 1.0);
+  EXPECT_NEAR(cosine.at(30), 0.5, 1e-12);  // half-way through the 40 post-warmup steps
+  EXPECT_NEAR(cosine.at(49), 0.5 * (1 + std::cos(M_PI * 39 / 40)), 1e-12);
+  EXPECT_NEAR(linear.at(30), 0.5, 1e-12);
+  EXPECT_NEAR(linear.at(49), 1.0 / 40, 1e-12);
+  EXPECT_DOUBLE_EQ(step.at(19), 1.0);
+  EXPECT_NEAR(step.at(20), 0.1, 1e-12);   // epoch 2
+  EXPECT_NEAR(step.at(45), 0.01, 1e-12);  // epoch 4.5
+}
+
+TEST(LrSchedule, LinearScalingWithTheOptimizerBatch) {
+  EXPECT_DOUBLE_EQ(scaled_lr(0.256, 1024, 256), 1.024);
+  EXPECT_DOUBLE_EQ(scaled_lr(0.256, 1024, 0), 0.256);
+}
+
+TEST(LossScaler, OverflowSkipsTheStepAndHalvesTheScale) {
+  auto w = torch::ones({3}, torch::requires_grad());
+  torch::nn::Module m;
+  m.register_parameter("w", w);
+  Sgd sgd(m, {0.9, false, 0.0, false});
+  LossScaler scaler(torch::kCPU, 1024.0, 2.0, 0.5, 2);
+  // Clean step: the gradient is unscaled before SGD sees it.
+  scaler.scale((w * 2).sum()).backward();
+  auto found = scaler.unscale({w.grad()});
+  EXPECT_FALSE(found.item<bool>());
+  EXPECT_TRUE(torch::allclose(w.grad(), torch::full({3}, 2.0)));
+  sgd.step(0.5, found);
+  scaler.update(found);
+  EXPECT_TRUE(torch::allclose(w.detach(), torch::zeros({3})));  // 1 - 0.5 * 2
+  const auto after_clean = w.detach().clone();
+  const auto momentum = sgd.params()[0].momentum.clone();
+  // Overflow: parameters and momentum stay, the scale halves.
+  sgd.zero_grad();
+  w.mutable_grad().copy_(torch::tensor({1.0f, INFINITY, 1.0f}));
+  found = scaler.unscale({w.grad()});
+  EXPECT_TRUE(found.item<bool>());
+  sgd.step(0.5, found);
+  scaler.update(found);
+  EXPECT_TRUE(torch::equal(w.detach(), after_clean));
+  EXPECT_TRUE(torch::equal(sgd.params()[0].momentum, momentum));
+  EXPECT_DOUBLE_EQ(scaler.value(), 512.0);
+  // Two clean steps (the interval) double it.
+  for (int i = 0; i < 2; ++i) {
+    w.mutable_grad().fill_(1.0);
+    found = scaler.unscale({w.grad()});
+    scaler.update(found);
+  }
+  EXPECT_DOUBLE_EQ(scaler.value(), 1024.0);
+}
+
+TEST(Ema, FollowsTheDecayOverParametersAndBnStatistics) {
+  const auto& arch = find_architecture("resnet8");
+  ModelOptions o;
+  o.num_classes = 3;
+  auto model = build_model(arch, o);
+  Ema ema(build_model(arch, o), *model, 0.75);
+  NamedTensors before;
+  for (const auto& [k, t] : state_dict(*ema.model())) before.emplace_back(k, t.clone());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(1.0);
+    for (auto& b : model->buffers()) {
+      if (b.is_floating_point()) b.add_(2.0);
+    }
+  }
+  ema.update(*model);
+  const auto after = state_dict(*ema.model());
+  for (size_t i = 0; i < after.size(); ++i) {
+    const auto& name = after[i].first;
+    if (!after[i].second.is_floating_point()) continue;
+    const double shift = name.find("running_") != std::string::npos ? 2.0 : 1.0;
+    EXPECT_TRUE(torch::allclose(after[i].second, before[i].second + 0.25 * shift, 1e-5, 1e-6)) << name;
+  }
+}
+
+TEST(Mixup, DrawsAreReproducibleAndBetaDistributed) {
+  const auto a = draw_mixup(0.2, 8, 1, 5, 0), b = draw_mixup(0.2, 8, 1, 5, 0), c = draw_mixup(0.2, 8, 1, 6, 0);
+  EXPECT_EQ(a.lam, b.lam);
+  EXPECT_EQ(a.perm, b.perm);
+  EXPECT_NE(a.lam, c.lam);
+  // Beta(a, a) has mean 1/2 and variance 1 / (4 (2a + 1)): 0.1786 for a = 0.2.
+  double sum = 0, sq = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double lam = draw_mixup(0.2, 2, 3, i, 0).lam;
+    ASSERT_GE(lam, 0.0);
+    ASSERT_LE(lam, 1.0);
+    sum += lam;
+    sq += lam * lam;
+  }
+  const double mean = sum / n, var = sq / n - mean * mean;
+  EXPECT_NEAR(mean, 0.5, 0.01);
+  EXPECT_NEAR(var, 1.0 / (4 * 1.4), 0.01);
+  EXPECT_TRUE(draw_mixup(0.0, 8, 1, 5, 0).perm.empty());
+}
+
+TEST(Config, RecipesAreBuiltInAndValid) {
+  for (const auto& name : builtin_recipes()) {
+    TrainConfig c;
+    c.data = "synthetic";
+    apply_json(c, load_recipe(name), name);
+    EXPECT_NO_THROW(validate(c)) << name;
+    EXPECT_NO_THROW(find_architecture(c.arch)) << name;
+  }
+  TrainConfig c;
+  apply_json(c, load_recipe("resnet50-250ep"), "recipe");
+  EXPECT_EQ(c.epochs, 250);
+  EXPECT_DOUBLE_EQ(c.mixup, 0.2);
+  EXPECT_DOUBLE_EQ(c.momentum, 0.875);
+}
+
+TEST(Config, UnknownFieldsAndWrongTypesAreNamed) {
+  TrainConfig c;
+  try {
+    apply_json(c, nlohmann::json{{"learning_rate", 0.1}}, "my.json");
+    FAIL() << "accepted an unknown field";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("my.json: unknown field 'learning_rate'"), std::string::npos);
+  }
+  EXPECT_THROW(apply_json(c, nlohmann::json{{"epochs", 1.5}}, "r"), Error);
+  EXPECT_THROW(apply_json(c, nlohmann::json{{"nesterov", "yes"}}, "r"), Error);
+  apply_json(c, nlohmann::json{{"epochs", 3}, {"_comment", "ignored"}}, "r");
+  EXPECT_EQ(c.epochs, 3);
+}
+
+TEST(Config, ValidationNamesTheFlag) {
+  auto expect_error = [](auto mutate, const std::string& text) {
+    TrainConfig c;
+    c.data = "synthetic";
+    mutate(c);
+    try {
+      validate(c);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  expect_error([](TrainConfig& c) { c.batch_size = 0; }, "--batch-size");
+  expect_error([](TrainConfig& c) { c.lr = -1; }, "--lr");
+  expect_error([](TrainConfig& c) { c.mixup = -0.5; }, "--mixup");
+  expect_error([](TrainConfig& c) { c.optimizer_batch_size = 300; }, "--optimizer-batch-size");
+  expect_error([](TrainConfig& c) { c.lr_schedule = "exp"; }, "--lr-schedule");
+  expect_error([](TrainConfig& c) { c.ema = 1.0; }, "--ema");
+  expect_error([](TrainConfig& c) { c.mean = {0.5}; }, "--mean");
+}
+
+TEST(Percentile, NearestRank) {
+  EXPECT_DOUBLE_EQ(percentile({5, 1, 4, 2, 3}, 50), 3);
+  EXPECT_DOUBLE_EQ(percentile({5, 1, 4, 2, 3}, 99), 5);
+  EXPECT_DOUBLE_EQ(percentile({5, 1, 4, 2, 3}, 0), 1);
+  EXPECT_DOUBLE_EQ(percentile({}, 90), 0);
+}
+
+TEST(Report, ParsesDllLoggerAndDrawsCharts) {
+  const std::string path = ::testing::TempDir() + "/log.json";
+  {
+    std::ofstream out(path);
+    out << "not a DLLogger line\n"
+        << R"(DLLL {"type": "LOG", "step": "PARAMETER", "data": {"arch": "resnet8", "steps_per_epoch": 4, "epochs": 2}})" "\n"
+        << R"(DLLL {"type": "LOG", "step": [1, 2], "data": {"train.lr": 0.5}})" "\n"
+        << R"(DLLL {"type": "LOG", "step": [1], "data": {"train.loss": 2.0, "val.top1": 40.0, "train.total_ips": 100}})" "\n"
+        << R"(DLLL {"type": "LOG", "step": [2], "data": {"train.loss": 1.5, "val.top1": 30.0}})" "\n"
+        << R"(DLLL {"type": "LOG", "step": [2], "data": {"train.loss": 1.0, "val.top1": 60.0}})" "\n"
+        << R"(DLLL {"type": "LOG", "step": [], "data": {"val.best_top1": 60.0}})" "\n";
+  }
+  const auto run = report::parse_dllogger(path);
+  ASSERT_EQ(run.epochs.size(), 2u);
+  EXPECT_EQ(run.epochs[1].second["val.top1"], 60.0);  // the resumed epoch replaces the interrupted one
+  ASSERT_EQ(run.steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(run.steps[0].first, 0.5);  // epoch 1, iteration 2 of 4
+  EXPECT_EQ(run.summary["val.best_top1"], 60.0);
+  const auto html = report::render_html(run, "t <run>");
+  EXPECT_NE(html.find("t &lt;run&gt;"), std::string::npos);
+  size_t svgs = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
+  EXPECT_EQ(svgs, 4u);
+  const auto chart = report::svg_chart("c", "x", "y", {{"s", {{1, 2}, {2, 4}}}});
+  EXPECT_NE(chart.find("<polyline"), std::string::npos);
+  EXPECT_NE(report::svg_chart("c", "x", "y", {}).find("no data"), std::string::npos);
+
+  std::ofstream(path) << "{\"plain\": 1}\n";
+  EXPECT_THROW(report::parse_dllogger(path), Error);
+  std::ofstream(path) << "DLLL {broken\n";
+  EXPECT_THROW(report::parse_dllogger(path), Error);
+}
+
+}  // namespace
+}  // namespace convnets::train
