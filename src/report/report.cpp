@@ -94,7 +94,7 @@ RunLog parse_dllogger(const std::string& path) {
 
 std::string svg_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                       const std::vector<Series>& series) {
-  const double W = 560, H = 320, left = 64, right = 16, top = 36, bottom = 48;
+  const double W = 560, H = 330, left = 64, right = 16, top = 48, bottom = 48;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const auto& s : series) {
     for (const auto& [x, y] : s.points) {
@@ -154,10 +154,11 @@ std::string svg_chart(const std::string& title, const std::string& x_label, cons
         }
       }
     }
-    const double ly = top + 14 + 16 * static_cast<double>(i);
-    o << "<line x1=\"" << W - right - 150 << "\" x2=\"" << W - right - 130 << "\" y1=\"" << ly - 4 << "\" y2=\""
-      << ly - 4 << "\" stroke=\"" << color << "\" stroke-width=\"3\"/><text x=\"" << W - right - 124 << "\" y=\""
-      << ly << "\" font-size=\"11\">" << escape(s.name) << "</text>\n</g>\n";
+    // Legend in a row between title and plot, so it never hides a line.
+    const double lx = left + 175 * static_cast<double>(i);
+    o << "<line x1=\"" << lx << "\" x2=\"" << lx + 20 << "\" y1=\"36\" y2=\"36\" stroke=\"" << color
+      << "\" stroke-width=\"3\"/><text x=\"" << lx + 26 << "\" y=\"40\" font-size=\"11\">" << escape(s.name)
+      << "</text>\n</g>\n";
   }
   o << "</svg>";
   return o.str();
