@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "core/compat.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/threads.h"
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <iostream>
 
 int main(int argc, char** argv) {
+  convnets::configure_host_allocator();
   CLI::App app{"convnets: train, evaluate, benchmark and deploy image-classification ConvNets"};
   app.set_version_flag("--version", std::string("convnets " CONVNETS_VERSION " (LibTorch ") +
                                         convnets::compat::torch_version() +
