@@ -3,7 +3,6 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "io/state_dict.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
@@ -42,7 +41,7 @@ void run(const EvalArgs& a) {
   }
   const auto& arch = find_architecture(arch_name);
   const auto rt = train::resolve_runtime(a.device, a.precision, a.memory_format);
-  Preprocessing pre = ckpt.is_training_checkpoint() ? train::preprocessing_from_json(ckpt.meta.at("preprocessing"))
+  Preprocessing pre = ckpt.is_training_checkpoint() ? preprocessing_from_json(ckpt.meta.at("preprocessing"))
                                                     : arch.preprocessing;
   if (a.image_size > 0) pre.input_size = static_cast<int>(a.image_size);
   if (a.crop_ratio > 0) pre.crop_ratio = a.crop_ratio;
@@ -59,22 +58,16 @@ void run(const EvalArgs& a) {
   ModelOptions mo;
   mo.num_classes = static_cast<std::int64_t>(ds->num_classes());
   auto model = build_model(arch, mo);
-  const std::string prefix = a.ema ? "ema." : "model.";
-  const auto weights = ckpt.section(prefix);
-  if (weights.tensors.empty()) throw Error(a.checkpoint + ": no " + (a.ema ? "EMA " : "") + "weights in it");
-  load_state_dict(*model, weights, a.checkpoint, arch.import_key, /*strict=*/true);
+  train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
   train::prepare_model(*model, rt);
 
   data::LoaderOptions lo;
   lo.batch_size = a.batch_size;
   lo.workers = a.workers;
-  lo.drop_last = false;
-  lo.shard.shuffle = false;
   lo.bad_images = data::parse_bad_image_policy(a.bad_images);
-  data::Loader loader(ds, std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio)),
-                      lo);
+  const auto loader = train::make_eval_loader(ds, pre, lo);
   if (!a.json) std::cout << "eval: " << arch.name << " from " << a.checkpoint << " on " << ds->description() << '\n';
-  const auto r = train::evaluate(*model, loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
+  const auto r = train::evaluate(*model, *loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
   if (a.json) {
     auto j = r.to_dllogger("val");
     j["images"] = r.images;

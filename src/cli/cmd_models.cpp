@@ -37,18 +37,14 @@ std::string with_commas(int64_t n) {
 }
 
 nlohmann::ordered_json describe(const ArchInfo& arch, NetworkImpl& net, int64_t num_classes) {
-  const auto& p = arch.preprocessing;
-  return {{"name", arch.name},
-          {"description", arch.description},
-          {"num_classes", num_classes},
-          {"params", count_parameters(net)},
-          {"gmacs", static_cast<double>(count_macs(net, p.input_size)) / 1e9},
-          {"input_size", p.input_size},
-          {"crop_ratio", p.crop_ratio},
-          {"mean", p.mean},
-          {"std", p.std},
-          {"interpolation", p.interpolation},
-          {"reference", arch.reference}};
+  nlohmann::ordered_json row{{"name", arch.name},
+                             {"description", arch.description},
+                             {"num_classes", num_classes},
+                             {"params", count_parameters(net)},
+                             {"gmacs", static_cast<double>(count_macs(net, arch.preprocessing.input_size)) / 1e9}};
+  row.update(to_json(arch.preprocessing));
+  row["reference"] = arch.reference;
+  return row;
 }
 
 void print_table(const std::vector<nlohmann::ordered_json>& rows) {

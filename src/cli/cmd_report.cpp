@@ -1,14 +1,12 @@
 // `convnets report`: renders a run's log.json as one self-contained HTML page.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "report/report.h"
 
 #include <CLI/CLI.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -31,13 +29,7 @@ void add_report_command(CLI::App& app) {
         a->title.empty() ? "convnets run: " + run.parameters.value("arch", std::string("?")) + " (" + a->run + ")"
                          : a->title;
     const std::string html = report::render_html(run, title);
-    const std::string tmp = a->output + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << html;
-      if (!out) throw Error("cannot write " + a->output + ": " + std::strerror(errno));
-    }
-    fs::rename(tmp, a->output);
+    write_file_atomically(a->output, html);
     std::cout << "report: " << a->output << " (" << run.epochs.size() << " epochs, " << html.size() / 1024
               << " KiB)\n";
   });

@@ -21,17 +21,9 @@ struct TrainArgs {
   nlohmann::json flags = nlohmann::json::object();
 };
 
-std::string flag_name(const std::string& field) {
-  std::string f = field;
-  for (auto& ch : f) {
-    if (ch == '_') ch = '-';
-  }
-  return f;
-}
-
 // The flag's text parsed as the field's type (that of its default value).
 nlohmann::json parse_value(const std::string& field, const nlohmann::json& like, const std::string& text) {
-  const std::string flag = "--" + flag_name(field);
+  const std::string flag = train::flag_for(field);
   try {
     std::size_t used = 0;
     if (like.is_number_integer()) {
@@ -101,11 +93,11 @@ void add_train_command(CLI::App& app) {
   for (auto it = defaults.begin(); it != defaults.end(); ++it) {
     const std::string field = it.key();
     if (field == "data") continue;  // the positional DATA
-    const std::string flag = "--" + flag_name(field);
+    const std::string flag = train::flag_for(field);
     const std::string help = std::string(train::field_help(field)) + " [default " + it.value().dump() + "]";
     if (it.value().is_boolean()) {
       cmd->add_flag_callback(flag, [args, field] { args->flags[field] = true; }, help);
-      cmd->add_flag_callback("--no-" + flag_name(field), [args, field] { args->flags[field] = false; },
+      cmd->add_flag_callback("--no-" + train::flag_for(field).substr(2), [args, field] { args->flags[field] = false; },
                              "turn off " + flag);
     } else {
       const auto& v = it.value();
@@ -118,7 +110,7 @@ void add_train_command(CLI::App& app) {
   // Only fields whose flag was given override the recipe: drop the untouched entries.
   cmd->callback([cmd, args] {
     for (auto it = args->values.begin(); it != args->values.end();) {
-      const auto* opt = cmd->get_option_no_throw("--" + flag_name(it->first));
+      const auto* opt = cmd->get_option_no_throw(train::flag_for(it->first));
       it = (opt && opt->count() > 0) ? std::next(it) : args->values.erase(it);
     }
     const int code = run(*args);

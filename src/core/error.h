@@ -1,6 +1,8 @@
 // convnets::Error: the one exception type for user-facing failures (bad flag, bad file, bad layer).
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +19,11 @@ class Error : public std::runtime_error {
  private:
   std::string hint_;
 };
+
+// "cannot open 'PATH': No such file or directory": a failed system call, right after it.
+inline std::string system_error(const std::string& what, const std::string& path) {
+  return what + " '" + path + "': " + std::strerror(errno);
+}
 
 // "a, b, c": for error messages that list the valid choices.
 template <typename Range>

@@ -1,12 +1,10 @@
 #include "io/safetensors.h"
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -44,10 +42,6 @@ std::vector<std::string> dtype_names() {
   std::vector<std::string> names;
   for (const auto& d : kDtypes) names.emplace_back(d.name);
   return names;
-}
-
-std::string system_error(const std::string& what, const std::string& path) {
-  return what + " '" + path + "': " + std::strerror(errno);
 }
 
 }  // namespace
@@ -198,39 +192,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   h.append((8 - h.size() % 8) % 8, ' ');
   const uint64_t header_len = h.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(system_error("cannot create", tmp));
-  auto write_all = [&](const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        const auto msg = system_error("write failed for", tmp);
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw Error(msg);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  write_all(&header_len, 8);
-  write_all(h.data(), h.size());
-  for (const auto& t : payload) write_all(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed) {
-    const auto msg = system_error("cannot flush", tmp);
-    ::unlink(tmp.c_str());
-    throw Error(msg);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const auto msg = system_error("cannot rename temporary file to", path);
-    ::unlink(tmp.c_str());
-    throw Error(msg);
-  }
+  AtomicFile out(path);
+  out.write(&header_len, 8);
+  out.write(h.data(), h.size());
+  for (const auto& t : payload) out.write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  out.commit();
 }
 
 }  // namespace convnets

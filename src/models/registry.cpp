@@ -75,6 +75,21 @@ const ArchInfo& find_architecture(const std::string& name) {
   throw Error("unknown arch '" + name + "'", "valid archs: " + join(architecture_names()));
 }
 
+nlohmann::ordered_json to_json(const Preprocessing& p) {
+  return {{"input_size", p.input_size}, {"crop_ratio", p.crop_ratio}, {"mean", p.mean},
+          {"std", p.std},               {"interpolation", p.interpolation}};
+}
+
+Preprocessing preprocessing_from_json(const nlohmann::json& j) {
+  Preprocessing p;
+  p.input_size = j.at("input_size").get<int>();
+  p.crop_ratio = j.at("crop_ratio").get<double>();
+  p.mean = j.at("mean").get<std::array<double, 3>>();
+  p.std = j.at("std").get<std::array<double, 3>>();
+  p.interpolation = j.value("interpolation", "bilinear");
+  return p;
+}
+
 Network build_model(const ArchInfo& arch, const ModelOptions& options) {
   if (options.num_classes < 1) {
     throw Error("--num-classes must be at least 1, got " + std::to_string(options.num_classes));

@@ -3,6 +3,8 @@
 
 #include "models/network.h"
 
+#include <nlohmann/json.hpp>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +29,11 @@ std::vector<std::string> architecture_names();
 
 // Throws convnets::Error listing the valid names when `name` is unknown.
 const ArchInfo& find_architecture(const std::string& name);
+
+// Preprocessing as checkpoints and `convnets models --json` store it:
+// input_size, crop_ratio, mean, std, interpolation.
+nlohmann::ordered_json to_json(const Preprocessing& p);
+Preprocessing preprocessing_from_json(const nlohmann::json& j);
 
 // Validates the options (num_classes >= 1) and builds.
 Network build_model(const ArchInfo& arch, const ModelOptions& options);

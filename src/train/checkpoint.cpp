@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include "core/error.h"
+#include "io/state_dict.h"
 
 namespace convnets::train {
 
@@ -33,6 +34,13 @@ Checkpoint load_checkpoint(const std::string& path) {
     if (!c.meta.contains(key)) throw Error(path + ": checkpoint metadata lacks '" + std::string(key) + "'");
   }
   return c;
+}
+
+void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,
+                  const std::function<std::string(const std::string&)>& import_key) {
+  const auto section = ckpt.section(prefix);
+  if (section.tensors.empty()) throw Error(ckpt.path + ": no '" + prefix + "*' weights in it");
+  load_state_dict(model, section, ckpt.path, import_key, /*strict=*/true);
 }
 
 void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta) {

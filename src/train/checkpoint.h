@@ -3,8 +3,11 @@
 
 #include "io/safetensors.h"
 
+#include <torch/nn/module.h>
+
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 
 namespace convnets::train {
@@ -30,6 +33,11 @@ struct Checkpoint {
 // Throws Error naming the file for anything unreadable or malformed,
 // including metadata that is not JSON or names another format.
 Checkpoint load_checkpoint(const std::string& path);
+
+// Strict load of the `prefix` section ("model." or "ema.") into `model`; an
+// empty section or any mismatch throws Error naming the file.
+void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,
+                  const std::function<std::string(const std::string&)>& import_key = {});
 
 // Atomic (temp file, fsync, rename): an interrupted save leaves the old file.
 void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta);

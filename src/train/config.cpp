@@ -70,16 +70,8 @@ const std::map<std::string, std::string>& helps() {
   return h;
 }
 
-std::string flag(const std::string& field) {
-  std::string f = "--" + field;
-  for (auto& ch : f) {
-    if (ch == '_') ch = '-';
-  }
-  return f;
-}
-
 void check(bool ok, const std::string& field, const std::string& expected, const std::string& got) {
-  if (!ok) throw Error(flag(field) + " must be " + expected + ", got " + got);
+  if (!ok) throw Error(flag_for(field) + " must be " + expected + ", got " + got);
 }
 
 std::string str(double v) {
@@ -89,7 +81,7 @@ std::string str(double v) {
 }
 
 void check_choice(const std::string& field, const std::string& value, const std::set<std::string>& choices) {
-  if (!choices.count(value)) throw Error(flag(field) + " must be one of " + join(choices) + ", got '" + value + "'");
+  if (!choices.count(value)) throw Error(flag_for(field) + " must be one of " + join(choices) + ", got '" + value + "'");
 }
 
 }  // namespace
@@ -175,6 +167,14 @@ void validate(const TrainConfig& c) {
   check_choice("bad_images", c.bad_images, {"skip", "fail"});
   check(c.max_train_images >= 0, "max_train_images", "0 or positive", std::to_string(c.max_train_images));
   check(c.max_val_images >= 0, "max_val_images", "0 or positive", std::to_string(c.max_val_images));
+}
+
+std::string flag_for(const std::string& field) {
+  std::string f = "--" + field;
+  for (auto& ch : f) {
+    if (ch == '_') ch = '-';
+  }
+  return f;
 }
 
 const char* field_help(const std::string& field) {

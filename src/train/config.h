@@ -69,6 +69,9 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
 // Every range and choice; the error names the flag (--batch-size ...).
 void validate(const TrainConfig& c);
 
+// The flag of a field: "batch_size" -> "--batch-size".
+std::string flag_for(const std::string& field);
+
 // One-line help per field, for the CLI.
 const char* field_help(const std::string& field);
 

@@ -2,14 +2,13 @@
 
 #include "core/error.h"
 
-#include <cstring>
 #include <ctime>
 
 namespace convnets::train {
 
 DlLogger::DlLogger(const std::string& path, bool append)
     : path_(path), out_(path, append ? std::ios::app : std::ios::trunc), start_(std::chrono::steady_clock::now()) {
-  if (!out_) throw Error("cannot write the log " + path + ": " + std::strerror(errno));
+  if (!out_) throw Error(system_error("cannot write the log", path));
 }
 
 void DlLogger::write(nlohmann::ordered_json record) {
@@ -30,7 +29,7 @@ void DlLogger::write(nlohmann::ordered_json record) {
   for (auto it = record.begin(); it != record.end(); ++it) line[it.key()] = it.value();
   out_ << "DLLL " << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   out_.flush();  // a killed run keeps every line written so far
-  if (!out_) throw Error("cannot write the log " + path_ + ": " + std::strerror(errno));
+  if (!out_) throw Error(system_error("cannot write the log", path_));
 }
 
 void DlLogger::metadata(const std::string& metric, const nlohmann::json& metadata) {

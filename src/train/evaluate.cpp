@@ -21,6 +21,14 @@ double percentile(std::vector<double> values, double q) {
   return values[std::min(values.size() - 1, rank > 0 ? rank - 1 : 0)];
 }
 
+std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre,
+                                               data::LoaderOptions options) {
+  options.drop_last = false;
+  options.shard.shuffle = false;
+  auto transform = std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio));
+  return std::make_unique<data::Loader>(std::move(dataset), std::move(transform), std::move(options));
+}
+
 nlohmann::ordered_json EvalResult::to_dllogger(const std::string& p) const {
   return {{p + ".top1", top1},
           {p + ".top" + std::to_string(k), topk},

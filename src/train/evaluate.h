@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 
 namespace convnets::train {
 
@@ -24,6 +25,11 @@ struct EvalResult {
   // .compute_latency_mean / _at50 / _at90 / _at95 / _at99 (seconds, as DLE logs them).
   nlohmann::ordered_json to_dllogger(const std::string& prefix) const;
 };
+
+// The validation loader: `options` with every sample once, in order, through
+// the eval transform (resize + centre crop) of `pre`.
+std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre,
+                                               data::LoaderOptions options);
 
 // Runs one epoch of `loader` (eval transform, no shuffling) in eval mode.
 // `phase` names the progress line (empty: no progress output); print_every as Progress.

@@ -66,19 +66,4 @@ Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& c) 
   return p;
 }
 
-nlohmann::json to_json(const Preprocessing& p) {
-  return {{"input_size", p.input_size}, {"crop_ratio", p.crop_ratio}, {"mean", p.mean},
-          {"std", p.std},               {"interpolation", p.interpolation}};
-}
-
-Preprocessing preprocessing_from_json(const nlohmann::json& j) {
-  Preprocessing p;
-  p.input_size = j.at("input_size").get<int>();
-  p.crop_ratio = j.at("crop_ratio").get<double>();
-  p.mean = j.at("mean").get<std::array<double, 3>>();
-  p.std = j.at("std").get<std::array<double, 3>>();
-  p.interpolation = j.value("interpolation", "bilinear");
-  return p;
-}
-
 }  // namespace convnets::train

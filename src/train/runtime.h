@@ -29,7 +29,4 @@ void prepare_model(NetworkImpl& model, const Runtime& rt);
 // The arch's preprocessing with the config's overrides (image size, crop ratio, mean, std).
 Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& config);
 
-nlohmann::json to_json(const Preprocessing& p);
-Preprocessing preprocessing_from_json(const nlohmann::json& j);
-
 }  // namespace convnets::train

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "io/atomic_file.h"
 #include "io/state_dict.h"
 #include "models/registry.h"
 #include "train/dllogger.h"
@@ -22,7 +23,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 namespace convnets::train {
@@ -62,13 +62,6 @@ std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
-}
-
-// Strict weights load from a checkpoint section; the error names the file.
-void load_weights(NetworkImpl& model, const Checkpoint& ckpt, const std::string& prefix, const ArchInfo& arch) {
-  const auto section = ckpt.section(prefix);
-  if (section.tensors.empty()) throw Error(ckpt.path + ": no '" + prefix + "*' tensors in the checkpoint");
-  load_state_dict(model, section, ckpt.path, arch.import_key, /*strict=*/true);
 }
 
 // --fine-tune: every tensor must fit except the classifier, which is kept
@@ -161,7 +154,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
       throw Error("--resume " + resume->path + " has " + std::to_string(m.at("num_classes").get<std::int64_t>()) +
                   " classes, the data " + std::to_string(mo.num_classes));
     }
-    load_weights(*model, *resume, "model.", arch);
+    load_weights(*model, *resume, "model.", arch.import_key);
   } else if (!options.fine_tune.empty()) {
     load_fine_tune(*model, options.fine_tune, arch);
   } else if (c.evaluate) {
@@ -191,7 +184,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
       if (resume->section("ema.").tensors.empty()) {
         std::cout << "resume: " << resume->path << " has no EMA; the EMA starts from the current weights\n";
       } else {
-        load_weights(*ema->model(), *resume, "ema.", arch);
+        load_weights(*ema->model(), *resume, "ema.", arch.import_key);
       }
     }
     start_epoch = m.at("epoch").get<std::int64_t>();
@@ -217,13 +210,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     train_loader = std::make_unique<data::Loader>(train_ds, std::make_shared<data::Transform>(train_t), lo);
   }
   std::unique_ptr<data::Loader> val_loader;
-  if (val_ds) {
-    data::LoaderOptions vo = lo;
-    vo.drop_last = false;
-    vo.shard.shuffle = false;
-    val_loader = std::make_unique<data::Loader>(
-        val_ds, std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio)), vo);
-  }
+  if (val_ds) val_loader = make_eval_loader(val_ds, pre, lo);
 
   auto validate_models = [&](std::int64_t epoch, nlohmann::ordered_json& data) -> EvalResult {
     const std::string tag = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs);
@@ -272,31 +259,23 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     throw Error("--workspace " + c.workspace + " already holds a run (" + last_path + ")",
                 "continue it with --resume " + last_path + ", or pick another --workspace");
   }
-  auto resolved = to_json(c);
-  {
-    nlohmann::ordered_json doc;
-    doc["config"] = resolved;
-    doc["derived"] = {{"optimizer_batch", optimizer_batch},
-                      {"micro_batches_per_step", micro_per_step},
-                      {"base_lr_scaled", so.base_lr},
-                      {"steps_per_epoch", steps_per_epoch},
-                      {"warmup_steps", schedule.warmup_steps()},
-                      {"num_classes", mo.num_classes},
-                      {"preprocessing", to_json(pre)},
-                      {"device", rt.device.str()},
-                      {"train_data", train_ds->description()},
-                      {"val_data", val_ds ? val_ds->description() : ""}};
-    const auto tmp = (fs::path(c.workspace) / "config.json.tmp").string();
-    std::ofstream(tmp) << doc.dump(2) << '\n';
-    fs::rename(tmp, fs::path(c.workspace) / "config.json");
-  }
+  const auto resolved = to_json(c);
+  const nlohmann::ordered_json derived{{"optimizer_batch", optimizer_batch},
+                                       {"micro_batches_per_step", micro_per_step},
+                                       {"base_lr_scaled", so.base_lr},
+                                       {"steps_per_epoch", steps_per_epoch},
+                                       {"warmup_steps", schedule.warmup_steps()},
+                                       {"num_classes", mo.num_classes},
+                                       {"preprocessing", to_json(pre)},
+                                       {"device", rt.device.str()},
+                                       {"train_data", train_ds->description()},
+                                       {"val_data", val_ds ? val_ds->description() : ""}};
+  write_file_atomically((fs::path(c.workspace) / "config.json").string(),
+                        nlohmann::ordered_json{{"config", resolved}, {"derived", derived}}.dump(2) + "\n");
   DlLogger log((fs::path(c.workspace) / "log.json").string(), /*append=*/resume != nullptr);
   {
     nlohmann::ordered_json params = resolved;
-    params["steps_per_epoch"] = steps_per_epoch;
-    params["base_lr_scaled"] = so.base_lr;
-    params["num_classes"] = mo.num_classes;
-    params["device"] = rt.device.str();
+    params.update(derived);
     params["resumed_from"] = resume ? resume->path : "";
     log.log("PARAMETER", params);
     for (const char* m : {"train.loss", "val.loss"}) log.metadata(m, {{"unit", ""}, {"format", ":>.5f"}});
@@ -352,6 +331,12 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
               << "/" << steps_per_epoch << '\n';
   }
 
+  // `last` is saved by then; the exit code and message say how to go on.
+  auto interrupted = [&](int sig, const std::string& where) {
+    std::cerr << "convnets: interrupted by " << signal_name(sig) << " " << where << "; saved " << last_path
+              << "\n  resume with: " << options.command << " --resume " << last_path << '\n';
+    return 128 + sig;
+  };
   SignalScope signals;
   StepOptions step_options{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), rt.autocast};
   const bool terminal = Progress::stdout_is_terminal();
@@ -420,10 +405,8 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
       if (sig != 0 && s + 1 < steps_per_epoch) {
         save(last_path, epoch, s + 1);
         std::cout << '\n';
-        std::cerr << "convnets: interrupted by " << signal_name(sig) << " at epoch " << epoch + 1 << ", step "
-                  << s + 1 << "/" << steps_per_epoch << "; saved " << last_path << "\n  resume with: "
-                  << options.command << " --resume " << last_path << '\n';
-        return 128 + sig;
+        return interrupted(sig, "at epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(s + 1) + "/" +
+                                    std::to_string(steps_per_epoch));
       }
       if (c.prof > 0 && global_step >= total_steps) {
         stopped_by_prof = true;
@@ -456,20 +439,16 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     const std::int64_t next_epoch = epoch_complete ? epoch + 1 : epoch;
     save(last_path, next_epoch, epoch_complete ? 0 : first + epoch_steps);
     if (improved && epoch_complete) {
-      fs::copy_file(last_path, fs::path(c.workspace) / "best.safetensors.tmp", fs::copy_options::overwrite_existing);
-      fs::rename(fs::path(c.workspace) / "best.safetensors.tmp", fs::path(c.workspace) / "best.safetensors");
+      copy_file_atomically(last_path, (fs::path(c.workspace) / "best.safetensors").string());
     }
     if (epoch_complete && c.save_every > 0 && (epoch + 1) % c.save_every == 0) {
-      const auto path = fs::path(c.workspace) / ("epoch-" + std::to_string(epoch + 1) + ".safetensors");
-      fs::copy_file(last_path, path.string() + ".tmp", fs::copy_options::overwrite_existing);
-      fs::rename(path.string() + ".tmp", path);
+      copy_file_atomically(last_path,
+                           (fs::path(c.workspace) / ("epoch-" + std::to_string(epoch + 1) + ".safetensors")).string());
       prune_epoch_checkpoints(c.workspace, c.keep);
     }
     const int sig = g_signal.load();
     if (sig != 0 && epoch + 1 < c.epochs) {
-      std::cerr << "convnets: interrupted by " << signal_name(sig) << " after epoch " << epoch + 1 << "; saved "
-                << last_path << "\n  resume with: " << options.command << " --resume " << last_path << '\n';
-      return 128 + sig;
+      return interrupted(sig, "after epoch " + std::to_string(epoch + 1));
     }
   }
   nlohmann::ordered_json summary{{"train.steps", global_step}};
