@@ -92,6 +92,71 @@ TEST(LossScaler, OverflowSkipsTheStepAndHalvesTheScale) {
   EXPECT_DOUBLE_EQ(scaler.value(), 1024.0);
 }
 
+TEST(FlatParameters, ParametersAndGradientsAreViewsOfTwoBuffers) {
+  auto model = build_model(find_architecture("resnet8"), {});
+  model->to(torch::kCPU);
+  for (auto& p : model->parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  std::vector<at::Tensor> before;
+  for (const auto& p : model->parameters()) before.push_back(p.detach().clone());
+  Sgd sgd(*model, {0.9, false, 1e-4, false});
+  const auto& flat = sgd.flat();
+  ASSERT_EQ(flat.groups(), 2);
+  const auto* base = static_cast<const char*>(flat.values().data_ptr());
+  const auto bytes = static_cast<std::ptrdiff_t>(flat.values().nbytes());
+  size_t i = 0;
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(torch::equal(p, before[i++])) << "values survive the move";
+    const auto* at = static_cast<const char*>(p.data_ptr());
+    EXPECT_TRUE(at >= base && at + p.nbytes() <= base + bytes);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(at) % 256, reinterpret_cast<std::uintptr_t>(base) % 256);
+    if (p.dim() == 4) EXPECT_TRUE(p.is_contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  // Decayed (conv/fc weights) then undecayed (BN, biases), each in reverse registration order.
+  EXPECT_EQ(flat.entries().front().name, "fc.weight");
+  EXPECT_EQ(flat.entries().back().name, "bn1.weight");
+  for (const auto& e : flat.entries()) EXPECT_EQ(e.group, e.value.dim() > 1 ? 0 : 1) << e.name;
+  // Autograd accumulates into the flat gradient buffer in place.
+  const auto x = torch::randn({2, 3, 16, 16});
+  model->train();
+  model->forward(x).sum().backward();
+  const auto g1 = flat.grads().clone();
+  EXPECT_GT(g1.abs().sum().item<double>(), 0);
+  model->forward(x).sum().backward();
+  EXPECT_TRUE(torch::allclose(flat.grads(), 2 * g1, 1e-5, 1e-6));
+  for (const auto& e : flat.entries()) EXPECT_TRUE(torch::equal(e.value.grad(), flat.view(flat.grads(), e)));
+  sgd.zero_grad();
+  EXPECT_EQ(flat.grads().abs().sum().item<double>(), 0);
+  EXPECT_TRUE(model->parameters()[0].grad().defined());
+}
+
+TEST(Sgd, DeviceTensorLearningRateMatchesTheScalarOne) {
+  // The graph-capturable step (lr read from a tensor) against the eager one.
+  auto run = [](bool tensor_lr) {
+    torch::manual_seed(3);
+    auto model = build_model(find_architecture("resnet8"), {});
+    Sgd sgd(*model, {0.875, true, 5e-5, false});
+    const auto lr_t = torch::zeros({});
+    for (int step = 0; step < 4; ++step) {
+      sgd.zero_grad();
+      torch::manual_seed(100 + step);
+      model->forward(torch::randn({4, 3, 16, 16})).pow(2).mean().backward();
+      const double lr = 0.1 * (step + 1);
+      if (tensor_lr) {
+        lr_t.fill_(lr);
+        sgd.step(lr_t);
+      } else {
+        sgd.step(lr);
+      }
+    }
+    return sgd.flat().values().clone();
+  };
+  const auto a = run(false), b = run(true);
+  EXPECT_TRUE(torch::equal(a, run(false))) << "the eager step is deterministic";
+  EXPECT_LE(((a - b).abs() / a.abs().clamp_min(1e-3)).max().item<double>(), 1e-5);
+}
+
 TEST(Ema, FollowsTheDecayOverParametersAndBnStatistics) {
   const auto& arch = find_architecture("resnet8");
   ModelOptions o;

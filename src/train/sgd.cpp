@@ -6,45 +6,54 @@
 
 namespace convnets::train {
 
-Sgd::Sgd(torch::nn::Module& model, SgdOptions options) : options_(options) {
-  torch::NoGradGuard no_grad;
-  for (const auto& p : model.named_parameters()) {
-    if (!p.value().requires_grad()) continue;
-    const bool decay = options_.decay_all || p.value().dim() > 1;
-    params_.push_back({p.key(), p.value(), torch::zeros_like(p.value()), decay ? options_.weight_decay : 0.0});
+Sgd::Sgd(torch::nn::Module& model, SgdOptions options)
+    : options_(options),
+      flat_(model, 2, [&](const std::string&, const at::Tensor& p) { return options.decay_all || p.dim() > 1 ? 0 : 1; }) {
+  // Zeros until the first step: 0 * m + d equals torch's clone(d) bit for bit.
+  momentum_ = flat_.make_buffer();
+  for (const auto& e : flat_.entries()) {
+    params_.push_back({e.name, e.value, flat_.view(momentum_, e), e.group == 0 ? options_.weight_decay : 0.0});
   }
 }
 
-void Sgd::zero_grad() {
-  for (auto& p : params_) {
-    auto& g = p.value.mutable_grad();
-    if (g.defined()) g.zero_();
+template <typename Apply>
+void Sgd::update(const at::Tensor& skip, Apply&& apply_lr) {
+  torch::NoGradGuard no_grad;
+  for (int g = 0; g < flat_.groups(); ++g) {
+    const auto r = flat_.group(g);
+    if (r.end == r.begin) continue;
+    auto p = flat_.values().slice(0, r.begin, r.end);
+    auto m = momentum_.slice(0, r.begin, r.end);
+    const auto grad = flat_.grads().slice(0, r.begin, r.end);
+    const double wd = g == 0 ? options_.weight_decay : 0.0;
+    // torch/optim/sgd.py _single_tensor_sgd, dampening 0.
+    auto d_p = wd != 0 ? grad.add(p, wd) : grad;
+    if (options_.momentum != 0) {
+      if (skip.defined()) {
+        auto buf = m.mul(options_.momentum).add_(d_p);
+        d_p = options_.nesterov ? d_p.add(buf, options_.momentum) : buf;
+        m.copy_(torch::where(skip, m, buf));
+      } else {
+        m.mul_(options_.momentum).add_(d_p);
+        d_p = options_.nesterov ? d_p.add(m, options_.momentum) : m;
+      }
+    }
+    if (skip.defined()) {
+      auto next = p.clone();
+      apply_lr(next, d_p);
+      p.copy_(torch::where(skip, p, next));
+    } else {
+      apply_lr(p, d_p);
+    }
   }
 }
 
 void Sgd::step(double lr, const at::Tensor& skip) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
-    const auto& grad = p.value.grad();
-    if (!grad.defined()) continue;
-    // torch/optim/sgd.py _single_tensor_sgd, dampening 0.
-    auto d_p = p.weight_decay != 0 ? grad.add(p.value, p.weight_decay) : grad;
-    if (options_.momentum != 0) {
-      if (skip.defined()) {
-        auto buf = p.momentum.mul(options_.momentum).add_(d_p);
-        d_p = options_.nesterov ? d_p.add(buf, options_.momentum) : buf;
-        p.momentum.copy_(torch::where(skip, p.momentum, buf));
-      } else {
-        p.momentum.mul_(options_.momentum).add_(d_p);
-        d_p = options_.nesterov ? d_p.add(p.momentum, options_.momentum) : p.momentum;
-      }
-    }
-    if (skip.defined()) {
-      p.value.copy_(torch::where(skip, p.value, p.value.add(d_p, -lr)));
-    } else {
-      p.value.add_(d_p, -lr);
-    }
-  }
+  update(skip, [lr](at::Tensor& p, const at::Tensor& d) { p.add_(d, -lr); });
+}
+
+void Sgd::step(const at::Tensor& lr, const at::Tensor& skip) {
+  update(skip, [&lr](at::Tensor& p, const at::Tensor& d) { p.sub_(d * lr); });
 }
 
 NamedTensors Sgd::state() const {

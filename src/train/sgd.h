@@ -1,7 +1,8 @@
-// SGD with momentum/Nesterov and decoupled parameter groups (no decay on BN and biases), as torch.optim.SGD computes it.
+// SGD with momentum/Nesterov and decoupled parameter groups (no decay on BN and biases), as torch.optim.SGD computes it, over flat buffers.
 #pragma once
 
 #include "io/safetensors.h"
+#include "train/flat_params.h"
 
 #include <torch/nn/module.h>
 
@@ -23,20 +24,30 @@ class Sgd {
   struct Param {
     std::string name;
     at::Tensor value;
-    at::Tensor momentum;  // zeros until the first step: 0 * m + d equals torch's clone(d) bit for bit
+    at::Tensor momentum;  // view of the flat momentum buffer
     double weight_decay;
   };
 
+  // Rebinds the model's trainable parameters and gradients into flat buffers
+  // (FlatParameters): group 0 decayed, group 1 not.
   Sgd(torch::nn::Module& model, SgdOptions options);
 
-  void zero_grad();
-  // One update with learning rate `lr`, torch.optim.SGD's single-tensor
-  // arithmetic. `skip` (optional 0-dim bool on the device, e.g. an fp16
-  // overflow) leaves parameters and momentum unchanged without a host sync.
+  void zero_grad() { flat_.zero_grad(); }
+  // One update with learning rate `lr`: torch.optim.SGD's single-tensor
+  // arithmetic (dampening 0), applied per group to the whole flat buffer, so
+  // the result is the same element for element. `skip` (optional 0-dim bool
+  // on the device, e.g. an fp16 overflow) leaves parameters and momentum
+  // unchanged without a host sync.
   void step(double lr, const at::Tensor& skip = {});
+  // The same update with the learning rate read from a 0-dim device tensor,
+  // as a captured CUDA graph needs (a host scalar would be baked in). The
+  // final p - lr * d rounds twice where step(double) rounds once (FMA), so
+  // the two may differ in the last bit.
+  void step(const at::Tensor& lr, const at::Tensor& skip = {});
 
   const std::vector<Param>& params() const { return params_; }
   const SgdOptions& options() const { return options_; }
+  FlatParameters& flat() { return flat_; }
 
   // "optimizer.momentum.<param>" tensors, and loading them back (strict:
   // every parameter's buffer, same shape; errors name the tensor and file).
@@ -44,7 +55,12 @@ class Sgd {
   void load_state(const TensorFile& file, const std::string& source);
 
  private:
+  template <typename Apply>
+  void update(const at::Tensor& skip, Apply&& apply_lr);
+
   SgdOptions options_;
+  FlatParameters flat_;
+  at::Tensor momentum_;  // flat, laid out like flat_.values()
   std::vector<Param> params_;
 };
 

@@ -88,9 +88,7 @@ StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Em
   }
   at::Tensor skip;
   if (scaler) {
-    std::vector<at::Tensor> grads;
-    for (const auto& p : optimizer.params()) grads.push_back(p.value.grad());
-    skip = scaler->unscale(grads);
+    skip = scaler->unscale({optimizer.flat().grads()});
   }
   optimizer.step(lr, skip);
   if (scaler) scaler->update(skip);
