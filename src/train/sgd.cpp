@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace convnets::train {
 
 Sgd::Sgd(torch::nn::Module& model, SgdOptions options)
@@ -19,14 +21,11 @@ Sgd::Sgd(torch::nn::Module& model, SgdOptions options)
 template <typename Apply>
 void Sgd::update(const at::Tensor& skip, Apply&& apply_lr) {
   torch::NoGradGuard no_grad;
-  for (int g = 0; g < flat_.groups(); ++g) {
-    const auto r = flat_.group(g);
-    if (r.end == r.begin) continue;
-    auto p = flat_.values().slice(0, r.begin, r.end);
-    auto m = momentum_.slice(0, r.begin, r.end);
-    const auto grad = flat_.grads().slice(0, r.begin, r.end);
-    const double wd = g == 0 ? options_.weight_decay : 0.0;
-    // torch/optim/sgd.py _single_tensor_sgd, dampening 0.
+  // torch/optim/sgd.py _single_tensor_sgd (dampening 0) on one slice.
+  auto update_slice = [&](std::int64_t begin, std::int64_t end, double wd) {
+    auto p = flat_.values().slice(0, begin, end);
+    auto m = momentum_.slice(0, begin, end);
+    const auto grad = flat_.grads().slice(0, begin, end);
     auto d_p = wd != 0 ? grad.add(p, wd) : grad;
     if (options_.momentum != 0) {
       if (skip.defined()) {
@@ -44,6 +43,18 @@ void Sgd::update(const at::Tensor& skip, Apply&& apply_lr) {
       p.copy_(torch::where(skip, p, next));
     } else {
       apply_lr(p, d_p);
+    }
+  };
+  // On CUDA a group is one slice: a few launches. On the CPU, 1 MiB slices
+  // keep the passes in cache and the temporaries on the malloc heap: over the
+  // whole 100 MB of ResNet-50 the same ops ran 1.6x slower than per tensor
+  // (docs/PERFORMANCE.md).
+  const bool cuda = flat_.values().is_cuda();
+  for (int g = 0; g < flat_.groups(); ++g) {
+    const auto r = flat_.group(g);
+    const std::int64_t chunk = cuda ? std::max<std::int64_t>(r.end - r.begin, 1) : std::int64_t{1} << 18;
+    for (std::int64_t begin = r.begin; begin < r.end; begin += chunk) {
+      update_slice(begin, std::min(r.end, begin + chunk), g == 0 ? options_.weight_decay : 0.0);
     }
   }
 }

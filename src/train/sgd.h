@@ -48,6 +48,7 @@ class Sgd {
   const std::vector<Param>& params() const { return params_; }
   const SgdOptions& options() const { return options_; }
   FlatParameters& flat() { return flat_; }
+  const at::Tensor& momentum_buffer() const { return momentum_; }
 
   // "optimizer.momentum.<param>" tensors, and loading them back (strict:
   // every parameter's buffer, same shape; errors name the tensor and file).
