@@ -278,4 +278,9 @@ TEST(Normalize, MatchesTheFormulaInChannelsLastLayout) {
   auto g = (images.narrow(3, 0, 1).permute({0, 3, 1, 2}).to(torch::kDouble) / 255.0 - m) / s;
   EXPECT_LT((gray.to(torch::kDouble) - g).abs().max().item<double>(), 1e-5);
   EXPECT_THROW(data::normalize_batch(images.to(torch::kFloat), mean, std, torch::kCPU, torch::kFloat), Error);
+  // Any output dtype and layout from the same single pass.
+  auto half = data::normalize_batch(images, mean, std, torch::kCPU, torch::kBFloat16, torch::MemoryFormat::Contiguous);
+  EXPECT_EQ(half.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(half.is_contiguous());
+  EXPECT_TRUE(torch::equal(half, x.to(torch::kBFloat16).contiguous()));
 }

@@ -1,6 +1,11 @@
 #include "data/loader.h"
 
 #include "core/error.h"
+#if CONVNETS_CUDA
+#include "kernels/normalize.h"
+
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -190,24 +195,49 @@ BadImagePolicy parse_bad_image_policy(const std::string& value) {
 }
 
 at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>& mean,
-                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype) {
+                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype,
+                           at::MemoryFormat format) {
   if (images.dim() != 4 || images.scalar_type() != at::kByte || (images.size(3) != 1 && images.size(3) != 3))
     throw Error("normalize: expected a uint8 [B, H, W, 1 or 3] batch, got " + std::string(images.toString()) + " " +
                 std::to_string(images.dim()) + "-d");
-  at::Tensor x = images.to(device, /*non_blocking=*/true);
-  // A grayscale batch feeds a 3-channel model as R = G = B, as JPEG decoding does.
-  if (x.size(3) == 1) x = x.expand({x.size(0), x.size(1), x.size(2), 3});
-  x = x.permute({0, 3, 1, 2});
+  if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16)
+    throw Error("normalize: the input dtype must be float32, float16 or bfloat16, not " +
+                std::string(c10::toString(dtype)));
   std::array<float, 3> scale{}, bias{};
   for (int c = 0; c < 3; ++c) {
     scale[c] = static_cast<float>(1.0 / (255.0 * std[c]));
     bias[c] = static_cast<float>(-mean[c] / std[c]);
   }
-  auto opts = at::TensorOptions().dtype(at::kFloat);
-  const at::Tensor s = at::tensor(at::ArrayRef<float>(scale.data(), 3), opts).view({1, 3, 1, 1}).to(device);
-  const at::Tensor b = at::tensor(at::ArrayRef<float>(bias.data(), 3), opts).view({1, 3, 1, 1}).to(device);
-  at::Tensor out = at::addcmul(b, x.to(at::kFloat), s).contiguous(at::MemoryFormat::ChannelsLast);
-  return dtype == at::kFloat ? out : out.to(dtype);
+  // The uint8 batch crosses to the device: a quarter of the float bytes.
+  const at::Tensor src = images.to(device, /*non_blocking=*/true).contiguous();
+  at::Tensor out = at::empty({src.size(0), 3, src.size(1), src.size(2)},
+                             at::TensorOptions().dtype(dtype).device(device), format);
+#if CONVNETS_CUDA
+  if (device.is_cuda()) {
+    kernels::NormalizeArgs k;
+    k.src = src.data_ptr<std::uint8_t>();
+    k.dst = out.data_ptr();
+    k.n = src.size(0), k.h = src.size(1), k.w = src.size(2);
+    k.channels = static_cast<int>(src.size(3));
+    k.channels_last = format == at::MemoryFormat::ChannelsLast;
+    k.dtype = dtype == at::kHalf       ? kernels::InputDtype::Float16
+              : dtype == at::kBFloat16 ? kernels::InputDtype::BFloat16
+                                       : kernels::InputDtype::Float32;
+    for (int c = 0; c < 3; ++c) k.scale[c] = scale[c], k.bias[c] = bias[c];
+    const int rc = kernels::launch_normalize(k, c10::cuda::getCurrentCUDAStream(device.index()).stream());
+    if (rc != 0) throw Error(std::string("normalize: CUDA kernel launch failed: ") + kernels::cuda_error_name(rc));
+    return out;
+  }
+#endif
+  // The CPU's elementwise loops cast only outside the kernel: convert first.
+  // A grayscale batch feeds a 3-channel model as R = G = B, as JPEG decoding does.
+  at::Tensor x = src.size(3) == 1 ? src.expand({src.size(0), src.size(1), src.size(2), 3}) : src;
+  x = x.permute({0, 3, 1, 2}).to(at::kFloat);  // NHWC memory viewed as NCHW: channels-last strides
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor s = at::tensor(at::ArrayRef<float>(scale.data(), 3), opts).view({1, 3, 1, 1});
+  const at::Tensor b = at::tensor(at::ArrayRef<float>(bias.data(), 3), opts).view({1, 3, 1, 1});
+  if (dtype == at::kFloat) return at::addcmul_out(out, b, x, s);
+  return out.copy_(at::addcmul(b, x, s));
 }
 
 }  // namespace convnets::data

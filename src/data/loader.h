@@ -113,10 +113,12 @@ class Loader {
 // BadImagePolicy from the --bad-images value; the error names the flag.
 BadImagePolicy parse_bad_image_policy(const std::string& value);
 
-// uint8 [B, H, W, C] -> dtype [B, C, H, W] in channels-last memory on `device`,
-// (x / 255 - mean) / std folded into a cast and one multiply-add. The permute
-// of NHWC is already a channels-last NCHW view, so the layout change is free.
+// uint8 [B, H, W, C] -> dtype [B, C, H, W] in `format` memory on `device`:
+// (x / 255 - mean) / std as one multiply-add kernel that reads uint8 and
+// writes `dtype` (on CUDA the casts happen inside that one pass). The permute
+// of NHWC is already a channels-last NCHW view, so that layout costs nothing.
 at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>& mean,
-                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype);
+                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype,
+                           at::MemoryFormat format = at::MemoryFormat::ChannelsLast);
 
 }  // namespace convnets::data

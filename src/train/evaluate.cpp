@@ -61,8 +61,7 @@ EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt,
   data::Batch batch;
   const auto start = clock::now();
   while (loader.next(batch)) {
-    const auto images = data::normalize_batch(batch.images, pre.mean, pre.std, rt.device, torch::kFloat);
-    const auto input = rt.channels_last ? images : images.contiguous();
+    const auto input = network_input(batch.images, pre, rt);
     const auto labels = batch.labels.to(rt.device, /*non_blocking=*/true);
     if (rt.device.is_cuda()) torch::cuda::synchronize();
     const auto t0 = clock::now();

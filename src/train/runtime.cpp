@@ -1,6 +1,7 @@
 #include "train/runtime.h"
 
 #include "core/error.h"
+#include "data/loader.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -55,6 +56,11 @@ void prepare_model(NetworkImpl& model, const Runtime& rt) {
   for (auto& p : model.parameters()) {
     if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
   }
+}
+
+at::Tensor network_input(const at::Tensor& images, const Preprocessing& pre, const Runtime& rt) {
+  return data::normalize_batch(images, pre.mean, pre.std, rt.device, rt.autocast,
+                               rt.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
 }
 
 Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& c) {

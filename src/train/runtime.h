@@ -5,6 +5,7 @@
 #include "models/registry.h"
 #include "train/config.h"
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
@@ -25,6 +26,12 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
 
 // Moves the model to the device and, for channels-last, its 4-D weights to NHWC memory.
 void prepare_model(NetworkImpl& model, const Runtime& rt);
+
+// A loader batch (uint8 NHWC on the host) as the network's input on the
+// device: normalised in one pass, in the autocast dtype (fp16/bf16 input
+// saves the first layer's cast, as DLE's DALI pipeline does under --amp) and
+// the run's memory format.
+at::Tensor network_input(const at::Tensor& images, const Preprocessing& pre, const Runtime& rt);
 
 // The arch's preprocessing with the config's overrides (image size, crop ratio, mean, std).
 Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& config);
