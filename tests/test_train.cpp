@@ -6,6 +6,7 @@
 #include "train/config.h"
 #include "train/ema.h"
 #include "train/evaluate.h"
+#include "train/graph_step.h"
 #include "train/loss_scale.h"
 #include "train/schedule.h"
 #include "train/sgd.h"
@@ -155,6 +156,47 @@ TEST(Sgd, DeviceTensorLearningRateMatchesTheScalarOne) {
   const auto a = run(false), b = run(true);
   EXPECT_TRUE(torch::equal(a, run(false))) << "the eager step is deterministic";
   EXPECT_LE(((a - b).abs() / a.abs().clamp_min(1e-3)).max().item<double>(), 1e-5);
+}
+
+TEST(GraphedStep, StaticBufferStepEqualsTheEagerStep) {
+  // What a CUDA graph replays: the step over static buffers with a device
+  // learning rate, after warm-up steps whose effects are undone. On the CPU it
+  // runs eagerly, so this checks everything but the capture itself.
+  auto run = [](bool graphed) {
+    torch::manual_seed(5);
+    auto model = build_model(find_architecture("resnet8"), {});
+    Sgd sgd(*model, {0.875, false, 5e-5, false});
+    LossScaler scaler(torch::kCPU, 256.0, 2.0, 0.5, 2);
+    auto shadow = build_model(find_architecture("resnet8"), {});
+    Ema ema(shadow, *model, 0.9);
+    StepOptions o;
+    o.label_smoothing = 0.1;
+    std::unique_ptr<GraphedStep> g;
+    std::vector<double> losses;
+    for (int step = 0; step < 4; ++step) {
+      torch::manual_seed(200 + step);
+      std::vector<MicroBatch> micro{{torch::randn({4, 3, 16, 16}), torch::randint(0, 10, {4}, torch::kLong)},
+                                    {torch::randn({4, 3, 16, 16}), torch::randint(0, 10, {4}, torch::kLong)}};
+      const double lr = 0.05 * (step + 1);
+      if (graphed) {
+        if (!g) g = std::make_unique<GraphedStep>(*model, sgd, &scaler, &ema, micro, o);
+        losses.push_back(g->run(micro, lr).item<double>());
+      } else {
+        losses.push_back(train_step(*model, sgd, &scaler, &ema, micro, torch::tensor(lr), step, o).loss.item<double>());
+      }
+    }
+    return std::make_tuple(losses, sgd.flat().values().clone(), sgd.momentum_buffer().clone(),
+                           state_dict(*ema.model()).back().second.clone(), scaler.value());
+  };
+  const auto eager = run(false), graphed = run(true);
+  EXPECT_EQ(std::get<0>(eager), std::get<0>(graphed));
+  EXPECT_TRUE(torch::equal(std::get<1>(eager), std::get<1>(graphed)));
+  EXPECT_TRUE(torch::equal(std::get<2>(eager), std::get<2>(graphed)));
+  EXPECT_TRUE(torch::equal(std::get<3>(eager), std::get<3>(graphed)));
+  EXPECT_EQ(std::get<4>(eager), std::get<4>(graphed));
+  StepOptions mixup;
+  mixup.mixup = 0.2;
+  EXPECT_NE(GraphedStep::unsupported_reason(mixup), "");
 }
 
 TEST(Ema, FollowsTheDecayOverParametersAndBnStatistics) {

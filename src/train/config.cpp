@@ -39,6 +39,7 @@ namespace {
   X(ema, "decay of the weight EMA evaluated beside the model (0: off)")                                      \
   X(precision, "fp32 | tf32 | amp | bf16")                                                                   \
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
+  X(cuda_graph, "on CUDA, capture the whole training step in a CUDA graph and replay it (off with mixup)")                                                            \
   X(device, "auto | cpu | cuda")                                                                             \
   X(seed, "seed of initialisation, data order, augmentation and mixup")                                      \
   X(workers, "data loader threads (0: one per CPU)")                                                         \

@@ -38,6 +38,7 @@ struct TrainConfig {
   std::string precision = "fp32";           // fp32 | tf32 | amp | bf16
   std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw
   std::string device = "auto";              // auto | cpu | cuda
+  bool cuda_graph = true;                   // CUDA: replay the whole step as one graph (not with mixup)
   std::int64_t seed = 0;
   std::int64_t workers = 0;                 // loader threads; 0: one per CPU
   std::int64_t prof = 0;                    // stop after this many optimizer steps; 0: full run

@@ -60,8 +60,12 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
          F::cross_entropy(x, labels.index_select(0, perm), opts) * (1.0 - mix->lam);
 }
 
-StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
-                      const std::vector<MicroBatch>& micro, double lr, std::int64_t step, const StepOptions& options) {
+namespace {
+
+template <typename Lr>
+StepOutput step_impl(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+                     const std::vector<MicroBatch>& micro, const Lr& lr, std::int64_t step,
+                     const StepOptions& options) {
   StepOutput out;
   model.train();
   optimizer.zero_grad();
@@ -95,6 +99,19 @@ StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Em
   if (ema) ema->update(model);
   out.loss = total / n;
   return out;
+}
+
+}  // namespace
+
+StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+                      const std::vector<MicroBatch>& micro, double lr, std::int64_t step, const StepOptions& options) {
+  return step_impl(model, optimizer, scaler, ema, micro, lr, step, options);
+}
+
+StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+                      const std::vector<MicroBatch>& micro, const at::Tensor& lr, std::int64_t step,
+                      const StepOptions& options) {
+  return step_impl(model, optimizer, scaler, ema, micro, lr, step, options);
 }
 
 }  // namespace convnets::train

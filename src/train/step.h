@@ -52,5 +52,10 @@ struct StepOutput {
 // device; then SGD at `lr` and the EMA update.
 StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
                       const std::vector<MicroBatch>& micro, double lr, std::int64_t step, const StepOptions& options);
+// The same step with the learning rate in a 0-dim device tensor (Sgd::step's
+// tensor form), so that nothing in it depends on a host value: capturable.
+StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+                      const std::vector<MicroBatch>& micro, const at::Tensor& lr, std::int64_t step,
+                      const StepOptions& options);
 
 }  // namespace convnets::train

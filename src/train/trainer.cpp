@@ -13,6 +13,7 @@
 #include "train/progress.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
+#include "train/graph_step.h"
 #include "train/sgd.h"
 #include "train/step.h"
 
@@ -339,6 +340,9 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   };
   SignalScope signals;
   StepOptions step_options{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), rt.autocast};
+  // Static shapes hold: the loader drops the last partial batch.
+  const bool use_graph = rt.device.is_cuda() && c.cuda_graph && GraphedStep::unsupported_reason(step_options).empty();
+  std::unique_ptr<GraphedStep> graphed;
   const bool terminal = Progress::stdout_is_terminal();
   const std::int64_t total_steps = c.prof > 0 ? std::min(c.prof, schedule.total_steps()) : schedule.total_steps();
   bool stopped_by_prof = false;
@@ -361,16 +365,20 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
       std::vector<MicroBatch> micro;
       for (std::int64_t m = 0; m < micro_per_step; ++m) {
         if (!train_loader->next(batch)) throw Error("loader: the epoch ended early");  // not reachable: sizes checked
-        micro.push_back({data::normalize_batch(batch.images, pre.mean, pre.std, rt.device, torch::kFloat),
-                         batch.labels.to(rt.device, /*non_blocking=*/true)});
-        if (!rt.channels_last) micro.back().images = micro.back().images.contiguous();
+        micro.push_back({network_input(batch.images, pre, rt), batch.labels.to(rt.device, /*non_blocking=*/true)});
       }
       const auto t1 = clock::now();
       lr = schedule.at(global_step);
-      auto out = train_step(*model, sgd, scaler.get(), ema.get(), micro, lr, global_step, step_options);
+      at::Tensor step_loss;
+      if (use_graph) {
+        if (!graphed) graphed = std::make_unique<GraphedStep>(*model, sgd, scaler.get(), ema.get(), micro, step_options);
+        step_loss = graphed->run(micro, lr);
+      } else {
+        step_loss = train_step(*model, sgd, scaler.get(), ema.get(), micro, lr, global_step, step_options).loss;
+      }
       ++global_step;
-      epoch_loss += out.loss;
-      window_loss += out.loss;
+      epoch_loss += step_loss;
+      window_loss += step_loss;
       const auto t2 = clock::now();
       const double d = std::chrono::duration<double>(t1 - t0).count();
       const double k = std::chrono::duration<double>(t2 - t1).count();
