@@ -1,7 +1,10 @@
-// `convnets bench data`: throughput of the input pipeline (read, decode, transform, batch) on a dataset.
+// `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
 #include "cli/commands.h"
+#include "bench/model_bench.h"
 #include "core/error.h"
 #include "data/loader.h"
+#include "io/atomic_file.h"
+#include "models/registry.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -103,10 +106,68 @@ void run_bench_data(const BenchDataArgs& a) {
   std::printf("bad images  %lld\n", static_cast<long long>(bad));
 }
 
+struct BenchModelArgs {
+  bench::ModelBenchOptions options;
+  std::string device = "auto", precision = "fp32", memory_format = "nhwc", json;
+  bool no_cuda_graph = false;
+};
+
+void run_bench_model(BenchModelArgs& a) {
+  auto& o = a.options;
+  o.runtime = train::resolve_runtime(a.device, a.precision, a.memory_format);
+  o.cuda_graph = !a.no_cuda_graph;
+  const auto rows = bench::run_model_bench(o);
+  std::cout << bench::format_table(o, rows) << std::flush;
+  if (!a.json.empty()) write_file_atomically(a.json, bench::to_json(o, rows).dump(2) + "\n");
+  for (const auto& r : rows) {
+    if (r.fits) continue;
+    throw Error("--batch-sizes " + std::to_string(r.batch) + ": out of memory on " + o.runtime.device.str() + " (" +
+                    o.arch + ", " + o.runtime.precision + ", " + (o.train ? "training" : "inference") +
+                    "); the largest batch that fits is " + std::to_string(r.largest_fitting),
+                r.largest_fitting > 0 ? "use --batch-sizes " + std::to_string(r.largest_fitting) + " or less"
+                                      : "not even one image fits: use a smaller --image-size or model");
+  }
+}
+
+void add_model_bench(CLI::App& bench, bool train) {
+  auto args = std::make_shared<BenchModelArgs>();
+  args->options.train = train;
+  auto* cmd = bench.add_subcommand(
+      train ? "train" : "infer",
+      train ? "Training images/s on synthetic data (forward, backward, loss scaling, SGD) per batch size"
+            : "Inference images/s and latency avg/p90/p95/p99 on synthetic data per batch size");
+  auto& o = args->options;
+  if (!train) o.batch_sizes = {1, 64, 256};
+  cmd->add_option("--arch", o.arch, "Architecture (see `convnets models`)")->capture_default_str();
+  cmd->add_option("--precision", args->precision, "fp32, tf32, amp (fp16 autocast + loss scaling) or bf16")
+      ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--device", args->device, "auto (CUDA when present), cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--memory-format", args->memory_format, "nhwc (channels-last) or nchw")
+      ->check(CLI::IsMember({"nhwc", "nchw"}))
+      ->capture_default_str();
+  cmd->add_option("--batch-sizes", o.batch_sizes, "Comma-separated batch sizes")->delimiter(',')->capture_default_str();
+  cmd->add_option("--image-size", o.image_size, "Input side in pixels (default: the arch's)")->check(CLI::Range(8, 4096));
+  cmd->add_option("--num-classes", o.num_classes, "Classifier outputs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed iterations first (cuDNN autotuning, graph capture)")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  cmd->add_option("--iterations", o.iterations, "Timed iterations per batch size")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  if (train) {
+    cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run the step eagerly instead of replaying a CUDA graph");
+  }
+  cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
+  cmd->callback([args] { run_bench_model(*args); });
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks: input pipeline throughput");
+  auto* bench = app.add_subcommand("bench", "Benchmarks: input pipeline, training and inference speed");
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchDataArgs>();
   auto* cmd = bench->add_subcommand("data", "Images/s of read + decode + transform + batching on a dataset");
@@ -128,6 +189,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Shuffle and augmentation seed (default 0)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args] { run_bench_data(*args); });
+  add_model_bench(*bench, true);
+  add_model_bench(*bench, false);
 }
 
 }  // namespace convnets::cli

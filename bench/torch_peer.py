@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of `convnets bench train|infer`: torchvision models on synthetic data, same recipe pieces.
+
+Training: SGD (momentum 0.875, weight decay 1/32768 on conv/fc weights only, as
+DLE), label smoothing 0.1, channels_last, and per precision: amp = autocast
+fp16 + GradScaler, bf16 = autocast bf16, tf32 = TF32 matmul/conv, fp32.
+Eager, or with --compile torch.compile(model). Inference: eval mode,
+inference_mode, autocast, a synchronised forward per batch for latency.
+The input is the same as convnets': a uint8 NHWC batch on the device,
+normalised every iteration. Writes the JSON schema convnets bench writes.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torchvision
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("mode", choices=["train", "infer"])
+    p.add_argument("--arch", default="resnet50", help="torchvision model name")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp", "bf16"])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--memory-format", default="nhwc", choices=["nhwc", "nchw"])
+    p.add_argument("--batch-sizes", default="256")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
+    p.add_argument("--json", help="write the results here")
+    return p.parse_args(argv)
+
+
+def percentile(values, q):
+    # Nearest rank, as convnets' train::percentile.
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(-(-q / 100.0 * len(s) // 1)) - 1))
+    return s[k]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(a, device, batch):
+    fmt = torch.channels_last if a.memory_format == "nhwc" else torch.contiguous_format
+    torch.manual_seed(0)
+    model = torchvision.models.__dict__[a.arch](num_classes=a.num_classes).to(device, memory_format=fmt)
+    images = torch.randint(0, 256, (batch, a.image_size, a.image_size, 3), dtype=torch.uint8, device=device)
+    labels = torch.randint(0, a.num_classes, (batch,), device=device)
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
+    autocast_dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
+
+    def normalised():
+        return ((images.permute(0, 3, 1, 2).float() - mean) / std).contiguous(memory_format=fmt)
+
+    def autocast():
+        return torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
+
+    if a.compile:
+        model = torch.compile(model)
+    times = []
+    if a.mode == "train":
+        decay = [p for p in model.parameters() if p.dim() > 1]
+        no_decay = [p for p in model.parameters() if p.dim() <= 1]
+        opt = torch.optim.SGD([{"params": decay, "weight_decay": 1.0 / 32768}, {"params": no_decay, "weight_decay": 0}],
+                              lr=0.1, momentum=0.875)
+        scaler = torch.cuda.amp.GradScaler(enabled=a.precision == "amp")
+        loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+        model.train()
+
+        def iteration():
+            opt.zero_grad(set_to_none=True)
+            with autocast():
+                loss = loss_fn(model(normalised()), labels)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        sync_each = False
+    else:
+        model.eval()
+
+        def iteration():
+            with torch.inference_mode(), autocast():
+                model(normalised())
+        sync_each = True
+
+    for _ in range(a.warmup):
+        iteration()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(a.iterations):
+        t0 = time.perf_counter()
+        iteration()
+        if sync_each:
+            sync(device)
+            times.append((time.perf_counter() - t0) * 1e3)
+    sync(device)
+    seconds = time.perf_counter() - start
+    row = {"batch": batch, "fits": True, "images_per_s": batch * a.iterations / seconds,
+           "mean_ms": seconds * 1e3 / a.iterations}
+    if times:
+        for q in (50, 90, 95, 99):
+            row["p%d_ms" % q] = percentile(times, q)
+    return row
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    device = torch.device(a.device)
+    if a.precision != "fp32" and device.type != "cuda":
+        sys.exit("torch_peer: --precision %s needs CUDA" % a.precision)
+    if a.compile and not hasattr(torch, "compile"):
+        sys.exit("torch_peer: --compile needs PyTorch 2.x (this is %s)" % torch.__version__)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    rows = [measure(a, device, int(b)) for b in a.batch_sizes.split(",")]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "%d threads" % torch.get_num_threads()
+    result = {"tool": "pytorch-compile" if a.compile else "pytorch-eager", "mode": a.mode, "arch": a.arch,
+              "precision": a.precision, "memory_format": a.memory_format, "image_size": a.image_size,
+              "device": "%s (%s)" % (device, name), "torch_version": torch.__version__,
+              "torchvision_version": torchvision.__version__, "warmup": a.warmup, "iterations": a.iterations,
+              "rows": rows}
+    for r in rows:
+        print("%s %s %s batch %d: %.1f img/s, %.2f ms" % (result["tool"], a.mode, a.precision, r["batch"],
+                                                         r["images_per_s"], r["mean_ms"]))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

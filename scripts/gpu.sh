@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The GPU machine's one call: build against its CUDA LibTorch, run the GPU tests, benchmark convnets and PyTorch side by side.
+#
+#   here:  scripts/gpu.sh prepare      downloads the Debian build deps into .deps/ (git-ignored)
+#   there: scripts/gpu.sh run          (device tool, carry [".deps"]); results in $OUT (or ./gpu-out)
+#
+# Environment: QUICK=1 runs batch 256 amp only (a short first check).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case ${1:-} in
+prepare)
+  shared=${SHARED:-../shared}
+  "$shared/tools/carry-debs.sh" download -o .deps
+  cp "$shared/tools/carry-debs.sh" .deps/
+  echo "now: device run, carry [\".deps\"], command: scripts/gpu.sh run"
+  exit 0 ;;
+run) ;;
+*) sed -n '2,8p' "$0"; exit 2 ;;
+esac
+
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+log() { echo "== $*" | tee -a "$out/summary.txt"; }
+bash .deps/carry-debs.sh unpack -o .deps >/dev/null
+deps=$PWD/.deps/root/usr
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:$torch_lib:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$out/summary.txt"
+python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__)' | tee -a "$out/summary.txt"
+
+log "build"
+start=$SECONDS
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps;$torch_prefix" \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+  >"$out/cmake.log" 2>&1 || { tail -40 "$out/cmake.log"; exit 1; }
+ninja -C build-gpu convnets unit_tests data_tests >"$out/build.log" 2>&1 || { grep -A5 -m5 "error" "$out/build.log"; tail -20 "$out/build.log"; exit 1; }
+log "built in $((SECONDS - start)) s: $(./build-gpu/convnets --version)"
+
+log "GPU tests (the unit suites; GPU-only cases skip nowhere here)"
+./build-gpu/tests/unit_tests --gtest_brief=1 2>&1 | tail -30 | tee -a "$out/summary.txt" || true
+./build-gpu/tests/data_tests --gtest_brief=1 --gtest_filter='Normalize*' 2>&1 | tail -5 | tee -a "$out/summary.txt" || true
+
+bench() {  # mode precision batches
+  local mode=$1 p=$2 b=$3
+  ./build-gpu/convnets bench "$mode" --arch resnet50 --precision "$p" --batch-sizes "$b" --json "$out/convnets-$mode-$p.json" \
+    >>"$out/bench.log" 2>&1 || echo "convnets bench $mode $p failed (see bench.log)"
+  python3 bench/torch_peer.py "$mode" --arch resnet50 --precision "$p" --batch-sizes "$b" \
+    --json "$out/eager-$mode-$p.json" >>"$out/bench.log" 2>&1 || echo "peer eager $mode $p failed"
+  local files=("$out/convnets-$mode-$p.json" "$out/eager-$mode-$p.json")
+  if [[ $mode == train && $p == amp ]]; then
+    python3 bench/torch_peer.py train --compile --arch resnet50 --precision "$p" --batch-sizes "$b" \
+      --json "$out/compile-$mode-$p.json" >>"$out/bench.log" 2>&1 || echo "peer compile failed"
+    files+=("$out/compile-$mode-$p.json")
+  fi
+  python3 bench/compare.py "${files[@]}" 2>&1 | tee -a "$out/summary.txt"
+}
+if [[ ${QUICK:-0} == 1 ]]; then
+  log "bench (quick)"; bench train amp 256
+else
+  log "bench train"
+  bench train amp 64,128,256
+  bench train bf16 256
+  bench train tf32 256
+  log "bench infer"
+  bench infer amp 1,64,256
+fi
+log "done in $((SECONDS - start)) s"

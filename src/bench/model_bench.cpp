@@ -1,0 +1,247 @@
+#include "bench/model_bench.h"
+
+#include "core/compat.h"
+#include "core/error.h"
+#include "models/registry.h"
+#include "train/evaluate.h"
+#include "train/graph_step.h"
+#include "train/loss_scale.h"
+#include "train/sgd.h"
+#include "train/step.h"
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#if CONVNETS_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include <chrono>
+#include <cstdio>
+#include <new>
+#include <optional>
+
+namespace convnets::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void synchronize(const c10::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+void release_cached_memory() {
+#if CONVNETS_CUDA
+  c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+int input_size(const ModelBenchOptions& o) {
+  return o.image_size > 0 ? o.image_size : find_architecture(o.arch).preprocessing.input_size;
+}
+
+// One batch size, measured from a freshly built model, so earlier sizes leave
+// neither weights nor cached blocks behind.
+BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int iterations) {
+  const auto& rt = o.runtime;
+  const auto& arch = find_architecture(o.arch);
+  Preprocessing pre = arch.preprocessing;
+  pre.input_size = input_size(o);
+  torch::manual_seed(0);
+  ModelOptions mo;
+  mo.num_classes = o.num_classes;
+  auto model = build_model(arch, mo);
+  train::prepare_model(*model, rt);
+  const auto device_opts = torch::TensorOptions().device(rt.device);
+  // Synthetic data lives on the device as the loader's uint8 NHWC batch: each
+  // iteration still pays the normalisation pass that real data needs.
+  const auto images = torch::randint(0, 256, {batch, pre.input_size, pre.input_size, 3}, device_opts.dtype(torch::kByte));
+  const auto labels = torch::randint(0, o.num_classes, {batch}, device_opts.dtype(torch::kLong));
+
+  BenchRow row;
+  row.batch = batch;
+  std::vector<double> times_ms;
+  auto timed = [&](auto&& iteration, bool sync_each) {
+    for (int i = 0; i < warmup; ++i) iteration();
+    synchronize(rt.device);
+    const auto start = Clock::now();
+    for (int i = 0; i < iterations; ++i) {
+      const auto t0 = Clock::now();
+      iteration();
+      if (sync_each) {
+        synchronize(rt.device);
+        times_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+    }
+    synchronize(rt.device);
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+
+  double seconds = 0;
+  if (o.train) {
+    train::Sgd sgd(*model, {o.momentum, false, o.weight_decay, false});
+    std::optional<train::LossScaler> scaler;
+    if (rt.loss_scaling) scaler.emplace(rt.device);
+    train::StepOptions so;
+    so.label_smoothing = o.label_smoothing;
+    so.autocast = rt.autocast;
+    std::unique_ptr<train::GraphedStep> graphed;
+    row.cuda_graph = o.cuda_graph && rt.device.is_cuda() && CONVNETS_CUDA;
+    auto iteration = [&] {
+      std::vector<train::MicroBatch> micro{{train::network_input(images, pre, rt), labels}};
+      if (row.cuda_graph) {
+        if (!graphed) graphed = std::make_unique<train::GraphedStep>(*model, sgd, scaler ? &*scaler : nullptr, nullptr, micro, so);
+        graphed->run(micro, 0.1);
+      } else {
+        train::train_step(*model, sgd, scaler ? &*scaler : nullptr, nullptr, micro, 0.1, 0, so);
+      }
+    };
+    // Throughput as training sees it: the host runs ahead, one sync at the end.
+    seconds = timed(iteration, false);
+    row.mean_ms = seconds * 1e3 / iterations;
+  } else {
+    model->eval();
+    c10::InferenceMode inference;
+    auto iteration = [&] {
+      compat::AutocastGuard autocast(rt.device, rt.autocast);
+      model->forward(train::network_input(images, pre, rt));
+    };
+    // Latency: each batch from input to logits, synchronised.
+    seconds = timed(iteration, true);
+    row.mean_ms = seconds * 1e3 / iterations;
+    row.p50_ms = train::percentile(times_ms, 50);
+    row.p90_ms = train::percentile(times_ms, 90);
+    row.p95_ms = train::percentile(times_ms, 95);
+    row.p99_ms = train::percentile(times_ms, 99);
+  }
+  row.images_per_s = static_cast<double>(batch) * iterations / seconds;
+  return row;
+}
+
+bool fits(const ModelBenchOptions& o, std::int64_t batch) {
+  try {
+    measure(o, batch, 1, 1);
+    return true;
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    release_cached_memory();
+    return false;
+  }
+}
+
+std::string device_description(const c10::Device& device) {
+#if CONVNETS_CUDA
+  if (device.is_cuda()) return device.str() + " (" + at::cuda::getCurrentDeviceProperties()->name + ")";
+#endif
+  return device.str() + " (" + std::to_string(at::get_num_threads()) + " threads)";
+}
+
+std::string ms(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+}  // namespace
+
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return true;
+  const std::string what = e.what();
+  // CUDA: "CUDA out of memory."; DefaultCPUAllocator: "can't allocate memory"
+  // or "not enough memory".
+  return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos ||
+         what.find("not enough memory") != std::string::npos;
+}
+
+std::vector<BenchRow> run_model_bench(const ModelBenchOptions& o) {
+  find_architecture(o.arch);  // a bad name fails before any work
+  if (o.batch_sizes.empty()) throw Error("--batch-sizes: expected at least one batch size");
+  for (auto b : o.batch_sizes) {
+    if (b < 1) throw Error("--batch-sizes: " + std::to_string(b) + " is not a batch size (expected >= 1)");
+  }
+  if (o.iterations < 1) throw Error("--iterations: expected >= 1");
+  std::vector<BenchRow> rows;
+  std::int64_t last_fit = 0;
+  for (const auto batch : o.batch_sizes) {
+    try {
+      rows.push_back(measure(o, batch, o.warmup, o.iterations));
+      last_fit = std::max(last_fit, batch);
+      continue;
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+    }
+    release_cached_memory();
+    BenchRow row;
+    row.batch = batch;
+    row.fits = false;
+    std::int64_t lo = last_fit < batch ? last_fit : 0, hi = batch;
+    while (hi - lo > 1) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      (fits(o, mid) ? lo : hi) = mid;
+    }
+    row.largest_fitting = lo;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>& rows) {
+  const auto& rt = o.runtime;
+  const int size = input_size(o);
+  std::string out = std::string("convnets bench ") + (o.train ? "train" : "infer") + ": " + o.arch + ", " +
+                    rt.precision + ", " + (rt.channels_last ? "nhwc" : "nchw") + ", " + std::to_string(size) + "x" +
+                    std::to_string(size) + ", " + device_description(rt.device) + ", LibTorch " +
+                    compat::torch_version() + "\n\n";
+  if (o.train) {
+    out += "| Batch | Throughput (img/s) | Step (ms) | CUDA graph |\n|---:|---:|---:|:---|\n";
+  } else {
+    out += "| Batch | Throughput (img/s) | Latency avg (ms) | p90 | p95 | p99 |\n|---:|---:|---:|---:|---:|---:|\n";
+  }
+  for (const auto& r : rows) {
+    out += "| " + std::to_string(r.batch) + " | ";
+    if (!r.fits) {
+      out += "out of memory; largest batch that fits: " + std::to_string(r.largest_fitting) + " |\n";
+      continue;
+    }
+    char ips[32];
+    std::snprintf(ips, sizeof ips, "%.1f", r.images_per_s);
+    out += std::string(ips) + " | " + ms(r.mean_ms) + " | ";
+    out += o.train ? std::string(r.cuda_graph ? "yes" : "no") + " |\n"
+                   : ms(r.p90_ms) + " | " + ms(r.p95_ms) + " | " + ms(r.p99_ms) + " |\n";
+  }
+  return out;
+}
+
+nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<BenchRow>& rows) {
+  const auto& rt = o.runtime;
+  nlohmann::ordered_json j = {{"tool", "convnets"},
+                              {"mode", o.train ? "train" : "infer"},
+                              {"arch", o.arch},
+                              {"precision", rt.precision},
+                              {"memory_format", rt.channels_last ? "nhwc" : "nchw"},
+                              {"image_size", input_size(o)},
+                              {"device", device_description(rt.device)},
+                              {"torch_version", compat::torch_version()},
+                              {"convnets_version", CONVNETS_VERSION},
+                              {"warmup", o.warmup},
+                              {"iterations", o.iterations},
+                              {"rows", nlohmann::ordered_json::array()}};
+  for (const auto& r : rows) {
+    nlohmann::ordered_json row = {{"batch", r.batch}, {"fits", r.fits}};
+    if (!r.fits) {
+      row["largest_fitting"] = r.largest_fitting;
+    } else {
+      row["images_per_s"] = r.images_per_s;
+      row["mean_ms"] = r.mean_ms;
+      if (o.train) {
+        row["cuda_graph"] = r.cuda_graph;
+      } else {
+        row["p50_ms"] = r.p50_ms, row["p90_ms"] = r.p90_ms, row["p95_ms"] = r.p95_ms, row["p99_ms"] = r.p99_ms;
+      }
+    }
+    j["rows"].push_back(row);
+  }
+  return j;
+}
+
+}  // namespace convnets::bench

@@ -1,0 +1,47 @@
+// `bench train|infer`: images/s and per-batch latency of a model on synthetic data, per batch size, with out-of-memory probing.
+#pragma once
+
+#include "train/runtime.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convnets::bench {
+
+struct ModelBenchOptions {
+  std::string arch = "resnet50";
+  bool train = true;  // false: inference
+  train::Runtime runtime;
+  std::vector<std::int64_t> batch_sizes{256};
+  int image_size = 0;  // 0: the arch's own input size
+  std::int64_t num_classes = 1000;
+  int warmup = 10, iterations = 50;
+  bool cuda_graph = true;  // whole-step capture where the device allows it
+  // DLE's ResNet-50 recipe pieces, so the step does what training does.
+  double label_smoothing = 0.1, momentum = 0.875, weight_decay = 3.0517578125e-05;
+};
+
+struct BenchRow {
+  std::int64_t batch = 0;
+  bool fits = true;
+  std::int64_t largest_fitting = 0;  // set when it does not fit (0: not even batch 1)
+  bool cuda_graph = false;
+  double images_per_s = 0;
+  double mean_ms = 0, p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0;  // per iteration (a step, or a forward)
+};
+
+// True for an allocation failure of the CPU or CUDA allocator.
+bool is_out_of_memory(const std::exception& e);
+
+// Runs every batch size. One that does not fit yields fits = false and the
+// largest batch that does (bisection between the last that fitted and it).
+std::vector<BenchRow> run_model_bench(const ModelBenchOptions& options);
+
+// The DLE-README-style table and the JSON record (with device and versions).
+std::string format_table(const ModelBenchOptions& options, const std::vector<BenchRow>& rows);
+nlohmann::ordered_json to_json(const ModelBenchOptions& options, const std::vector<BenchRow>& rows);
+
+}  // namespace convnets::bench

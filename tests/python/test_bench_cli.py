@@ -1,0 +1,136 @@
+"""End-to-end tests of `convnets bench train|infer` and of its PyTorch peer and comparison scripts (bench/), on the CPU.
+
+Run by CTest with CONVNETS_BIN and CONVNETS_SOURCE_DIR set. The speed itself is
+measured on the GPU machine (scripts/gpu.sh); here the output is checked.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
+BIN = os.environ["CONVNETS_BIN"]
+SMALL = ["--arch", "resnet8", "--iterations", "3", "--warmup", "1"]
+
+
+def run(args, limit_kib=None, timeout=300):
+    pre = None
+    if limit_kib:
+        import resource
+
+        def pre():
+            resource.setrlimit(resource.RLIMIT_AS, (limit_kib * 1024, limit_kib * 1024))
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, preexec_fn=pre)
+
+
+class BenchModel(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, name)
+
+    def test_train_table_and_json(self):
+        r = run([BIN, "bench", "train", *SMALL, "--batch-sizes", "4,8", "--json", self.path("t.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| Batch | Throughput (img/s) | Step (ms) | CUDA graph |", r.stdout)
+        self.assertRegex(r.stdout, r"\| 8 \| [0-9.]+ \| [0-9.]+ \| no \|")
+        j = json.load(open(self.path("t.json")))
+        self.assertEqual((j["tool"], j["mode"], j["arch"], j["precision"], j["image_size"]),
+                         ("convnets", "train", "resnet8", "fp32", 32))
+        self.assertEqual([row["batch"] for row in j["rows"]], [4, 8])
+        for row in j["rows"]:
+            self.assertTrue(row["fits"])
+            self.assertGreater(row["images_per_s"], 0)
+            # images/s and step time describe the same measurement.
+            self.assertAlmostEqual(row["images_per_s"] * row["mean_ms"] / 1e3, row["batch"], places=6)
+
+    def test_infer_latency_percentiles(self):
+        r = run([BIN, "bench", "infer", *SMALL, "--batch-sizes", "1,16", "--image-size", "40",
+                 "--json", self.path("i.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| Batch | Throughput (img/s) | Latency avg (ms) | p90 | p95 | p99 |", r.stdout)
+        j = json.load(open(self.path("i.json")))
+        self.assertEqual(j["image_size"], 40)
+        for row in j["rows"]:
+            self.assertLessEqual(row["p50_ms"], row["p90_ms"])
+            self.assertLessEqual(row["p90_ms"], row["p95_ms"])
+            self.assertLessEqual(row["p95_ms"], row["p99_ms"])
+            self.assertGreater(row["mean_ms"], 0)
+
+    def test_mixed_precision_without_a_gpu_is_a_clear_error(self):
+        for p in ("amp", "bf16", "tf32"):
+            r = run([BIN, "bench", "train", *SMALL, "--precision", p, "--device", "cpu",
+                     "--json", self.path("x.json")])
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("--precision %s needs a CUDA GPU" % p, r.stderr)
+            self.assertNotIn("Exception raised from", r.stderr)
+            self.assertFalse(os.path.exists(self.path("x.json")))
+
+    def test_bad_batch_sizes_and_arch(self):
+        r = run([BIN, "bench", "infer", *SMALL, "--batch-sizes", "4,0"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--batch-sizes: 0 is not a batch size", r.stderr)
+        r = run([BIN, "bench", "infer", "--arch", "resnet5", "--batch-sizes", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("resnet50", r.stderr)  # the valid names are listed
+
+    def test_out_of_memory_names_the_batch_and_the_largest_that_fits(self):
+        # An address-space limit makes the CPU allocator fail as a full GPU would.
+        limit = 1500 * 1024
+        r = run([BIN, "bench", "infer", *SMALL, "--batch-sizes", "2,1000000", "--json", self.path("o.json")],
+                limit_kib=limit)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"--batch-sizes 1000000: out of memory on cpu \(resnet8, fp32, inference\); "
+                                   r"the largest batch that fits is [0-9]+")
+        self.assertNotIn("Exception raised from", r.stderr)
+        j = json.load(open(self.path("o.json")))  # written before the error
+        self.assertTrue(j["rows"][0]["fits"])
+        big = j["rows"][1]
+        self.assertFalse(big["fits"])
+        largest = big["largest_fitting"]
+        self.assertIn("largest batch that fits is %d" % largest, r.stderr)
+        self.assertGreater(largest, 2)
+        # The figure is true: that batch runs under the same limit, twice it does not.
+        ok = run([BIN, "bench", "infer", *SMALL, "--batch-sizes", str(largest)], limit_kib=limit)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        too_big = run([BIN, "bench", "infer", *SMALL, "--batch-sizes", str(2 * largest)], limit_kib=limit)
+        self.assertNotEqual(too_big.returncode, 0)
+
+
+class PeerScripts(unittest.TestCase):
+    """bench/torch_peer.py and bench/compare.py, on the CPU with Debian's torch."""
+
+    def test_peer_writes_the_same_schema_and_compare_prints_ratios(self):
+        with tempfile.TemporaryDirectory() as d:
+            ours, peer = os.path.join(d, "ours.json"), os.path.join(d, "peer.json")
+            common = ["--batch-sizes", "2,4", "--image-size", "32", "--num-classes", "10", "--iterations", "2",
+                      "--warmup", "1"]
+            r = run([BIN, "bench", "infer", "--arch", "resnet18", *common, "--json", ours])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            r = run([sys.executable, os.path.join(SOURCE, "bench", "torch_peer.py"), "infer", "--arch", "resnet18",
+                     "--device", "cpu", *common, "--json", peer])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.load(open(peer))
+            self.assertEqual((j["tool"], j["mode"], j["precision"]), ("pytorch-eager", "infer", "fp32"))
+            self.assertEqual(set(j["rows"][0]), set(json.load(open(ours))["rows"][0]))
+            r = run([sys.executable, os.path.join(SOURCE, "bench", "compare.py"), ours, peer])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = [line for line in r.stdout.splitlines() if line.startswith("| 4 |")]
+            self.assertEqual(len(lines), 1, r.stdout)
+            cells = [c.strip() for c in lines[0].strip("|").split("|")]
+            ours_ips, peer_ips, ratio = float(cells[1]), float(cells[2]), float(cells[3].rstrip("x"))
+            self.assertAlmostEqual(ratio, ours_ips / peer_ips, delta=0.01)
+            # Comparing different precisions is refused.
+            j["precision"] = "amp"
+            json.dump(j, open(peer, "w"))
+            r = run([sys.executable, os.path.join(SOURCE, "bench", "compare.py"), ours, peer])
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("precision differs", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
