@@ -15,7 +15,7 @@ prepare)
   echo "now: device run, carry [\".deps\"], command: scripts/gpu.sh run"
   exit 0 ;;
 run) ;;
-*) sed -n '2,8p' "$0"; exit 2 ;;
+*) sed -n '2,7p' "$0"; exit 2 ;;
 esac
 
 out=${OUT:-$PWD/gpu-out}

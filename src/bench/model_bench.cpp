@@ -2,6 +2,7 @@
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "models/registry.h"
 #include "train/evaluate.h"
 #include "train/graph_step.h"
@@ -31,6 +32,9 @@ void synchronize(const c10::Device& device) {
 }
 
 void release_cached_memory() {
+  // Without this the trimmed-never heap (core/memory.h) keeps the failed
+  // attempt's pages and the bisection under-reports what fits.
+  release_host_memory();
 #if CONVNETS_CUDA
   c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
@@ -121,6 +125,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
 bool fits(const ModelBenchOptions& o, std::int64_t batch) {
   try {
     measure(o, batch, 1, 1);
+    release_cached_memory();
     return true;
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;

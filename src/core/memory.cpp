@@ -14,4 +14,6 @@ void configure_host_allocator() {
 #endif
 }
 
+void release_host_memory() { malloc_trim(0); }
+
 }  // namespace convnets

@@ -13,4 +13,9 @@ namespace convnets {
 // settings win. Call once at start-up, before large allocations.
 void configure_host_allocator();
 
+// Gives the heap's free memory back to the system (malloc_trim): after an
+// allocation failure, so that what a retried smaller batch finds is what a
+// fresh process would.
+void release_host_memory();
+
 }  // namespace convnets
