@@ -89,16 +89,11 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     train::StepOptions so;
     so.label_smoothing = o.label_smoothing;
     so.autocast = rt.autocast;
-    std::unique_ptr<train::GraphedStep> graphed;
-    row.cuda_graph = o.cuda_graph && rt.device.is_cuda() && CONVNETS_CUDA;
+    train::StepRunner stepper(*model, sgd, scaler ? &*scaler : nullptr, nullptr, so, rt.device, o.cuda_graph);
+    row.cuda_graph = stepper.graphed();
     auto iteration = [&] {
       std::vector<train::MicroBatch> micro{{train::network_input(images, pre, rt), labels}};
-      if (row.cuda_graph) {
-        if (!graphed) graphed = std::make_unique<train::GraphedStep>(*model, sgd, scaler ? &*scaler : nullptr, nullptr, micro, so);
-        graphed->run(micro, 0.1);
-      } else {
-        train::train_step(*model, sgd, scaler ? &*scaler : nullptr, nullptr, micro, 0.1, 0, so);
-      }
+      stepper.run(micro, 0.1, 0);
     };
     // Throughput as training sees it: the host runs ahead, one sync at the end.
     seconds = timed(iteration, false);

@@ -109,4 +109,20 @@ at::Tensor GraphedStep::run(const std::vector<MicroBatch>& micro, double lr) {
   return loss_;
 }
 
+StepRunner::StepRunner(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema, const StepOptions& options,
+                       const c10::Device& device, bool cuda_graph)
+    : model_(model),
+      optimizer_(optimizer),
+      scaler_(scaler),
+      ema_(ema),
+      options_(options),
+      use_graph_(cuda_graph && device.is_cuda() && GraphedStep::unsupported_reason(options).empty()) {}
+
+at::Tensor StepRunner::run(const std::vector<MicroBatch>& micro, double lr, std::int64_t step) {
+  if (!use_graph_) return train_step(model_, optimizer_, scaler_, ema_, micro, lr, step, options_).loss;
+  // Static shapes hold: train's loader drops the last partial batch, bench's batch is fixed.
+  if (!graph_) graph_ = std::make_unique<GraphedStep>(model_, optimizer_, scaler_, ema_, micro, options_);
+  return graph_->run(micro, lr);
+}
+
 }  // namespace convnets::train

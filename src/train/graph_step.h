@@ -4,6 +4,7 @@
 #include "train/step.h"
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <memory>
 #include <vector>
@@ -46,6 +47,27 @@ class GraphedStep {
   at::Tensor lr_, loss_;
   struct Graph;
   std::unique_ptr<Graph> graph_;
+};
+
+// What `train` and `bench train` call once per step: the captured graph where
+// it can be used (CUDA, `cuda_graph` asked for, a capturable step), built on
+// the first call from that batch's shapes; otherwise train_step.
+class StepRunner {
+ public:
+  StepRunner(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema, const StepOptions& options,
+             const c10::Device& device, bool cuda_graph);
+  // The step's mean loss, a 0-dim device tensor (overwritten by the next call when graphed).
+  at::Tensor run(const std::vector<MicroBatch>& micro, double lr, std::int64_t step);
+  bool graphed() const { return use_graph_; }
+
+ private:
+  NetworkImpl& model_;
+  Sgd& optimizer_;
+  LossScaler* scaler_;
+  Ema* ema_;
+  StepOptions options_;
+  bool use_graph_;
+  std::unique_ptr<GraphedStep> graph_;
 };
 
 }  // namespace convnets::train

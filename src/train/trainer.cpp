@@ -9,11 +9,11 @@
 #include "train/dllogger.h"
 #include "train/ema.h"
 #include "train/evaluate.h"
+#include "train/graph_step.h"
 #include "train/loss_scale.h"
 #include "train/progress.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
-#include "train/graph_step.h"
 #include "train/sgd.h"
 #include "train/step.h"
 
@@ -340,9 +340,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   };
   SignalScope signals;
   StepOptions step_options{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), rt.autocast};
-  // Static shapes hold: the loader drops the last partial batch.
-  const bool use_graph = rt.device.is_cuda() && c.cuda_graph && GraphedStep::unsupported_reason(step_options).empty();
-  std::unique_ptr<GraphedStep> graphed;
+  StepRunner stepper(*model, sgd, scaler.get(), ema.get(), step_options, rt.device, c.cuda_graph);
   const bool terminal = Progress::stdout_is_terminal();
   const std::int64_t total_steps = c.prof > 0 ? std::min(c.prof, schedule.total_steps()) : schedule.total_steps();
   bool stopped_by_prof = false;
@@ -369,13 +367,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
       }
       const auto t1 = clock::now();
       lr = schedule.at(global_step);
-      at::Tensor step_loss;
-      if (use_graph) {
-        if (!graphed) graphed = std::make_unique<GraphedStep>(*model, sgd, scaler.get(), ema.get(), micro, step_options);
-        step_loss = graphed->run(micro, lr);
-      } else {
-        step_loss = train_step(*model, sgd, scaler.get(), ema.get(), micro, lr, global_step, step_options).loss;
-      }
+      const at::Tensor step_loss = stepper.run(micro, lr, global_step);
       ++global_step;
       epoch_loss += step_loss;
       window_loss += step_loss;
