@@ -1,5 +1,6 @@
 // `convnets train`: recipe + flag overrides -> TrainConfig, resume/fine-tune wiring, then the training run.
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -19,6 +20,7 @@ struct TrainArgs {
   std::string data, recipe, resume, fine_tune;
   std::map<std::string, std::string> values;  // field -> text of the flag given
   nlohmann::json flags = nlohmann::json::object();
+  dist::LaunchOptions launch;
 };
 
 // The flag's text parsed as the field's type (that of its default value).
@@ -71,7 +73,11 @@ int run(TrainArgs& a) {
   if (!a.data.empty()) overrides["data"] = a.data;
   train::apply_json(config, overrides, "flags");
   options.fine_tune = a.fine_tune;
-  return train::run_training(config, options);
+  train::validate(config);  // once, in the launcher, rather than once per worker
+  return launch_or_run(a.launch, [&](const dist::WorkerEnv* worker) {
+    if (worker) options.dist = *worker;
+    return train::run_training(config, options);
+  });
 }
 
 }  // namespace
@@ -89,6 +95,7 @@ void add_train_command(CLI::App& app) {
       ->multi_option_policy(last);
   cmd->add_option("--fine-tune", args->fine_tune, "start from these weights, a new classifier for another class count")
       ->multi_option_policy(last);
+  add_launch_flags(cmd, args->launch);
   const auto defaults = train::to_json(train::TrainConfig{});
   for (auto it = defaults.begin(); it != defaults.end(); ++it) {
     const std::string field = it.key();

@@ -4,14 +4,24 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/threads.h"
+#include "dist/launcher.h"
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <iostream>
 
 int main(int argc, char** argv) {
   convnets::configure_host_allocator();
+  convnets::dist::set_program_args(argc, argv);
+  // Which worker of a data-parallel job speaks: every rank prints its own errors.
+  std::string who;
+  if (const char* rank = std::getenv("RANK")) {
+    if (const char* world = std::getenv("WORLD_SIZE"); world && std::string(world) != "1") {
+      who = std::string(" (rank ") + rank + " of " + world + ")";
+    }
+  }
   CLI::App app{"convnets: train, evaluate, benchmark and deploy image-classification ConvNets"};
   app.set_version_flag("--version", std::string("convnets " CONVNETS_VERSION " (LibTorch ") +
                                         convnets::compat::torch_version() +
@@ -49,14 +59,14 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const convnets::Error& e) {
-    std::cerr << "convnets: error: " << e.what() << '\n';
+    std::cerr << "convnets: error" << who << ": " << e.what() << '\n';
     if (!e.hint().empty()) std::cerr << "  hint: " << e.hint() << '\n';
     return 1;
   } catch (const c10::Error& e) {
-    std::cerr << "convnets: error in LibTorch: " << e.what_without_backtrace() << '\n';
+    std::cerr << "convnets: error in LibTorch" << who << ": " << e.what_without_backtrace() << '\n';
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "convnets: error: " << e.what() << '\n';
+    std::cerr << "convnets: error" << who << ": " << e.what() << '\n';
     return 1;
   }
   return 0;

@@ -2,11 +2,15 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/nn/cloneable.h>
+#include <torch/nn/options/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <ostream>
+#include <memory>
 
 namespace convnets {
 
@@ -29,6 +33,49 @@ class LinearImpl : public torch::nn::LinearImpl {
   torch::Tensor forward(const torch::Tensor& input);
 };
 TORCH_MODULE(Linear);
+
+// The collectives synchronized BatchNorm needs, implemented by the process
+// group (dist::Group); the model code stays free of communication.
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  // [world_size, ...]: every rank's `t`, in rank order.
+  virtual at::Tensor all_gather(const at::Tensor& t) = 0;
+  // In place: the sum of `t` over ranks.
+  virtual void all_reduce_sum(at::Tensor& t) = 0;
+  virtual int world_size() const = 0;
+};
+
+// nn.BatchNorm2d, written out (LibTorch 1.13 exports no BatchNormImplBase
+// members a subclass could link against): the same parameters and buffers,
+// registered in PyTorch's order (weight, bias, running_mean, running_var,
+// num_batches_tracked), the same initialisation and forward.
+//
+// Once given a BatchNormSync it normalises training batches with the
+// statistics of the global batch (torch.nn.SyncBatchNorm): per-rank count,
+// mean and M2 are all-gathered and combined with Chan et al.'s parallel
+// variance formula, and backward all-reduces sum(dy) and sum(dy * x_hat).
+class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
+ public:
+  explicit BatchNorm2dImpl(std::int64_t num_features) : BatchNorm2dImpl(torch::nn::BatchNormOptions(num_features)) {}
+  explicit BatchNorm2dImpl(const torch::nn::BatchNormOptions& options);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& input);
+  void pretty_print(std::ostream& stream) const override;
+  void set_sync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }
+  bool synchronized() const { return sync_ != nullptr; }
+
+  torch::nn::BatchNormOptions options;
+  torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  std::shared_ptr<BatchNormSync> sync_;
+};
+TORCH_MODULE(BatchNorm2d);
+
+// Turns synchronized BatchNorm on for every layers::BatchNorm2d in `module`;
+// returns how many there are.
+int enable_sync_batchnorm(torch::nn::Module& module, const std::shared_ptr<BatchNormSync>& sync);
 
 }  // namespace layers
 

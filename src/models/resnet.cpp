@@ -48,17 +48,17 @@ class BlockImpl : public nn::Module {
       const int64_t width = planes * c.width_per_group / 64 * c.groups;
       convs_ = {conv(in, width, 1), conv(width, width, 3, stride, c.groups), conv(width, out, 1)};
       const int64_t widths[3] = {width, width, out};
-      for (int i = 0; i < 3; ++i) bns_.push_back(nn::BatchNorm2d(widths[i]));
+      for (int i = 0; i < 3; ++i) bns_.push_back(layers::BatchNorm2d(widths[i]));
     } else {
       convs_ = {conv(in, planes, 3, stride), conv(planes, planes, 3)};
-      bns_ = {nn::BatchNorm2d(planes), nn::BatchNorm2d(planes)};
+      bns_ = {layers::BatchNorm2d(planes), layers::BatchNorm2d(planes)};
     }
     for (size_t i = 0; i < convs_.size(); ++i) {
       register_module("conv" + std::to_string(i + 1), convs_[i]);
       register_module("bn" + std::to_string(i + 1), bns_[i]);
     }
     if (stride != 1 || in != out) {
-      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out)));
+      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), layers::BatchNorm2d(out)));
     }
     if (c.se_channels > 0) se_ = register_module("squeeze", SqueezeExcitation(out, c.se_channels));
   }
@@ -75,11 +75,11 @@ class BlockImpl : public nn::Module {
     return torch::relu(y);
   }
 
-  nn::BatchNorm2d last_bn() { return bns_.back(); }
+  layers::BatchNorm2d last_bn() { return bns_.back(); }
 
  private:
   std::vector<Conv2d> convs_;
-  std::vector<nn::BatchNorm2d> bns_;
+  std::vector<layers::BatchNorm2d> bns_;
   nn::Sequential downsample_{nullptr};
   SqueezeExcitation se_{nullptr};
 };
@@ -93,7 +93,7 @@ class ResNetImpl : public NetworkImpl {
     auto stem_conv = c.small_input_stem ? nn::Conv2dOptions(3, stem, 3).stride(1).padding(1).bias(false)
                                         : nn::Conv2dOptions(3, stem, 7).stride(2).padding(3).bias(false);
     conv1_ = register_module("conv1", Conv2d(stem_conv));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(stem));
+    bn1_ = register_module("bn1", layers::BatchNorm2d(stem));
     const int64_t expansion = c.bottleneck ? 4 : 1;
     int64_t in = stem;
     for (size_t s = 0; s < c.blocks.size(); ++s) {
@@ -127,7 +127,7 @@ class ResNetImpl : public NetworkImpl {
     for (auto& m : modules(/*include_self=*/false)) {
       if (auto* c = m->as<layers::Conv2d>()) {
         nn::init::kaiming_normal_(c->weight, 0.0, mode, torch::kReLU);
-      } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+      } else if (auto* bn = m->as<layers::BatchNorm2d>()) {
         nn::init::ones_(bn->weight);
         nn::init::zeros_(bn->bias);
       }
@@ -141,7 +141,7 @@ class ResNetImpl : public NetworkImpl {
 
   bool small_input_stem_;
   Conv2d conv1_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr};
+  layers::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
   Linear fc_{nullptr};
 };

@@ -22,7 +22,7 @@ namespace {
   X(workspace, "folder for config.json, log.json and checkpoints")                                           \
   X(epochs, "training epochs")                                                                               \
   X(batch_size, "images per step and process")                                                              \
-  X(optimizer_batch_size, "images per optimizer step; a multiple of --batch-size accumulates gradients (0: same)") \
+  X(optimizer_batch_size, "images per optimizer step over all processes; a multiple of --batch-size x processes accumulates gradients (0: no accumulation)") \
   X(lr, "learning rate per --lr-reference-batch images of optimizer batch")                                  \
   X(lr_reference_batch, "batch the --lr refers to; the LR scales linearly with the optimizer batch (0: no scaling)") \
   X(lr_schedule, "step | linear | cosine (per iteration)")                                                   \
@@ -41,6 +41,9 @@ namespace {
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
   X(cuda_graph, "on CUDA, capture the whole training step in a CUDA graph and replay it (off with mixup)")                                                            \
   X(device, "auto | cpu | cuda")                                                                             \
+  X(sync_bn, "data-parallel runs: BatchNorm statistics over the global batch (torch.nn.SyncBatchNorm)")       \
+  X(bucket_mb, "data-parallel runs: gradient all-reduce bucket size in MiB (DDP's bucket_cap_mb)")           \
+  X(dist_backend, "data-parallel runs: auto | gloo | nccl (auto: nccl for CUDA, gloo for CPU)")             \
   X(seed, "seed of initialisation, data order, augmentation and mixup")                                      \
   X(workers, "data loader threads (0: one per CPU)")                                                         \
   X(prof, "stop after this many optimizer steps (0: full run)")                                              \
@@ -151,6 +154,8 @@ void validate(const TrainConfig& c) {
   check_choice("precision", c.precision, {"fp32", "tf32", "amp", "bf16"});
   check_choice("memory_format", c.memory_format, {"nhwc", "nchw"});
   check_choice("device", c.device, {"auto", "cpu", "cuda"});
+  check(std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "a positive size in MiB", str(c.bucket_mb));
+  check_choice("dist_backend", c.dist_backend, {"auto", "gloo", "nccl"});
   check(c.workers >= 0, "workers", "0 or positive", std::to_string(c.workers));
   check(c.prof >= 0, "prof", "0 or positive", std::to_string(c.prof));
   check(!(c.training_only && c.evaluate), "evaluate", "used without --training-only", "both");

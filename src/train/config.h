@@ -20,7 +20,7 @@ struct TrainConfig {
   std::string workspace = "runs/convnets";
   std::int64_t epochs = 90;
   std::int64_t batch_size = 256;            // per process
-  std::int64_t optimizer_batch_size = 0;    // 0: batch_size; a multiple of it accumulates gradients
+  std::int64_t optimizer_batch_size = 0;    // over all processes (DLE); 0: batch_size x processes; a multiple accumulates
   double lr = 0.256;                        // per `lr_reference_batch` images of optimizer batch
   std::int64_t lr_reference_batch = 256;    // linear scaling (Goyal et al. 2017); 0 disables it
   std::string lr_schedule = "cosine";       // step | linear | cosine
@@ -39,6 +39,9 @@ struct TrainConfig {
   std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw
   std::string device = "auto";              // auto | cpu | cuda
   bool cuda_graph = true;                   // CUDA: replay the whole step as one graph (not with mixup)
+  bool sync_bn = false;                     // data-parallel: BN statistics over the global batch
+  double bucket_mb = 25;                    // data-parallel: gradient bucket size (DDP's default)
+  std::string dist_backend = "auto";        // auto | gloo | nccl
   std::int64_t seed = 0;
   std::int64_t workers = 0;                 // loader threads; 0: one per CPU
   std::int64_t prof = 0;                    // stop after this many optimizer steps; 0: full run

@@ -25,6 +25,7 @@ std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const P
                                                data::LoaderOptions options) {
   options.drop_last = false;
   options.shard.shuffle = false;
+  options.shard.pad = false;  // with several ranks, each sample is evaluated exactly once
   auto transform = std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio));
   return std::make_unique<data::Loader>(std::move(dataset), std::move(transform), std::move(options));
 }
@@ -43,7 +44,8 @@ nlohmann::ordered_json EvalResult::to_dllogger(const std::string& p) const {
 }
 
 EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt, const Preprocessing& pre,
-                    std::int64_t top_k, const std::string& phase, std::int64_t print_every) {
+                    std::int64_t top_k, const std::string& phase, std::int64_t print_every,
+                    const std::function<void(at::Tensor&)>& sum_over_ranks) {
   using clock = std::chrono::steady_clock;
   torch::NoGradGuard no_grad;
   model.eval();
@@ -87,11 +89,18 @@ EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt,
     const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
     if (progress) progress->update(batch.number + 1, static_cast<double>(r.images) / elapsed, "");
   }
+  // Counts are exact in fp64 far beyond any dataset's size.
+  auto sums = torch::stack({correct1.to(torch::kDouble), correctk.to(torch::kDouble), loss_sum,
+                            torch::full({}, static_cast<double>(r.images), loss_sum.options())})
+                  .cpu();
+  if (sum_over_ranks) sum_over_ranks(sums);
   const double total_s = std::chrono::duration<double>(clock::now() - start).count();
-  const double n = static_cast<double>(std::max<std::int64_t>(r.images, 1));
-  r.top1 = 100.0 * static_cast<double>(correct1.item<std::int64_t>()) / n;
-  r.topk = 100.0 * static_cast<double>(correctk.item<std::int64_t>()) / n;
-  r.loss = loss_sum.item<double>() / n;
+  const auto* v = sums.data_ptr<double>();
+  r.images = static_cast<std::int64_t>(v[3]);
+  const double n = std::max(v[3], 1.0);
+  r.top1 = 100.0 * v[0] / n;
+  r.topk = 100.0 * v[1] / n;
+  r.loss = v[2] / n;
   r.total_ips = static_cast<double>(r.images) / total_s;
   r.compute_ips = compute_s > 0 ? static_cast<double>(r.images) / compute_s : 0;
   double sum = 0;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace convnets::train {
@@ -33,8 +34,12 @@ std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const P
 
 // Runs one epoch of `loader` (eval transform, no shuffling) in eval mode.
 // `phase` names the progress line (empty: no progress output); print_every as Progress.
+// In a data-parallel run each rank evaluates its own shard (no sample twice,
+// none left out) and `sum_over_ranks` adds the counts up: the result is the
+// whole set's; throughput and latency are this rank's.
 EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt, const Preprocessing& pre,
-                    std::int64_t top_k, const std::string& phase, std::int64_t print_every);
+                    std::int64_t top_k, const std::string& phase, std::int64_t print_every,
+                    const std::function<void(at::Tensor&)>& sum_over_ranks = {});
 
 // Nearest-rank percentile (q in [0, 100]) of unsorted values.
 double percentile(std::vector<double> values, double q);

@@ -23,6 +23,7 @@ struct GraphedStep::Graph {
 
 std::string GraphedStep::unsupported_reason(const StepOptions& options) {
   if (options.mixup > 0) return "mixup draws lambda and a permutation on the host every step";
+  if (options.sync) return "the gradient all-reduce of a data-parallel run is launched from autograd hooks";
   return "";
 }
 

@@ -8,18 +8,26 @@
 #include <torch/torch.h>
 #if CONVNETS_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace convnets::train {
 
-Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format) {
+Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
+                        int cuda_index) {
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
   if (device == "cuda" && !cuda) {
     throw Error("--device cuda: no CUDA device is available",
                 CONVNETS_CUDA ? "check the driver and CUDA_VISIBLE_DEVICES" : "this convnets build is CPU-only");
   }
-  rt.device = (device == "cuda" || (device == "auto" && cuda)) ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  const bool on_cuda = device == "cuda" || (device == "auto" && cuda);
+  if (on_cuda && cuda_index >= static_cast<int>(torch::cuda::device_count())) {
+    throw Error("local rank " + std::to_string(cuda_index) + " needs GPU " + std::to_string(cuda_index) + ", but " +
+                    std::to_string(torch::cuda::device_count()) + " are visible",
+                "one process per GPU: --nproc-per-node at most the GPU count (see CUDA_VISIBLE_DEVICES)");
+  }
+  rt.device = on_cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_index)) : c10::Device(c10::kCPU);
   rt.precision = precision;
   rt.channels_last = memory_format == "nhwc";
   if (precision != "fp32" && !rt.device.is_cuda()) {
@@ -28,7 +36,10 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
   }
   int major = 0;
 #if CONVNETS_CUDA
-  if (rt.device.is_cuda()) major = at::cuda::getCurrentDeviceProperties()->major;
+  if (rt.device.is_cuda()) {
+    c10::cuda::set_device(rt.device.index());  // kernels, cuDNN handles and graphs of this process go there
+    major = at::cuda::getDeviceProperties(rt.device.index())->major;
+  }
 #endif
   if ((precision == "bf16" || precision == "tf32") && major < 8) {
     throw Error("--precision " + precision + " needs a GPU of compute capability 8.0 or newer; this one is " +

@@ -22,7 +22,9 @@ struct Runtime {
 // Throws Error naming --device/--precision when the device lacks the mode
 // (fp16/bf16/tf32 need CUDA; bf16 and tf32 need compute capability 8.0+).
 // Sets the TF32 switches: on for tf32, off for fp32 (PyTorch leaves cuDNN's on).
-Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format);
+// `cuda_index`: the GPU of this process (a data-parallel worker's local rank).
+Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
+                        int cuda_index = 0);
 
 // Moves the model to the device and, for channels-last, its 4-D weights to NHWC memory.
 void prepare_model(NetworkImpl& model, const Runtime& rt);

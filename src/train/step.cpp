@@ -70,10 +70,18 @@ StepOutput step_impl(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema
   model.train();
   optimizer.zero_grad();
   const double n = static_cast<double>(micro.size());
+  // Mixup's stream is keyed by the micro-batch's place in the global batch
+  // (micro m of rank r is global micro-batch m * world + r, the loader's
+  // order), so 2 ranks draw what 1 process accumulating 2 micro-batches draws.
+  const std::int64_t world = options.sync ? options.sync->world_size() : 1;
+  const std::int64_t rank = options.sync ? options.sync->rank() : 0;
   at::Tensor total;
   for (size_t m = 0; m < micro.size(); ++m) {
+    const bool last = m + 1 == micro.size();
+    if (options.sync && m == 0) options.sync->begin_step(model);
     auto images = micro[m].images;
-    auto draw = draw_mixup(options.mixup, images.size(0), options.seed, step, static_cast<std::int64_t>(m));
+    auto draw = draw_mixup(options.mixup, images.size(0), options.seed, step,
+                           static_cast<std::int64_t>(m) * world + rank);
     if (!draw.perm.empty()) {
       torch::NoGradGuard no_grad;
       const auto perm = torch::tensor(draw.perm, torch::dtype(torch::kLong).device(images.device()));
@@ -86,7 +94,9 @@ StepOutput step_impl(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema
     }
     auto scaled = loss / n;
     if (scaler) scaled = scaler->scale(scaled);
+    if (options.sync) options.sync->before_backward(last);
     scaled.backward();
+    if (options.sync) options.sync->after_backward(last);
     total = total.defined() ? total + loss.detach() : loss.detach();
     out.mixup.push_back(std::move(draw));
   }

@@ -29,11 +29,26 @@ MixupDraw draw_mixup(double alpha, std::int64_t batch, std::uint64_t seed, std::
 at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& labels, double smoothing,
                                const MixupDraw* mix = nullptr);
 
+// Data-parallel hooks around a step's micro-batches (dist::GradientReducer):
+// gradients are all-reduced during the last micro-batch's backward only.
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  // Once per step, before the first forward (e.g. BN buffers from rank 0, as DDP broadcasts them).
+  virtual void begin_step(NetworkImpl& model) = 0;
+  virtual void before_backward(bool last_micro) = 0;
+  // Returns when this rank's gradients are the average over ranks (last micro-batch).
+  virtual void after_backward(bool last_micro) = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+};
+
 struct StepOptions {
   double label_smoothing = 0;
   double mixup = 0;
   std::uint64_t seed = 0;
   at::ScalarType autocast = at::kFloat;  // kHalf / kBFloat16: autocast on CUDA; kFloat: none
+  GradientSync* sync = nullptr;          // data-parallel runs; not capturable in a CUDA graph
 };
 
 struct MicroBatch {

@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "dist/grad_sync.h"
+#include "dist/group.h"
 #include "data/loader.h"
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
@@ -25,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 namespace convnets::train {
 namespace fs = std::filesystem;
@@ -118,11 +121,20 @@ std::string last_checkpoint_path(const std::string& workspace) {
   return (fs::path(workspace) / "last.safetensors").string();
 }
 
-int run_training(const TrainConfig& config, const RunOptions& options) {
+namespace {
+
+int train_impl(const TrainConfig& config, const RunOptions& options, std::unique_ptr<dist::Group>& group) {
   using clock = std::chrono::steady_clock;
   validate(config);
   const auto& c = config;
-  const Runtime rt = resolve_runtime(c.device, c.precision, c.memory_format);
+  const dist::WorkerEnv* denv = options.dist && options.dist->world_size > 1 ? &*options.dist : nullptr;
+  const Runtime rt = resolve_runtime(c.device, c.precision, c.memory_format, denv ? denv->local_rank : 0);
+  // Connect first: a rank that fails later (bad data, an occupied workspace)
+  // then reaches the others as a named failure instead of a rendezvous timeout.
+  if (denv) group = std::make_unique<dist::Group>(*denv, rt.device, c.dist_backend);
+  const int world = group ? group->world_size() : 1;
+  const int rank = group ? group->rank() : 0;
+  const bool writer = rank == 0;  // checkpoints, logs, reports and progress
   const ArchInfo& arch = find_architecture(c.arch);
   const Preprocessing pre = resolve_preprocessing(arch, c);
 
@@ -134,8 +146,15 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                         static_cast<std::size_t>(c.max_val_images));
     check_same_classes(*train_ds, *val_ds);
   }
-  const std::int64_t micro_per_step = c.optimizer_batch_size > 0 ? c.optimizer_batch_size / c.batch_size : 1;
-  const std::int64_t optimizer_batch = c.batch_size * micro_per_step;
+  // DLE's semantics: --optimizer-batch-size counts every process's images.
+  const std::int64_t per_round = c.batch_size * world;
+  if (c.optimizer_batch_size > 0 && c.optimizer_batch_size % per_round != 0) {
+    throw Error("--optimizer-batch-size " + std::to_string(c.optimizer_batch_size) + " is not a multiple of --batch-size " +
+                    std::to_string(c.batch_size) + " x " + std::to_string(world) + " processes",
+                "the optimizer batch counts all processes' images; use a multiple of " + std::to_string(per_round));
+  }
+  const std::int64_t micro_per_step = c.optimizer_batch_size > 0 ? c.optimizer_batch_size / per_round : 1;
+  const std::int64_t optimizer_batch = per_round * micro_per_step;
 
   // ---- model, optimizer, EMA, loss scale
   torch::manual_seed(static_cast<std::uint64_t>(c.seed));
@@ -162,7 +181,18 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     throw Error("--evaluate needs weights", "add --resume CHECKPOINT or --fine-tune WEIGHTS (or use convnets eval)");
   }
   prepare_model(*model, rt);
+  if (group && c.sync_bn) {
+    // The group outlives the model's use of it: both end with this function.
+    layers::enable_sync_batchnorm(*model, std::shared_ptr<layers::BatchNormSync>(group.get(), [](auto*) {}));
+  }
   Sgd sgd(*model, {c.momentum, c.nesterov, c.weight_decay, c.bn_weight_decay});
+  std::unique_ptr<dist::GradientReducer> reducer;
+  if (group) {
+    reducer = std::make_unique<dist::GradientReducer>(*group, sgd.flat(), *model,
+                                                      static_cast<std::int64_t>(c.bucket_mb * (1 << 20)),
+                                                      /*broadcast_buffers=*/!c.sync_bn);
+    reducer->broadcast_state(*model);  // ranks start bit-identical whatever they loaded
+  }
   std::unique_ptr<LossScaler> scaler;
   if (rt.loss_scaling) scaler = std::make_unique<LossScaler>(rt.device);
   std::unique_ptr<Ema> ema;
@@ -202,23 +232,34 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   data::LoaderOptions lo;
   lo.batch_size = c.batch_size;
   lo.workers = static_cast<int>(c.workers);
+  if (lo.workers == 0 && denv && denv->local_world_size > 1) {
+    lo.workers = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / denv->local_world_size);
+  }
+  lo.shard.rank = rank;
+  lo.shard.world_size = world;
   lo.drop_last = true;
   lo.shard.shuffle = true;
   lo.shard.seed = static_cast<std::uint64_t>(c.seed);
   lo.bad_images = data::parse_bad_image_policy(c.bad_images);
   std::unique_ptr<data::Loader> train_loader;
   if (!c.evaluate) {
-    train_loader = std::make_unique<data::Loader>(train_ds, std::make_shared<data::Transform>(train_t), lo);
+    data::LoaderOptions tlo = lo;
+    tlo.shard.block = c.batch_size;  // whole micro-batches per rank: see ShardOptions::block
+    tlo.shard.drop_tail = true;
+    train_loader = std::make_unique<data::Loader>(train_ds, std::make_shared<data::Transform>(train_t), tlo);
   }
   std::unique_ptr<data::Loader> val_loader;
   if (val_ds) val_loader = make_eval_loader(val_ds, pre, lo);
 
+  std::function<void(at::Tensor&)> sum_over_ranks;
+  if (group) sum_over_ranks = [&](at::Tensor& t) { group->all_reduce_sum(t); };
   auto validate_models = [&](std::int64_t epoch, nlohmann::ordered_json& data) -> EvalResult {
     const std::string tag = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs);
-    auto r = evaluate(*model, *val_loader, rt, pre, c.top_k, tag + " val", c.print_freq);
+    auto r = evaluate(*model, *val_loader, rt, pre, c.top_k, writer ? tag + " val" : "", c.print_freq, sum_over_ranks);
     data.update(r.to_dllogger("val"));
     if (ema) {
-      auto e = evaluate(*ema->model(), *val_loader, rt, pre, c.top_k, tag + " val (EMA)", c.print_freq);
+      auto e = evaluate(*ema->model(), *val_loader, rt, pre, c.top_k, writer ? tag + " val (EMA)" : "", c.print_freq,
+                        sum_over_ranks);
       data.update(e.to_dllogger("val_ema"));
     }
     return r;
@@ -227,7 +268,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   if (c.evaluate) {
     nlohmann::ordered_json data;
     validate_models(start_epoch > 0 ? start_epoch - 1 : 0, data);
-    std::cout << data.dump(2) << '\n';
+    if (writer) std::cout << data.dump(2) << '\n';
     return 0;
   }
 
@@ -247,6 +288,35 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   so.steps_per_epoch = steps_per_epoch;
   so.epochs = c.epochs;
   const LrSchedule schedule(so);
+  if (resume) {
+    // A different world size (or batch, or accumulation) changes the images
+    // per step; the checkpoint's position is converted through the images
+    // consumed, which the batch-dealing sampler orders the same for any split.
+    const auto& m = resume->meta;
+    const auto& old = m.at("config");
+    const std::int64_t old_batch = old.value("batch_size", std::int64_t{0});
+    const std::int64_t old_obs = old.value("optimizer_batch_size", std::int64_t{0});
+    const std::int64_t old_world = m.value("world_size", std::int64_t{1});
+    const std::int64_t old_step_images =
+        m.value("images_per_step", old_obs > 0 ? old_obs : old_batch * old_world);
+    if (old_step_images != optimizer_batch) {
+      const std::int64_t consumed = start_step_in_epoch * old_step_images;
+      if (consumed % optimizer_batch != 0) {
+        throw Error("--resume " + resume->path + " stopped " + std::to_string(consumed) + " images into epoch " +
+                        std::to_string(start_epoch + 1) + ", not a whole number of this run's steps of " +
+                        std::to_string(optimizer_batch) + " images",
+                    "resume with a step size (--batch-size x processes x micro-batches) that divides it, or from an "
+                    "epoch-end checkpoint");
+      }
+      start_step_in_epoch = consumed / optimizer_batch;
+      global_step = start_epoch * steps_per_epoch + start_step_in_epoch;
+      if (writer) {
+        std::cout << "resume: " << old_world << " process(es) x " << old_step_images / old_world << " -> " << world
+                  << " x " << optimizer_batch / world << " images per step; continuing at image " << consumed
+                  << " of epoch " << start_epoch + 1 << '\n';
+      }
+    }
+  }
   if (start_step_in_epoch >= steps_per_epoch) {
     throw Error("--resume " + resume->path + " stopped at step " + std::to_string(start_step_in_epoch) +
                 " of an epoch that now has " + std::to_string(steps_per_epoch) + " steps",
@@ -254,15 +324,19 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
   }
 
   // ---- workspace: refuse to overwrite another run; everything above was checked first
-  fs::create_directories(c.workspace);
   const std::string last_path = last_checkpoint_path(c.workspace);
-  if (!resume && fs::exists(last_path)) {
-    throw Error("--workspace " + c.workspace + " already holds a run (" + last_path + ")",
-                "continue it with --resume " + last_path + ", or pick another --workspace");
+  if (writer) {
+    if (!resume && fs::exists(last_path)) {
+      throw Error("--workspace " + c.workspace + " already holds a run (" + last_path + ")",
+                  "continue it with --resume " + last_path + ", or pick another --workspace");
+    }
+    fs::create_directories(c.workspace);
   }
   const auto resolved = to_json(c);
   const nlohmann::ordered_json derived{{"optimizer_batch", optimizer_batch},
                                        {"micro_batches_per_step", micro_per_step},
+                                       {"world_size", world},
+                                       {"sync_bn", c.sync_bn && world > 1},
                                        {"base_lr_scaled", so.base_lr},
                                        {"steps_per_epoch", steps_per_epoch},
                                        {"warmup_steps", schedule.warmup_steps()},
@@ -271,19 +345,23 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                                        {"device", rt.device.str()},
                                        {"train_data", train_ds->description()},
                                        {"val_data", val_ds ? val_ds->description() : ""}};
-  write_file_atomically((fs::path(c.workspace) / "config.json").string(),
-                        nlohmann::ordered_json{{"config", resolved}, {"derived", derived}}.dump(2) + "\n");
-  DlLogger log((fs::path(c.workspace) / "log.json").string(), /*append=*/resume != nullptr);
-  {
+  std::unique_ptr<DlLogger> log;
+  if (writer) {
+    write_file_atomically((fs::path(c.workspace) / "config.json").string(),
+                          nlohmann::ordered_json{{"config", resolved}, {"derived", derived}}.dump(2) + "\n");
+    log = std::make_unique<DlLogger>((fs::path(c.workspace) / "log.json").string(), /*append=*/resume != nullptr);
+  }
+  if (log) {
+    auto& log_ref = *log;
     nlohmann::ordered_json params = resolved;
     params.update(derived);
     params["resumed_from"] = resume ? resume->path : "";
-    log.log("PARAMETER", params);
-    for (const char* m : {"train.loss", "val.loss"}) log.metadata(m, {{"unit", ""}, {"format", ":>.5f"}});
+    log_ref.log("PARAMETER", params);
+    for (const char* m : {"train.loss", "val.loss"}) log_ref.metadata(m, {{"unit", ""}, {"format", ":>.5f"}});
     for (const char* m : {"train.total_ips", "train.compute_ips", "val.total_ips", "val.compute_ips"}) {
-      log.metadata(m, {{"unit", "images/s"}, {"format", ":>.2f"}});
+      log_ref.metadata(m, {{"unit", "images/s"}, {"format", ":>.2f"}});
     }
-    for (const char* m : {"val.top1", "val.top5"}) log.metadata(m, {{"unit", "%"}, {"format", ":>.2f"}});
+    for (const char* m : {"val.top1", "val.top5"}) log_ref.metadata(m, {{"unit", "%"}, {"format", ":>.2f"}});
   }
 
   std::vector<std::string> class_names = train_ds->classes();
@@ -305,10 +383,12 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     // (seed, epoch, index) and (seed, step): the position is the RNG state.
     m["rng"] = "splitmix64(seed, epoch, sample) for data; splitmix64(seed, step, micro-batch) for mixup";
     m["loss_scale"] = scaler ? scaler->value() : 1.0;
-    m["world_size"] = 1;
+    m["world_size"] = world;
+    m["images_per_step"] = optimizer_batch;
     return m;
   };
   auto save = [&](const std::string& path, std::int64_t epoch, std::int64_t step_in_epoch) {
+    if (!writer) return;  // every rank holds the same state; rank 0 writes it
     NamedTensors tensors;
     for (auto& [k, t] : state_dict(*model)) tensors.emplace_back("model." + k, t);
     if (ema) {
@@ -322,26 +402,44 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     save_checkpoint(path, tensors, checkpoint_meta(epoch, step_in_epoch));
   };
 
-  std::cout << "train: " << arch.name << ", " << train_ds->description() << '\n'
-            << "       " << steps_per_epoch << " steps/epoch of " << optimizer_batch << " images"
-            << (micro_per_step > 1 ? " (" + std::to_string(micro_per_step) + " micro-batches)" : "")
-            << ", lr " << so.base_lr << " " << c.lr_schedule << ", " << rt.device.str() << " " << c.precision << ", "
-            << train_loader->workers() << " loader threads\n";
-  if (resume) {
+  if (writer) {
+    std::cout << "train: " << arch.name << ", " << train_ds->description() << '\n'
+              << "       " << steps_per_epoch << " steps/epoch of " << optimizer_batch << " images"
+              << (world > 1 ? " (" + std::to_string(world) + " processes x " + std::to_string(c.batch_size) + ")" : "")
+              << (micro_per_step > 1 ? " (" + std::to_string(micro_per_step) + " micro-batches)" : "")
+              << ", lr " << so.base_lr << " " << c.lr_schedule << ", " << rt.device.str() << " " << c.precision << ", "
+              << train_loader->workers() << " loader threads\n";
+    if (group) {
+      std::cout << "       data-parallel: " << world << " ranks over " << group->backend() << " ("
+                << denv->source << ", store " << denv->master_addr << ":" << denv->master_port << "), "
+                << reducer->stats().buckets << " gradient buckets of <= " << c.bucket_mb << " MiB"
+                << (c.sync_bn ? ", synchronized BN" : "") << '\n';
+    }
+  }
+  if (resume && writer) {
     std::cout << "resume: " << resume->path << " at epoch " << start_epoch + 1 << ", step " << start_step_in_epoch
               << "/" << steps_per_epoch << '\n';
   }
 
   // `last` is saved by then; the exit code and message say how to go on.
   auto interrupted = [&](int sig, const std::string& where) {
+    if (!writer) return 128 + sig;
     std::cerr << "convnets: interrupted by " << signal_name(sig) << " " << where << "; saved " << last_path
               << "\n  resume with: " << options.command << " --resume " << last_path << '\n';
     return 128 + sig;
   };
   SignalScope signals;
-  StepOptions step_options{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), rt.autocast};
+  StepOptions step_options{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), rt.autocast, reducer.get()};
   StepRunner stepper(*model, sgd, scaler.get(), ema.get(), step_options, rt.device, c.cuda_graph);
-  const bool terminal = Progress::stdout_is_terminal();
+  const bool terminal = writer && Progress::stdout_is_terminal();
+  // A signal must stop every rank after the same step, or the collectives
+  // would go out of step: data-parallel runs agree on it at each log line.
+  auto stop_signal = [&](bool check_point) -> int {
+    const int sig = g_signal.load();
+    if (!group) return sig;
+    if (!check_point) return 0;
+    return group->any(sig != 0) ? (sig != 0 ? sig : SIGTERM) : 0;
+  };
   const std::int64_t total_steps = c.prof > 0 ? std::min(c.prof, schedule.total_steps()) : schedule.total_steps();
   bool stopped_by_prof = false;
   data::Batch batch;
@@ -369,6 +467,7 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
       lr = schedule.at(global_step);
       const at::Tensor step_loss = stepper.run(micro, lr, global_step);
       ++global_step;
+      if (group) group->set_progress(global_step);
       epoch_loss += step_loss;
       window_loss += step_loss;
       const auto t2 = clock::now();
@@ -382,6 +481,10 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
       ++epoch_steps;
       const bool log_now = (s + 1) % c.print_freq == 0 || s + 1 == steps_per_epoch;
       if (log_now) {
+        if (group) {
+          group->all_reduce_sum(window_loss);
+          window_loss /= world;
+        }
         const double wl = window_loss.item<double>() / static_cast<double>(window_steps);
         const double images = static_cast<double>(window_steps * optimizer_batch);
         nlohmann::ordered_json d_json{{"train.loss", wl},
@@ -391,17 +494,19 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
                                       {"train.compute_time", window_compute_s / static_cast<double>(window_steps)},
                                       {"train.lr", lr}};
         if (scaler) d_json["train.loss_scale"] = scaler->value();
-        log.log({epoch + 1, s + 1}, d_json);
+        if (log) log->log({epoch + 1, s + 1}, d_json);
         window_loss.zero_();
         window_data_s = window_compute_s = 0;
         window_steps = 0;
-        progress.update(s + 1, d_json["train.total_ips"].get<double>(), "loss " + fmt("%.4f", wl) +
-                                                                           "  lr " + fmt("%.4g", lr));
+        if (writer) {
+          progress.update(s + 1, d_json["train.total_ips"].get<double>(), "loss " + fmt("%.4f", wl) +
+                                                                             "  lr " + fmt("%.4g", lr));
+        }
       } else if (terminal) {
         const double el = std::chrono::duration<double>(clock::now() - epoch_start).count();
         progress.update(s + 1, static_cast<double>(epoch_steps * optimizer_batch) / el, "lr " + fmt("%.4g", lr));
       }
-      const int sig = g_signal.load();
+      const int sig = stop_signal(log_now);
       if (sig != 0 && s + 1 < steps_per_epoch) {
         save(last_path, epoch, s + 1);
         std::cout << '\n';
@@ -415,8 +520,12 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     }
     const double epoch_s = std::chrono::duration<double>(clock::now() - epoch_start).count();
     const double n_images = static_cast<double>(epoch_steps * optimizer_batch);
+    if (group) {
+      group->all_reduce_sum(epoch_loss);
+      epoch_loss /= world;
+    }
     const double mean_loss = epoch_loss.item<double>() / static_cast<double>(std::max<std::int64_t>(epoch_steps, 1));
-    progress.finish("loss " + fmt("%.4f", mean_loss) + "  " + fmt("%.0f", n_images / epoch_s) + " img/s");
+    if (writer) progress.finish("loss " + fmt("%.4f", mean_loss) + "  " + fmt("%.0f", n_images / epoch_s) + " img/s");
     nlohmann::ordered_json epoch_data{{"train.loss", mean_loss},
                                       {"train.total_ips", n_images / epoch_s},
                                       {"train.compute_ips", n_images / compute_s},
@@ -435,18 +544,18 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
         improved = true;
       }
     }
-    log.log({epoch + 1}, epoch_data);
+    if (log) log->log({epoch + 1}, epoch_data);
     const std::int64_t next_epoch = epoch_complete ? epoch + 1 : epoch;
     save(last_path, next_epoch, epoch_complete ? 0 : first + epoch_steps);
-    if (improved && epoch_complete) {
+    if (improved && epoch_complete && writer) {
       copy_file_atomically(last_path, (fs::path(c.workspace) / "best.safetensors").string());
     }
-    if (epoch_complete && c.save_every > 0 && (epoch + 1) % c.save_every == 0) {
+    if (writer && epoch_complete && c.save_every > 0 && (epoch + 1) % c.save_every == 0) {
       copy_file_atomically(last_path,
                            (fs::path(c.workspace) / ("epoch-" + std::to_string(epoch + 1) + ".safetensors")).string());
       prune_epoch_checkpoints(c.workspace, c.keep);
     }
-    const int sig = g_signal.load();
+    const int sig = stop_signal(true);
     if (sig != 0 && epoch + 1 < c.epochs) {
       return interrupted(sig, "after epoch " + std::to_string(epoch + 1));
     }
@@ -457,11 +566,27 @@ int run_training(const TrainConfig& config, const RunOptions& options) {
     summary["val.best_epoch"] = best_epoch;
     summary.update(last_val.to_dllogger("val"));
   }
-  log.log(nlohmann::json::array(), summary);
+  if (!writer) return 0;
+  log->log(nlohmann::json::array(), summary);
   std::cout << "done: " << global_step << " steps";
   if (best_epoch > 0) std::cout << ", best top-1 " << fmt("%.2f", best_top1) << "% (epoch " << best_epoch << ")";
   std::cout << "; checkpoints in " << c.workspace << '\n';
   return 0;
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& config, const RunOptions& options) {
+  std::unique_ptr<dist::Group> group;
+  try {
+    return train_impl(config, options, group);
+  } catch (const dist::DistributedError&) {
+    throw;  // already the diagnosis; the failed rank published its own
+  } catch (const std::exception& e) {
+    // The other ranks name this one and its reason instead of a lost connection.
+    if (group) group->publish_failure(e.what());
+    throw;
+  }
 }
 
 }  // namespace convnets::train

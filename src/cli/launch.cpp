@@ -1,0 +1,42 @@
+#include "cli/launch.h"
+
+#include "dist/launcher.h"
+
+#include <CLI/CLI.hpp>
+
+namespace convnets::cli {
+
+void add_launch_flags(CLI::App* cmd, dist::LaunchOptions& o) {
+  const auto last = CLI::MultiOptionPolicy::TakeLast;
+  const std::string group = "Data-parallel launch (torchrun's flags)";
+  cmd->add_option("--nproc-per-node", o.nproc_per_node, "worker processes on this machine (one per GPU)")
+      ->group(group)->multi_option_policy(last);
+  cmd->add_option("--nnodes", o.nnodes, "machines in the job [default 1]")->group(group)->multi_option_policy(last);
+  cmd->add_option("--node-rank", o.node_rank, "this machine's index, 0..nnodes-1 [default 0]")
+      ->group(group)->multi_option_policy(last);
+  cmd->add_option("--master-addr", o.master_addr, "address of node 0, where rank 0 serves the rendezvous store "
+                                                  "[default MASTER_ADDR, else 127.0.0.1]")
+      ->group(group)->multi_option_policy(last);
+  cmd->add_option("--master-port", o.master_port, "its TCP port [default MASTER_PORT, else 29500]")
+      ->group(group)->multi_option_policy(last);
+  cmd->add_option("--dist-timeout", o.timeout_s,
+                  "seconds the rendezvous and each collective may take before the ranks give up and name the rank "
+                  "at fault [default 300]")
+      ->group(group)->multi_option_policy(last);
+}
+
+int launch_or_run(const dist::LaunchOptions& options, const std::function<int(const dist::WorkerEnv*)>& work) {
+  const auto resolved = dist::resolve(options);
+  switch (resolved.role) {
+    case dist::Role::Launcher:
+      // Survivors of a failed rank need up to the timeout to diagnose it and exit on their own.
+      return dist::launch_workers(resolved.worker, dist::program_args(), options.timeout_s + 15);
+    case dist::Role::Worker:
+      return work(&resolved.worker);
+    case dist::Role::Single:
+      break;
+  }
+  return work(nullptr);
+}
+
+}  // namespace convnets::cli
