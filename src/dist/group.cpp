@@ -109,6 +109,17 @@ struct BackendOf : Backend {
 
 }  // namespace
 
+bool check_master_address(const WorkerEnv& env, bool serves_store) {
+  const Addresses addr = resolve_host(env);
+  if (serves_store && !is_local(addr)) {
+    throw DistributedError("master address '" + env.master_addr +
+                               "' (--master-addr / MASTER_ADDR) is not an address of this machine, but rank 0 "
+                               "runs here and serves the rendezvous store on it",
+                           "on node 0, give one of its own addresses (or 127.0.0.1 for a single machine)");
+  }
+  return addr.loopback;
+}
+
 class Group::Pending {
  public:
   WorkPtr work;
@@ -156,14 +167,8 @@ Group::Group(const WorkerEnv& env, const c10::Device& device, const std::string&
     throw Error("--dist-backend nccl: this convnets build has no NCCL backend", "use --dist-backend gloo (it also moves CUDA tensors, through host memory)");
   }
   if (backend_ != "gloo") throw Error("--dist-backend " + backend + ": expected auto, gloo or nccl");
-  const Addresses addr = resolve_host(env);
   const bool serve = env.rank == 0 && !env.agent_store;
-  if (serve && !is_local(addr)) {
-    throw DistributedError("master address '" + env.master_addr +
-                               "' (--master-addr / MASTER_ADDR) is not an address of this machine, but rank 0 "
-                               "runs here and serves the rendezvous store on it",
-                           "on node 0, give one of its own addresses (or 127.0.0.1 for a single machine)");
-  }
+  const bool loopback = check_master_address(env, serve);
   impl_->store = open_store(env, serve, env.timeout);
   auto& store = *impl_->store;
   const int w = env.world_size, r = env.rank;
@@ -208,7 +213,7 @@ Group::Group(const WorkerEnv& env, const c10::Device& device, const std::string&
     auto opts = c10d::ProcessGroupGloo::Options::create(env.timeout);
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    } else if (addr.loopback) {
+    } else if (loopback) {
       // Every rank is on this machine: stay on loopback whatever the host name resolves to.
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     } else {

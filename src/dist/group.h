@@ -25,6 +25,12 @@ class DistributedError : public Error {
   using Error::Error;
 };
 
+// Fails at once when MASTER_ADDR does not resolve, or, for the process that
+// serves the store (rank 0 / node 0), when it is not an address of this
+// machine. The launcher checks it before starting workers; so does each rank.
+// Returns whether every address it resolves to is loopback.
+bool check_master_address(const WorkerEnv& env, bool serves_store);
+
 // torch.distributed's default group, for one job: rank 0 serves a c10d
 // TCPStore at MASTER_ADDR:MASTER_PORT (unless torchrun's agent already does),
 // every rank checks in with its world size and rank, then the backend (NCCL

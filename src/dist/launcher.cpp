@@ -1,6 +1,7 @@
 #include "dist/launcher.h"
 
 #include "core/error.h"
+#include "dist/group.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -60,6 +61,7 @@ const std::vector<std::string>& program_args() { return g_args; }
 int launch_workers(const WorkerEnv& plan, const std::vector<std::string>& argv, double grace_s,
                    const std::vector<std::pair<std::string, std::string>>& extra_env) {
   if (argv.empty()) throw Error("launcher: no command line to run");
+  check_master_address(plan, /*serves_store=*/plan.node_rank == 0);
   if (plan.node_rank == 0) check_port_free(plan.master_port);
   const int n = plan.local_world_size;
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());

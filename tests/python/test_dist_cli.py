@@ -1,0 +1,259 @@
+"""End-to-end tests of data-parallel `convnets train` on CPU with Gloo over loopback.
+
+Two processes started by the launcher, by two "node" launchers and by a
+torchrun-style environment; equivalence with one process accumulating the
+same micro-batches; exact sharded evaluation; a killed and a frozen rank; resume
+with another world size; launches that must fail within seconds.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
+import pth2safetensors  # noqa: E402
+
+BIN = os.environ["CONVNETS_BIN"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+# One thread per process everywhere: then each rank computes its micro-batch
+# exactly as the single process does, and the runs must agree to the bit.
+RUN = ["--recipe", "fashion-mnist-resnet8", "--max-train-images", "1024", "--max-val-images", "201",
+       "--epochs", "1", "--warmup", "0", "--batch-size", "32", "--print-freq", "2"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env1(**extra):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def train(*args, timeout=300, env=None):
+    return subprocess.run([BIN, "--threads", "1", "train", FASHION, *RUN, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env or env1())
+
+
+def params(path):
+    tensors = pth2safetensors.read_safetensors(path)
+    tensors = tensors[0] if isinstance(tensors, tuple) else tensors
+    return {k: v.double() for k, v in tensors.items()
+            if k.startswith("model.") and "running" not in k and "num_batches" not in k}
+
+
+def max_relative_error(a, b):
+    """The bar's measure: per tensor max|a - b| / max|b|, the worst tensor."""
+    assert a.keys() == b.keys()
+    return max(((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-30)).item() for k in a)
+
+
+def rank_pids(launcher_pid):
+    """rank -> pid of the launcher's workers, read from their environment."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != launcher_pid:
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+            out[int(env[b"RANK"])] = int(pid)
+        except (OSError, KeyError, ValueError):
+            pass
+    return out
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class DataParallelTraining(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.single = train("--prof", "6", "--optimizer-batch-size", "64", "--training-only",
+                           "--workspace", cls.ws("single"))
+        assert cls.single.returncode == 0, cls.single.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def ws(cls, name):
+        return os.path.join(cls.tmp.name, name)
+
+    def test_two_processes_equal_one_process_accumulating_the_same_micro_batches(self):
+        r = train("--prof", "6", "--training-only", "--nproc-per-node", "2", "--master-port", str(free_port()),
+                  "--workspace", self.ws("dp"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("data-parallel: 2 ranks over gloo", r.stdout)
+        self.assertIn("gradient buckets", r.stdout)
+        err = max_relative_error(params(self.ws("dp/last.safetensors")), params(self.ws("single/last.safetensors")))
+        self.assertLess(err, 1e-5)
+        # Rank 0 alone writes: one PARAMETER record, one progress banner.
+        with open(self.ws("dp/log.json")) as f:
+            self.assertEqual(sum('"PARAMETER"' in line for line in f), 1)
+        self.assertEqual(r.stdout.count("train: resnet8"), 1)
+        with open(self.ws("dp/config.json")) as f:
+            derived = json.load(f)["derived"]
+        self.assertEqual((derived["world_size"], derived["optimizer_batch"]), (2, 64))
+
+    def test_two_node_launchers_on_one_machine_agree_the_same_way(self):
+        port = str(free_port())
+        common = ["--prof", "6", "--training-only", "--nnodes", "2", "--nproc-per-node", "1",
+                  "--master-addr", "127.0.0.1", "--master-port", port]
+        cmd = [BIN, "--threads", "1", "train", FASHION, *RUN, *common]
+        node1 = subprocess.Popen(cmd + ["--node-rank", "1", "--workspace", self.ws("node1")], env=env1(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        node0 = subprocess.run(cmd + ["--node-rank", "0", "--workspace", self.ws("node0")], env=env1(),
+                               capture_output=True, text=True, timeout=300)
+        out1, err1 = node1.communicate(timeout=300)
+        self.assertEqual(node0.returncode, 0, node0.stderr)
+        self.assertEqual(node1.returncode, 0, err1)
+        self.assertFalse(os.path.exists(self.ws("node1")), "a rank other than 0 wrote its workspace")
+        err = max_relative_error(params(self.ws("node0/last.safetensors")),
+                                 params(self.ws("single/last.safetensors")))
+        self.assertLess(err, 1e-5)
+
+    def test_torchrun_environment_starts_the_plain_binary_as_a_worker(self):
+        port = str(free_port())
+        procs = [subprocess.Popen([BIN, "--threads", "1", "train", FASHION, *RUN, "--prof", "6", "--training-only",
+                                   "--workspace", self.ws("torchrun")],
+                                  env=env1(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2",
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+        for p in procs:
+            _, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 0, err)
+        err = max_relative_error(params(self.ws("torchrun/last.safetensors")),
+                                 params(self.ws("single/last.safetensors")))
+        self.assertLess(err, 1e-5)
+
+    def test_sharded_evaluation_counts_every_image_exactly_once(self):
+        ckpt = self.ws("single/last.safetensors")
+        one = train("--evaluate", "--no-training-only", "--resume", ckpt)
+        two = train("--evaluate", "--no-training-only", "--resume", ckpt, "--nproc-per-node", "2",
+                    "--master-port", str(free_port()))
+        self.assertEqual(one.returncode, 0, one.stderr)
+        self.assertEqual(two.returncode, 0, two.stderr)
+        a = json.loads(one.stdout[one.stdout.index("{"):])
+        b = json.loads(two.stdout[two.stdout.index("{"):])
+        # 201 images over 2 ranks: 101 + 100, none padded or dropped.
+        self.assertEqual(a["val.top1"], b["val.top1"])
+        self.assertEqual(round(a["val.top1"] * 201 / 100), round(b["val.top1"] * 201 / 100))
+        self.assertAlmostEqual(a["val.loss"], b["val.loss"], places=5)
+
+    def _start_long_run(self, workspace, timeout_s):
+        cmd = [BIN, "--threads", "1", "train", FASHION, *RUN, "--epochs", "5", "--training-only",
+               "--nproc-per-node", "2", "--master-port", str(free_port()), "--dist-timeout", str(timeout_s),
+               "--workspace", workspace]
+        p = subprocess.Popen(cmd, env=env1(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        last = os.path.join(workspace, "last.safetensors")
+        deadline = time.time() + 120
+        while not os.path.exists(last):
+            self.assertIsNone(p.poll(), "the run ended before its first checkpoint")
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.05)
+        time.sleep(0.3)  # into epoch 2
+        return p
+
+    def test_a_killed_rank_is_named_by_the_survivor_and_the_run_resumes_on_one_process(self):
+        ws = self.ws("killed")
+        p = self._start_long_run(ws, 30)
+        with open(os.path.join(ws, "last.safetensors"), "rb") as f:
+            before = f.read()
+        t0 = time.time()
+        os.kill(rank_pids(p.pid)[1], signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+        elapsed = time.time() - t0
+        self.assertNotEqual(p.returncode, 0)
+        self.assertLess(elapsed, 30, "the survivor must exit within --dist-timeout")
+        self.assertIn("error (rank 0 of 2): distributed run:", err)
+        self.assertIn("rank 1 stopped responding", err)
+        self.assertIn("worker rank 1", err)  # the launcher says it too
+        # The last complete checkpoint is intact (the kill came mid-epoch, between saves).
+        with open(os.path.join(ws, "last.safetensors"), "rb") as f:
+            self.assertEqual(f.read(), before)
+        # ... and resumes with another world size: 1 process accumulating 2 x 32 keeps the step of 64 images.
+        r = subprocess.run([BIN, "--threads", "1", "train", FASHION, "--resume", os.path.join(ws, "last.safetensors"),
+                            "--optimizer-batch-size", "64", "--epochs", "2"], capture_output=True, text=True,
+                           timeout=300, env=env1())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("resume:", r.stdout)
+        self.assertIn("done: 32 steps", r.stdout)
+
+    def test_a_frozen_rank_is_named_after_the_timeout(self):
+        p = self._start_long_run(self.ws("frozen"), 4)
+        ranks = rank_pids(p.pid)
+        t0 = time.time()
+        os.kill(ranks[1], signal.SIGSTOP)
+        try:
+            lines = []
+            for line in p.stderr:
+                lines.append(line)
+                if "stopped responding" in line:
+                    break
+            elapsed = time.time() - t0
+            text = "".join(lines)
+            self.assertIn("error (rank 0 of 2)", text)
+            self.assertIn("rank 1 stopped responding", text)
+            self.assertLess(elapsed, 4 + 15)  # the timeout, the diagnosis, and slack for a loaded machine
+        finally:
+            os.kill(ranks[1], signal.SIGKILL)
+            p.communicate(timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class BadLaunches(unittest.TestCase):
+    def run_fast(self, args, expect, env=None, within=10):
+        with tempfile.TemporaryDirectory() as tmp:
+            ws = os.path.join(tmp, "ws")
+            t0 = time.time()
+            r = subprocess.run([BIN, "--threads", "1", "train", FASHION, *RUN, "--workspace", ws, *args],
+                               capture_output=True, text=True, timeout=120, env=env or env1())
+            self.assertLess(time.time() - t0, within, r.stderr)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(expect, r.stderr)
+            self.assertFalse(os.path.exists(ws), "a failed launch wrote its workspace")
+            return r
+
+    def test_an_unresolvable_master_address(self):
+        self.run_fast(["--nproc-per-node", "2", "--master-addr", "no-such-host.invalid",
+                       "--master-port", str(free_port())], "'no-such-host.invalid' (--master-addr / MASTER_ADDR) does not resolve")
+
+    def test_a_master_address_that_is_not_this_machine_for_node_0(self):
+        # 192.0.2.1 is TEST-NET-1: never an address of this machine.
+        self.run_fast(["--nproc-per-node", "2", "--master-addr", "192.0.2.1", "--master-port", str(free_port())],
+                      "is not an address of this machine")
+
+    def test_a_port_already_in_use(self):
+        with socket.socket() as s:
+            s.bind(("0.0.0.0", 0))
+            s.listen(1)
+            port = s.getsockname()[1]
+            self.run_fast(["--nproc-per-node", "2", "--master-port", str(port)],
+                          f"--master-port {port} is not free on this machine")
+
+    def test_a_port_out_of_range(self):
+        self.run_fast(["--nproc-per-node", "2", "--master-port", "70000"], "--master-port 70000: expected a TCP port")
+
+    def test_world_size_inconsistent_with_the_launch(self):
+        self.run_fast(["--nproc-per-node", "2"], "but WORLD_SIZE is 3",
+                      env=env1(RANK="0", WORLD_SIZE="3", MASTER_PORT=str(free_port())))
+
+    def test_a_world_size_larger_than_the_processes_started_times_out_naming_the_missing_rank(self):
+        r = self.run_fast(["--dist-timeout", "2"], "rank(s) 1 of WORLD_SIZE 2 never joined",
+                          env=env1(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())))
+        self.assertIn("(rank 0 of 2)", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
