@@ -3,6 +3,7 @@
 #include "core/compat.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "dist/grad_sync.h"
 #include "models/registry.h"
 #include "train/evaluate.h"
 #include "train/graph_step.h"
@@ -89,6 +90,12 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     train::StepOptions so;
     so.label_smoothing = o.label_smoothing;
     so.autocast = rt.autocast;
+    std::unique_ptr<dist::GradientReducer> reducer;
+    if (o.group) {
+      reducer = std::make_unique<dist::GradientReducer>(*o.group, sgd.flat(), *model,
+                                                        static_cast<std::int64_t>(o.bucket_mb * (1 << 20)), true);
+      so.sync = reducer.get();
+    }
     train::StepRunner stepper(*model, sgd, scaler ? &*scaler : nullptr, nullptr, so, rt.device, o.cuda_graph);
     row.cuda_graph = stepper.graphed();
     auto iteration = [&] {
@@ -98,6 +105,13 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     // Throughput as training sees it: the host runs ahead, one sync at the end.
     seconds = timed(iteration, false);
     row.mean_ms = seconds * 1e3 / iterations;
+    if (reducer) {
+      const auto& st = reducer->stats();
+      row.processes = o.group->world_size();
+      row.buckets = st.buckets;
+      row.allreduce_mb = static_cast<double>(st.bytes_per_step) / (1 << 20);
+      row.comm_wait_ms = st.steps > 0 ? st.exposed_wait_s * 1e3 / static_cast<double>(st.steps) : 0;
+    }
   } else {
     model->eval();
     c10::InferenceMode inference;
@@ -114,6 +128,12 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     row.p99_ms = train::percentile(times_ms, 99);
   }
   row.images_per_s = static_cast<double>(batch) * iterations / seconds;
+  row.total_images_per_s = row.images_per_s;
+  if (o.group && o.train) {
+    auto t = torch::full({1}, row.images_per_s, torch::kDouble);
+    o.group->all_reduce_sum(t);
+    row.total_images_per_s = t.item<double>();
+  }
   return row;
 }
 
@@ -235,6 +255,11 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
       row["mean_ms"] = r.mean_ms;
       if (o.train) {
         row["cuda_graph"] = r.cuda_graph;
+        row["processes"] = r.processes;
+        row["total_images_per_s"] = r.total_images_per_s;
+        if (r.processes > 1) {
+          row["buckets"] = r.buckets, row["allreduce_mb"] = r.allreduce_mb, row["comm_wait_ms"] = r.comm_wait_ms;
+        }
       } else {
         row["p50_ms"] = r.p50_ms, row["p90_ms"] = r.p90_ms, row["p95_ms"] = r.p95_ms, row["p99_ms"] = r.p99_ms;
       }

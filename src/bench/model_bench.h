@@ -1,6 +1,7 @@
 // `bench train|infer`: images/s and per-batch latency of a model on synthetic data, per batch size, with out-of-memory probing.
 #pragma once
 
+#include "dist/group.h"
 #include "train/runtime.h"
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,9 @@ struct ModelBenchOptions {
   bool cuda_graph = true;  // whole-step capture where the device allows it
   // DLE's ResNet-50 recipe pieces, so the step does what training does.
   double label_smoothing = 0.1, momentum = 0.875, weight_decay = 3.0517578125e-05;
+  // Data-parallel training: gradients all-reduced in buckets as `train` does.
+  dist::Group* group = nullptr;
+  double bucket_mb = 25;
 };
 
 struct BenchRow {
@@ -31,6 +35,12 @@ struct BenchRow {
   bool cuda_graph = false;
   double images_per_s = 0;
   double mean_ms = 0, p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0;  // per iteration (a step, or a forward)
+  // Data-parallel rows: images_per_s is this process's, total sums all processes.
+  int processes = 1;
+  double total_images_per_s = 0;
+  std::int64_t buckets = 0;
+  double allreduce_mb = 0;   // gradient bytes all-reduced per step
+  double comm_wait_ms = 0;   // per step, waiting for all-reduces after backward (not hidden by overlap)
 };
 
 // True for an allocation failure of the CPU or CUDA allocator.

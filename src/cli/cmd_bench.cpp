@@ -1,8 +1,12 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "bench/model_bench.h"
 #include "core/error.h"
 #include "data/loader.h"
+#include "dist/env.h"
+#include "dist/group.h"
+#include "dist/launcher.h"
 #include "io/atomic_file.h"
 #include "models/registry.h"
 
@@ -11,8 +15,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 namespace convnets::cli {
 namespace {
@@ -110,13 +118,92 @@ struct BenchModelArgs {
   bench::ModelBenchOptions options;
   std::string device = "auto", precision = "fp32", memory_format = "nhwc", json;
   bool no_cuda_graph = false;
+  dist::LaunchOptions launch;
 };
+
+// Where a bench worker started by the scaling launcher leaves its JSON.
+constexpr const char* kBenchOut = "CONVNETS_BENCH_OUT";
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("bench: the workers left no results in " + path);
+  return nlohmann::json::parse(in);
+}
+
+// `bench train --nproc-per-node N`: one process alone, then N together, on
+// the same synthetic step; scaling efficiency = total / (N x one alone).
+void run_scaling(BenchModelArgs& a, const dist::WorkerEnv& plan) {
+  if (plan.world_size != plan.local_world_size) {
+    throw Error("bench train measures one machine: leave out --nnodes", "run `convnets train` across machines");
+  }
+  char pattern[] = "/tmp/convnets-bench-XXXXXX";
+  if (!::mkdtemp(pattern)) throw Error(system_error("bench: cannot create a folder", pattern));
+  const std::string dir = pattern;
+  const std::string one = dir + "/one.json", many = dir + "/many.json";
+  const double grace = a.launch.timeout_s + 15;
+  dist::WorkerEnv single = plan;
+  single.local_world_size = single.world_size = 1;
+  // The lone process gets one worker's share of the CPU threads (as each GPU
+  // process has its own GPU), so the efficiency measures what communication costs.
+  std::vector<std::pair<std::string, std::string>> env{{kBenchOut, one}};
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+    env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, cpus / static_cast<unsigned>(plan.world_size))));
+  }
+  int rc = dist::launch_workers(single, dist::program_args(), grace, env);
+  if (rc == 0) rc = dist::launch_workers(plan, dist::program_args(), grace, {{kBenchOut, many}});
+  if (rc != 0) {
+    std::filesystem::remove_all(dir);
+    throw Error("bench train: a worker failed (exit code " + std::to_string(rc) + "); its error is above");
+  }
+  auto j1 = read_json(one), jn = read_json(many);
+  std::filesystem::remove_all(dir);
+  const int n = plan.world_size;
+  std::cout << "convnets bench train: " << jn["arch"].get<std::string>() << ", " << jn["precision"].get<std::string>()
+            << ", " << jn["image_size"] << "px, " << jn["device"].get<std::string>() << ", " << n
+            << " processes (data-parallel) vs 1, LibTorch " << jn["torch_version"].get<std::string>() << "\n\n"
+            << "| Batch/process | img/s per process | Total img/s | 1 process img/s | Scaling efficiency | "
+               "All-reduce/step (MiB) | Buckets | Exposed comm (ms/step) |\n"
+            << "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (std::size_t i = 0; i < jn["rows"].size(); ++i) {
+    auto& r = jn["rows"][i];
+    const auto& s = j1["rows"][i];
+    if (!r.value("fits", false) || !s.value("fits", false)) {
+      std::cout << "| " << r["batch"] << " | out of memory |\n";
+      continue;
+    }
+    const double base = s["images_per_s"].get<double>(), total = r["total_images_per_s"].get<double>();
+    r["single_process_images_per_s"] = base;
+    r["scaling_efficiency"] = total / (n * base);
+    char line[256];
+    std::snprintf(line, sizeof line, "| %lld | %.1f | %.1f | %.1f | %.1f%% | %.1f | %lld | %.2f |\n",
+                  r["batch"].get<long long>(), r["images_per_s"].get<double>(), total, base,
+                  100.0 * total / (n * base), r.value("allreduce_mb", 0.0), r.value("buckets", 0LL),
+                  r.value("comm_wait_ms", 0.0));
+    std::cout << line;
+  }
+  std::cout << std::flush;
+  if (!a.json.empty()) write_file_atomically(a.json, jn.dump(2) + "\n");
+}
 
 void run_bench_model(BenchModelArgs& a) {
   auto& o = a.options;
-  o.runtime = train::resolve_runtime(a.device, a.precision, a.memory_format);
+  const auto role = o.train ? dist::resolve(a.launch) : dist::Resolved{};
+  if (role.role == dist::Role::Launcher) return run_scaling(a, role.worker);
+  const dist::WorkerEnv* worker = role.role == dist::Role::Worker ? &role.worker : nullptr;
+  o.runtime = train::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
   o.cuda_graph = !a.no_cuda_graph;
+  std::unique_ptr<dist::Group> group;
+  if (worker && worker->world_size > 1) {
+    group = std::make_unique<dist::Group>(*worker, o.runtime.device, "auto");
+    o.group = group.get();
+  }
   const auto rows = bench::run_model_bench(o);
+  if (group && group->rank() != 0) return;
+  if (const char* out = std::getenv(kBenchOut)) {
+    write_file_atomically(out, bench::to_json(o, rows).dump(2) + "\n");
+    return;
+  }
   std::cout << bench::format_table(o, rows) << std::flush;
   if (!a.json.empty()) write_file_atomically(a.json, bench::to_json(o, rows).dump(2) + "\n");
   for (const auto& r : rows) {
@@ -159,6 +246,10 @@ void add_model_bench(CLI::App& bench, bool train) {
       ->capture_default_str();
   if (train) {
     cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run the step eagerly instead of replaying a CUDA graph");
+    cmd->add_option("--bucket-mb", o.bucket_mb, "Data-parallel: gradient all-reduce bucket size in MiB")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    add_launch_flags(cmd, args->launch);
   }
   cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
   cmd->callback([args] { run_bench_model(*args); });

@@ -153,8 +153,10 @@ Resolved resolve(const LaunchOptions& flags, const Getenv& getenv_in) {
     throw Error("LOCAL_WORLD_SIZE " + std::to_string(w.local_world_size) + " exceeds WORLD_SIZE " +
                 std::to_string(w.world_size) + where);
   }
-  // A worker started by a launcher that was itself given flags must agree with them.
-  if (flags.nproc_per_node > 0 && flags.nproc_per_node * flags.nnodes != w.world_size) {
+  // A worker of torchrun or srun that was also given launch flags must agree
+  // with them (our own launcher sets the variables from those flags, except
+  // for bench's one-process baseline).
+  if (w.source != "convnets launcher" && flags.nproc_per_node > 0 && flags.nproc_per_node * flags.nnodes != w.world_size) {
     throw Error("--nproc-per-node " + std::to_string(flags.nproc_per_node) + " x --nnodes " +
                     std::to_string(flags.nnodes) + " = " + std::to_string(flags.nproc_per_node * flags.nnodes) +
                     " processes, but WORLD_SIZE is " + std::to_string(w.world_size) + where,
