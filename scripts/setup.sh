@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev                       # LibTorch 1.13 (CPU), the tensor engine
+  libgloo-dev                        # Gloo headers: the c10d process group of data-parallel runs
   nlohmann-json3-dev libcli11-dev    # JSON headers (safetensors, reports), the CLI
   libjpeg62-turbo-dev libpng-dev zlib1g-dev  # JPEG (region + DCT-scaled decode), PNG, gzip IDX
   dataset-fashion-mnist              # the default training data (IDX, read in place)
