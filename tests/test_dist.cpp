@@ -117,7 +117,7 @@ std::vector<std::map<std::string, at::Tensor>> data_parallel(const Batches& data
                   9);  // resnet8: stem, 3 blocks x 2, 2 downsample
       }
       train::Sgd sgd(*model, kSgd);
-      dist::GradientReducer reducer(group, sgd.flat(), *model, 64 << 10, !sync_bn);  // small buckets: several
+      dist::GradientReducer reducer(group, sgd.flat(), 1.0 / 16, !sync_bn);  // 64 KiB buckets: several
       reducer.broadcast_state(*model);
       for (std::size_t k = 0; k < data.images.size(); ++k) {
         const auto x = data.images[k].chunk(2)[static_cast<std::size_t>(r)];
@@ -174,26 +174,24 @@ TEST(DataParallel, TwoRanksWithoutSyncBnEqualOneProcessAccumulatingTheTwoMicroBa
   EXPECT_EQ(max_relative_error(ranks[0], ranks[1]), 0.0);
 }
 
-TEST(DataParallel, RendezvousRejectsAWorldSizeThatDiffersBetweenRanks) {
-  const int port = free_port();
-  std::string err0, err1;
-  std::thread t0([&] {
-    try {
-      auto e = worker(0, 2, port);
-      e.timeout = std::chrono::milliseconds(8000);
-      dist::Group g(e, c10::kCPU, "gloo");
-    } catch (const std::exception& ex) {
-      err0 = ex.what();
-    }
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+// The error of joining as `rank` of `world`, or "" if it joined.
+std::string join_error(int rank, int world, int port) {
   try {
-    auto e = worker(1, 3, port);
+    auto e = worker(rank, world, port);
     e.timeout = std::chrono::milliseconds(8000);
     dist::Group g(e, c10::kCPU, "gloo");
   } catch (const std::exception& ex) {
-    err1 = ex.what();
+    return ex.what();
   }
+  return "";
+}
+
+TEST(DataParallel, RendezvousRejectsAWorldSizeThatDiffersBetweenRanks) {
+  const int port = free_port();
+  std::string err0, err1;
+  std::thread t0([&] { err0 = join_error(0, 2, port); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  err1 = join_error(1, 3, port);
   t0.join();
   EXPECT_NE(err1.find("rank 1 was started with WORLD_SIZE 3"), std::string::npos) << err1;
   EXPECT_NE(err1.find("with 2"), std::string::npos) << err1;

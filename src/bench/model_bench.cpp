@@ -92,8 +92,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     so.autocast = rt.autocast;
     std::unique_ptr<dist::GradientReducer> reducer;
     if (o.group) {
-      reducer = std::make_unique<dist::GradientReducer>(*o.group, sgd.flat(), *model,
-                                                        static_cast<std::int64_t>(o.bucket_mb * (1 << 20)), true);
+      reducer = std::make_unique<dist::GradientReducer>(*o.group, sgd.flat(), o.bucket_mb, true);
       so.sync = reducer.get();
     }
     train::StepRunner stepper(*model, sgd, scaler ? &*scaler : nullptr, nullptr, so, rt.device, o.cuda_graph);

@@ -28,20 +28,21 @@ class AfterAccumulate : public torch::autograd::FunctionPostHook {
   std::function<void()> fn_;
 };
 
-// BN running statistics and counters: what DDP broadcasts.
-std::vector<at::Tensor> float_buffers(torch::nn::Module& model) {
+// The module's buffers of floating (BN running statistics) or integer (BN
+// batch counters) type: what DDP broadcasts, one dtype per packed broadcast.
+std::vector<at::Tensor> buffers(torch::nn::Module& model, bool floating) {
   std::vector<at::Tensor> out;
   for (const auto& b : model.buffers()) {
-    if (b.is_floating_point()) out.push_back(b);
+    if (b.is_floating_point() == floating) out.push_back(b);
   }
   return out;
 }
 
 }  // namespace
 
-GradientReducer::GradientReducer(Group& group, train::FlatParameters& flat, torch::nn::Module& /*model*/,
-                                 std::int64_t bucket_bytes, bool broadcast_buffers)
+GradientReducer::GradientReducer(Group& group, train::FlatParameters& flat, double bucket_mb, bool broadcast_buffers)
     : group_(group), flat_(flat), broadcast_buffers_(broadcast_buffers) {
+  const auto bucket_bytes = static_cast<std::int64_t>(bucket_mb * (1 << 20));
   if (bucket_bytes <= 0) throw Error("--bucket-mb must be positive");
   const std::int64_t elem = static_cast<std::int64_t>(flat.grads().element_size());
   // DDP's first bucket is small (1 MiB) so the first all-reduce starts after
@@ -86,33 +87,29 @@ GradientReducer::GradientReducer(Group& group, train::FlatParameters& flat, torc
 
 GradientReducer::~GradientReducer() = default;
 
-void GradientReducer::broadcast_state(torch::nn::Module& model) {
+void GradientReducer::broadcast_packed(const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return;
   torch::NoGradGuard no_grad;
-  auto values = flat_.values();
-  group_.broadcast(values, 0);
-  std::vector<at::Tensor> buffers;
-  for (const auto& b : model.buffers()) buffers.push_back(b);
-  for (auto& b : buffers) {
-    auto c = b.contiguous();
-    group_.broadcast(c, 0);
-    if (!c.is_same(b)) b.copy_(c);
-  }
-}
-
-void GradientReducer::begin_step(NetworkImpl& model) {
-  if (!broadcast_buffers_) return;
-  torch::NoGradGuard no_grad;
-  const auto buffers = float_buffers(model);
-  if (buffers.empty()) return;
   std::vector<at::Tensor> flat_views;
-  for (const auto& b : buffers) flat_views.push_back(b.reshape({-1}));
+  for (const auto& t : tensors) flat_views.push_back(t.reshape({-1}));
   auto packed = torch::cat(flat_views);
   group_.broadcast(packed, 0);
   std::int64_t at = 0;
-  for (const auto& b : buffers) {
-    b.copy_(packed.narrow(0, at, b.numel()).view(b.sizes()));
-    at += b.numel();
+  for (const auto& t : tensors) {
+    t.copy_(packed.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
   }
+}
+
+void GradientReducer::broadcast_state(torch::nn::Module& model) {
+  auto values = flat_.values();
+  group_.broadcast(values, 0);
+  broadcast_packed(buffers(model, /*floating=*/true));
+  broadcast_packed(buffers(model, /*floating=*/false));
+}
+
+void GradientReducer::begin_step(NetworkImpl& model) {
+  if (broadcast_buffers_) broadcast_packed(buffers(model, /*floating=*/true));
 }
 
 void GradientReducer::before_backward(bool last_micro) {

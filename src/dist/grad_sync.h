@@ -23,7 +23,7 @@ struct ReducerStats {
 
 // PyTorch DDP's bucketing (Li et al., VLDB 2020): the flat gradient buffer
 // (train::FlatParameters, in backward order within each group) is cut into
-// contiguous buckets of about `bucket_bytes` (the first one smaller, so
+// contiguous buckets of about `bucket_mb` MiB (the first one smaller, so
 // communication starts early). An AccumulateGrad post-hook counts each
 // parameter's gradient in; a full bucket is divided by the world size and
 // all-reduced at once, in bucket order on every rank, while backward goes on
@@ -32,8 +32,7 @@ struct ReducerStats {
 // synchronized BN already keeps them equal.
 class GradientReducer : public train::GradientSync {
  public:
-  GradientReducer(Group& group, train::FlatParameters& flat, torch::nn::Module& model, std::int64_t bucket_bytes,
-                  bool broadcast_buffers);
+  GradientReducer(Group& group, train::FlatParameters& flat, double bucket_mb, bool broadcast_buffers);
   ~GradientReducer() override;
 
   // Parameters and buffers from rank 0 (every rank starts equal).
@@ -55,6 +54,8 @@ class GradientReducer : public train::GradientSync {
     std::shared_ptr<Group::Pending> work;
   };
   void on_gradient(std::size_t bucket);
+  // One broadcast from rank 0 for tensors of one dtype, copied back in place.
+  void broadcast_packed(const std::vector<at::Tensor>& tensors);
   void launch_ready();
 
   Group& group_;

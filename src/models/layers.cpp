@@ -114,10 +114,10 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     const auto m2 = (m2s + counts * (means - mean).square()).sum(0);
     const auto var = m2 / n;
     const auto invstd = (var + eps).rsqrt();
+    const double total = n.item<double>();
     {
       torch::NoGradGuard no_grad;
       // nn.BatchNorm: the running variance is the unbiased estimate over the (global) batch.
-      const double total = n.item<double>();
       running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
       running_var.mul_(1 - momentum).add_((var * (total / std::max(total - 1, 1.0))).to(running_var.scalar_type()),
                                           momentum);
@@ -126,7 +126,7 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     const auto xhat = (x - per_channel(meanf)) * per_channel(invstdf);
     auto y = xhat * per_channel(weight.to(x.scalar_type())) + per_channel(bias.to(x.scalar_type()));
     ctx->save_for_backward({input, weight, meanf, invstdf});
-    ctx->saved_data["n"] = n.item<double>();
+    ctx->saved_data["n"] = total;
     ctx->saved_data["sync"] = reinterpret_cast<int64_t>(sync);
     return y.to(input.scalar_type()).contiguous(input.suggest_memory_format());
   }

@@ -188,8 +188,7 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   Sgd sgd(*model, {c.momentum, c.nesterov, c.weight_decay, c.bn_weight_decay});
   std::unique_ptr<dist::GradientReducer> reducer;
   if (group) {
-    reducer = std::make_unique<dist::GradientReducer>(*group, sgd.flat(), *model,
-                                                      static_cast<std::int64_t>(c.bucket_mb * (1 << 20)),
+    reducer = std::make_unique<dist::GradientReducer>(*group, sgd.flat(), c.bucket_mb,
                                                       /*broadcast_buffers=*/!c.sync_bn);
     reducer->broadcast_state(*model);  // ranks start bit-identical whatever they loaded
   }
