@@ -67,7 +67,11 @@ std::vector<std::string> archs_with_reference() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, ReferenceLayout, ::testing::ValuesIn(archs_with_reference()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) {
+                           std::string name = info.param;  // gtest names allow [A-Za-z0-9_] only
+                           for (auto& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 TEST(Models, ParameterCountsFromTheIssue) {
   EXPECT_EQ(count_parameters(*build_model(find_architecture("resnet50"), {})), 25'557'032);

@@ -29,6 +29,10 @@ struct ModelOptions {
   // Zero each residual branch's last BN gamma so every block starts as identity
   // (Goyal et al. 2017, "Accurate, Large Minibatch SGD"; DLE's last_bn_0_init).
   bool zero_init_residual = false;
+  // Regularisation inside the network; negative keeps the arch's default
+  // (GPUNet: 0.2 each, as DLE builds it; ResNets: no dropout, no drop-path).
+  double dropout = -1;    // before the classifier (timm's drop_rate)
+  double drop_path = -1;  // stochastic depth (Huang et al. 2016): rate of the deepest residual block
 };
 
 class NetworkImpl : public torch::nn::Module {

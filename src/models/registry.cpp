@@ -3,6 +3,9 @@
 #include "core/error.h"
 #include "models/resnet.h"
 
+#include <deque>
+#include <mutex>
+
 namespace convnets {
 namespace {
 
@@ -11,7 +14,13 @@ ArchInfo resnet(std::string name, std::string description, std::string reference
   a.name = std::move(name);
   a.description = std::move(description);
   a.reference = std::move(reference);
-  a.build = [config](const ModelOptions& o) { return make_resnet(config, o); };
+  a.build = [config, name = a.name](const ModelOptions& o) {
+    if (o.drop_path > 0) {
+      throw Error("--drop-path " + std::to_string(o.drop_path) + ": " + name +
+                  " has no drop-path; it applies to the distill=false GPUNets");
+    }
+    return make_resnet(config, o);
+  };
   a.import_key = resnet_key_from_dle;
   return a;  // Preprocessing defaults are the ImageNet ones every ResNet recipe uses.
 }
@@ -29,6 +38,25 @@ ArchInfo cifar_resnet(int n) {
   a.preprocessing.crop_ratio = 1.0;  // CIFAR-sized images are used whole
   a.preprocessing.mean = {0.4914, 0.4822, 0.4465};
   a.preprocessing.std = {0.2470, 0.2435, 0.2616};
+  return a;
+}
+
+// GPUNet preprocessing as DLE's recipes use it (train_params: --crop-pct 1.0,
+// timm's ImageNet mean/std) at the definition's resolution.
+ArchInfo gpunet(std::string name, std::string description, GpunetDefinition d) {
+  ArchInfo a;
+  a.name = std::move(name);
+  a.description = std::move(description);
+  a.preprocessing.input_size = d.img_resolution;
+  a.preprocessing.crop_ratio = 1.0;
+  a.gpunet = std::make_shared<const GpunetDefinition>(std::move(d));
+  a.build = [def = a.gpunet, name = a.name](const ModelOptions& o) {
+    if (def->distill && o.drop_path > 0) {
+      throw Error("--drop-path " + std::to_string(o.drop_path) + ": " + name +
+                  " is a distill=true GPUNet, whose blocks have no drop-path (as in DLE)");
+    }
+    return make_gpunet(*def, o);
+  };
   return a;
 }
 
@@ -55,10 +83,46 @@ std::vector<ArchInfo> make_registry() {
   };
 }
 
+std::vector<ArchInfo> make_full_registry() {
+  auto all = make_registry();
+  for (const auto& v : gpunet_variants()) {
+    auto a = gpunet(v.name, v.description, v.definition);
+    a.reference = v.name;
+    all.push_back(std::move(a));
+  }
+  return all;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Archs read from files or checkpoints; a deque keeps references stable.
+struct DynamicArchs {
+  std::mutex mutex;
+  std::deque<ArchInfo> archs;
+};
+DynamicArchs& dynamic_archs() {
+  static DynamicArchs d;
+  return d;
+}
+
+const ArchInfo& remember(const std::string& name, GpunetDefinition d) {
+  auto& dyn = dynamic_archs();
+  std::lock_guard<std::mutex> lock(dyn.mutex);
+  for (const auto& a : dyn.archs) {
+    if (a.name == name && *a.gpunet == d) return a;
+  }
+  auto a = gpunet(name, "GPUNet from " + name, std::move(d));
+  a.from_file = true;
+  dyn.archs.push_back(std::move(a));
+  return dyn.archs.back();
+}
+
 }  // namespace
 
 const std::vector<ArchInfo>& architectures() {
-  static const std::vector<ArchInfo> registry = make_registry();
+  static const std::vector<ArchInfo> registry = make_full_registry();
   return registry;
 }
 
@@ -72,7 +136,40 @@ const ArchInfo& find_architecture(const std::string& name) {
   for (const auto& a : architectures()) {
     if (a.name == name) return a;
   }
-  throw Error("unknown arch '" + name + "'", "valid archs: " + join(architecture_names()));
+  if (ends_with(name, ".json")) return remember(name, load_gpunet_file(name));
+  throw Error("unknown arch '" + name + "'",
+              "valid archs: " + join(architecture_names()) + ", or a GPUNet definition file ending in .json");
+}
+
+const ArchInfo& architecture_from_definition(const std::string& name, const nlohmann::json& definition,
+                                             const std::string& source) {
+  return remember(name, parse_gpunet(definition, source));
+}
+
+nlohmann::json architecture_meta(const ArchInfo& arch) {
+  nlohmann::json m{{"arch", arch.name}};
+  if (arch.from_file) m["arch_definition"] = to_json(*arch.gpunet);
+  return m;
+}
+
+const ArchInfo& architecture_of_checkpoint(const nlohmann::json& meta, const std::string& source) {
+  const auto name = meta.at("arch").get<std::string>();
+  if (meta.contains("arch_definition")) {
+    return architecture_from_definition(name, meta.at("arch_definition"), source + " (arch_definition)");
+  }
+  return find_architecture(name);
+}
+
+bool same_architecture(const ArchInfo& arch, const nlohmann::json& meta) {
+  const auto name = meta.value("arch", std::string());
+  if (!arch.gpunet) return name == arch.name;
+  if (meta.contains("arch_definition")) {
+    return parse_gpunet(meta.at("arch_definition"), "checkpoint") == *arch.gpunet;
+  }
+  for (const auto& a : architectures()) {
+    if (a.name == name) return a.gpunet && *a.gpunet == *arch.gpunet;
+  }
+  return false;
 }
 
 nlohmann::ordered_json to_json(const Preprocessing& p) {

@@ -1,6 +1,7 @@
 // The model registry: every architecture convnets builds by name, with its preprocessing and reference.
 #pragma once
 
+#include "models/gpunet.h"
 #include "models/network.h"
 
 #include <nlohmann/json.hpp>
@@ -22,13 +23,34 @@ struct ArchInfo {
   std::function<Network(const ModelOptions&)> build;
   // Maps a key of a foreign checkpoint (e.g. DLE's `layers.0.`) to ours.
   std::function<std::string(const std::string&)> import_key;
+  // GPUNets: the layer list the network is built from; null for the ResNets.
+  std::shared_ptr<const GpunetDefinition> gpunet;
+  // Set for an arch read from a user's JSON file (`--arch path/model.json`):
+  // checkpoints then carry the definition itself, not just the name.
+  bool from_file = false;
 };
 
 const std::vector<ArchInfo>& architectures();
 std::vector<std::string> architecture_names();
 
-// Throws convnets::Error listing the valid names when `name` is unknown.
+// A registered name, or a path ending in ".json" to a GPUNet definition
+// (read, validated and kept for the process's lifetime). Throws
+// convnets::Error listing the valid names when `name` is unknown.
 const ArchInfo& find_architecture(const std::string& name);
+
+// An arch built from a GPUNet definition held in memory (a checkpoint's
+// "arch_definition"), named `name`; `source` names it in errors.
+const ArchInfo& architecture_from_definition(const std::string& name, const nlohmann::json& definition,
+                                             const std::string& source);
+
+// What a checkpoint records of its arch: {"arch": name} and, for a user's
+// JSON file, "arch_definition" so the checkpoint rebuilds without the file.
+nlohmann::json architecture_meta(const ArchInfo& arch);
+// The arch a checkpoint's metadata describes (see architecture_meta).
+const ArchInfo& architecture_of_checkpoint(const nlohmann::json& meta, const std::string& source);
+// Whether `meta` (a checkpoint's) describes the same network as `arch`: the
+// same name, or for GPUNets the same layer list under any name.
+bool same_architecture(const ArchInfo& arch, const nlohmann::json& meta);
 
 // Preprocessing as checkpoints and `convnets models --json` store it:
 // input_size, crop_ratio, mean, std, interpolation.

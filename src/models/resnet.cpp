@@ -87,7 +87,8 @@ TORCH_MODULE(Block);
 
 class ResNetImpl : public NetworkImpl {
  public:
-  ResNetImpl(const ResNetConfig& c, const ModelOptions& o) : small_input_stem_(c.small_input_stem) {
+  ResNetImpl(const ResNetConfig& c, const ModelOptions& o)
+      : small_input_stem_(c.small_input_stem), dropout_(std::max(o.dropout, 0.0)) {
     TORCH_CHECK(!c.blocks.empty() && c.blocks.size() == c.widths.size(), "one width per ResNet stage");
     const int64_t stem = c.small_input_stem ? c.widths[0] : 64;
     auto stem_conv = c.small_input_stem ? nn::Conv2dOptions(3, stem, 3).stride(1).padding(1).bias(false)
@@ -113,7 +114,10 @@ class ResNetImpl : public NetworkImpl {
     x = torch::relu(bn1_(conv1_(x)));
     if (!small_input_stem_) x = torch::max_pool2d(x, 3, 2, 1);
     for (auto& stage : stages_) x = stage->forward(x);
-    return fc_(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    // timm's drop_rate: dropout on the pooled features (off by default, as in torchvision and DLE).
+    if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
+    return fc_(x);
   }
 
  private:
@@ -140,6 +144,7 @@ class ResNetImpl : public NetworkImpl {
   }
 
   bool small_input_stem_;
+  double dropout_;
   Conv2d conv1_{nullptr};
   layers::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
