@@ -64,5 +64,17 @@ else
   bench train tf32 256
   log "bench infer"
   bench infer amp 1,64,256
+  # Issue 7: GPUNet batch-1 fp16 latency, convnets against the same network in
+  # PyTorch eager (bench/gpunet_reference.py, written from the spec; the
+  # definition comes from convnets so nothing from shared/ has to travel).
+  log "bench infer gpunet"
+  for arch in gpunet-0 gpunet-d1; do
+    ./build-gpu/convnets models --arch "$arch" --definition >"$out/$arch.json"
+    ./build-gpu/convnets bench infer --arch "$arch" --precision amp --batch-sizes 1 --json "$out/convnets-infer-$arch.json" \
+      >>"$out/bench.log" 2>&1 || echo "convnets bench infer $arch failed (see bench.log)"
+    python3 bench/gpunet_reference.py --config "$out/$arch.json" --latency --batch-size 1 --precision fp16 \
+      2>>"$out/bench.log" | tee -a "$out/summary.txt" || echo "peer gpunet $arch failed"
+    grep -h '"' "$out/convnets-infer-$arch.json" | head -c 2000 >>"$out/summary.txt" || true
+  done
 fi
 log "done in $((SECONDS - start)) s"

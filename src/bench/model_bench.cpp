@@ -90,6 +90,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     train::StepOptions so;
     so.label_smoothing = o.label_smoothing;
     so.autocast = rt.autocast;
+    so.random_layers = model->random_in_training();
     std::unique_ptr<dist::GradientReducer> reducer;
     if (o.group) {
       reducer = std::make_unique<dist::GradientReducer>(*o.group, sgd.flat(), o.bucket_mb, true);

@@ -29,17 +29,20 @@ void run(const EvalArgs& a) {
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
   if (a.top_k < 1) throw Error("--top-k must be at least 1, got " + std::to_string(a.top_k));
   const auto ckpt = train::load_checkpoint(a.checkpoint);
-  std::string arch_name = a.arch;
+  const ArchInfo* found = nullptr;
   if (ckpt.is_training_checkpoint()) {
-    const auto trained = ckpt.meta.at("arch").get<std::string>();
-    if (!arch_name.empty() && arch_name != trained) {
-      throw Error("--arch " + arch_name + " disagrees with --checkpoint " + a.checkpoint + ", a " + trained);
+    // A GPUNet trained from a user's JSON file rebuilds from the layer list the checkpoint carries.
+    found = &architecture_of_checkpoint(ckpt.meta, a.checkpoint);
+    if (!a.arch.empty() && !same_architecture(find_architecture(a.arch), ckpt.meta)) {
+      throw Error("--arch " + a.arch + " disagrees with --checkpoint " + a.checkpoint + ", a " +
+                  ckpt.meta.at("arch").get<std::string>());
     }
-    arch_name = trained;
-  } else if (arch_name.empty()) {
+  } else if (a.arch.empty()) {
     throw Error("--checkpoint " + a.checkpoint + " is a plain weights file; name its --arch");
+  } else {
+    found = &find_architecture(a.arch);
   }
-  const auto& arch = find_architecture(arch_name);
+  const auto& arch = *found;
   const auto rt = train::resolve_runtime(a.device, a.precision, a.memory_format);
   Preprocessing pre = ckpt.is_training_checkpoint() ? preprocessing_from_json(ckpt.meta.at("preprocessing"))
                                                     : arch.preprocessing;

@@ -28,6 +28,9 @@ struct ModelsArgs {
   int64_t batch_size = 1;
   int input_size = 0;
   bool json = false;
+  bool definition = false;
+  std::string forward_save;
+  std::int64_t seed = 0;
 };
 
 std::string with_commas(int64_t n) {
@@ -63,8 +66,8 @@ void run(const ModelsArgs& a) {
   options.zero_init_residual = a.zero_init_residual;
 
   if (a.arch.empty()) {
-    if (!a.weights.empty() || !a.save.empty() || a.forward) {
-      throw Error("--weights, --save and --forward act on one model and need --arch",
+    if (!a.weights.empty() || !a.save.empty() || a.forward || a.definition) {
+      throw Error("--weights, --save, --forward and --definition act on one model and need --arch",
                   "e.g. convnets models --arch resnet50 --forward");
     }
     std::vector<nlohmann::ordered_json> rows;
@@ -81,6 +84,13 @@ void run(const ModelsArgs& a) {
   }
 
   const auto& arch = find_architecture(a.arch);
+  if (a.definition) {
+    if (!arch.gpunet) throw Error("--definition: " + arch.name + " is not built from a layer list (GPUNets are)");
+    std::cout << to_json(*arch.gpunet).dump(2) << '\n';
+    return;
+  }
+  if (!a.forward_save.empty() && !a.forward) throw Error("--forward-save needs --forward");
+  torch::manual_seed(static_cast<std::uint64_t>(a.seed));
   auto net = build_model(arch, options);
   auto info = describe(arch, *net, a.num_classes);
   if (!a.weights.empty()) {
@@ -98,6 +108,9 @@ void run(const ModelsArgs& a) {
     auto logits = net->forward(x);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!torch::isfinite(logits).all().item<bool>()) throw Error(a.arch + ": forward pass produced non-finite logits");
+    if (!a.forward_save.empty()) {
+      save_safetensors(a.forward_save, {{"input", x}, {"logits", logits}}, {{"arch", arch.name}});
+    }
     info["forward"] = {{"input_shape", x.sizes().vec()},
                        {"output_shape", logits.sizes().vec()},
                        {"milliseconds", ms},
@@ -149,6 +162,12 @@ void add_models_command(CLI::App& app) {
   cmd->add_option("--input-size", args->input_size, "Image side for --forward (default: the arch's input size)")
       ->check(CLI::Range(1, 65536));
   cmd->add_flag("--json", args->json, "Print JSON instead of a table");
+  cmd->add_flag("--definition", args->definition,
+                "Print a GPUNet's layer list in DLE's JSON format (edit it and pass the file to --arch)");
+  cmd->add_option("--forward-save", args->forward_save,
+                  "With --forward: write the input and the logits to a safetensors file, to compare with another "
+                  "implementation");
+  cmd->add_option("--seed", args->seed, "Seed of the initial weights and the --forward input (default 0)");
   cmd->callback([args] { run(*args); });
 }
 

@@ -497,7 +497,13 @@ class GpunetImpl : public NetworkImpl {
     network_ = register_module("network", std::make_shared<nn::Module>());
     const auto rates = gpunet_drop_path_rates(d, o.drop_path >= 0 ? o.drop_path : 0.2);
     const double dropout = o.dropout >= 0 ? o.dropout : 0.2;
+    random_ = dropout > 0;
     for (std::size_t i = 0; i < d.layers.size(); ++i) {
+      const auto& l = d.layers[i];
+      if (rates[i] > 0 && l.stride == 1 && l.num_in_channels == l.num_out_channels &&
+          (l.layer_type == "irb" || l.layer_type == "fused_irb")) {
+        random_ = true;
+      }
       auto block = make_block(d, d.layers[i], rates[i], dropout, o.num_classes);
       network_->register_module(child_name(d, d.layers[i], i + 2), block);
       blocks_.push_back(std::move(block));
@@ -507,8 +513,10 @@ class GpunetImpl : public NetworkImpl {
     for (auto& b : blocks_) x = b->forward(x);
     return x;
   }
+  bool random_in_training() const override { return random_; }
 
  private:
+  bool random_ = false;
   std::shared_ptr<nn::Module> network_;
   std::vector<std::shared_ptr<BlockImpl>> blocks_;
 };

@@ -38,6 +38,8 @@ struct ModelOptions {
 class NetworkImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // Whether training-mode forward draws random masks (dropout, drop-path).
+  virtual bool random_in_training() const { return false; }
 };
 using Network = std::shared_ptr<NetworkImpl>;
 

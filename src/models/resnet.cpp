@@ -110,6 +110,8 @@ class ResNetImpl : public NetworkImpl {
     initialise(o);
   }
 
+  bool random_in_training() const override { return dropout_ > 0; }
+
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(bn1_(conv1_(x)));
     if (!small_input_stem_) x = torch::max_pool2d(x, 3, 2, 1);

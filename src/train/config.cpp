@@ -25,18 +25,28 @@ namespace {
   X(optimizer_batch_size, "images per optimizer step over all processes; a multiple of --batch-size x processes accumulates gradients (0: no accumulation)") \
   X(lr, "learning rate per --lr-reference-batch images of optimizer batch")                                  \
   X(lr_reference_batch, "batch the --lr refers to; the LR scales linearly with the optimizer batch (0: no scaling)") \
-  X(lr_schedule, "step | linear | cosine (per iteration)")                                                   \
+  X(lr_schedule, "step | linear | cosine | staircase (per iteration)")                                       \
   X(warmup, "epochs of linear LR warmup")                                                                    \
+  X(warmup_lr, "LR at the first warmup step, rising linearly to --lr (0: --lr / warmup steps, as DLE)")      \
+  X(lr_decay_epochs, "staircase schedule: multiply the LR by --lr-step-factor every this many epochs (fractions allowed)") \
   X(lr_steps, "step schedule: epochs where the LR is multiplied by --lr-step-factor")                        \
   X(lr_step_factor, "step schedule: LR multiplier at each of --lr-steps")                                    \
   X(end_lr, "cosine/linear: LR at the last step")                                                            \
-  X(momentum, "SGD momentum")                                                                                \
+  X(optimizer, "sgd | rmsproptf (timm's RMSpropTF: TF-style epsilon inside the square root)")                \
+  X(momentum, "SGD / RMSprop momentum")                                                                      \
+  X(rmsprop_alpha, "rmsproptf: smoothing constant of the squared-gradient average")                          \
+  X(opt_eps, "rmsproptf: epsilon added to the squared-gradient average inside the square root")             \
   X(nesterov, "Nesterov momentum")                                                                           \
   X(weight_decay, "L2 weight decay")                                                                         \
   X(bn_weight_decay, "also decay BN parameters and biases")                                                  \
   X(label_smoothing, "label smoothing factor")                                                               \
   X(mixup, "mixup alpha (0: off)")                                                                           \
   X(ema, "decay of the weight EMA evaluated beside the model (0: off)")                                      \
+  X(dropout, "dropout before the classifier (negative: the arch's; GPUNet 0.2)")                             \
+  X(drop_path, "drop-path (stochastic depth) rate of the deepest block, linear in depth (negative: the arch's; GPUNet 0.2)") \
+  X(teacher, "knowledge distillation: the teacher's arch (a name or a GPUNet .json); adds a soft-target loss") \
+  X(teacher_checkpoint, "knowledge distillation: the teacher's weights (checkpoint or safetensors)")       \
+  X(teacher_img_size, "knowledge distillation: the image size the teacher sees; images load at it and the student gets them resized (0: the student's)") \
   X(precision, "fp32 | tf32 | amp | bf16")                                                                   \
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
   X(cuda_graph, "on CUDA, capture the whole training step in a CUDA graph and replay it (off with mixup)")                                                            \
@@ -136,7 +146,19 @@ void validate(const TrainConfig& c) {
         std::to_string(c.optimizer_batch_size));
   check(std::isfinite(c.lr) && c.lr >= 0, "lr", "a non-negative number", str(c.lr));
   check(c.lr_reference_batch >= 0, "lr_reference_batch", "0 or positive", std::to_string(c.lr_reference_batch));
-  check_choice("lr_schedule", c.lr_schedule, {"step", "linear", "cosine"});
+  check_choice("lr_schedule", c.lr_schedule, {"step", "linear", "cosine", "staircase"});
+  check(c.warmup_lr >= 0, "warmup_lr", "non-negative", str(c.warmup_lr));
+  check(c.lr_decay_epochs > 0, "lr_decay_epochs", "positive epochs", str(c.lr_decay_epochs));
+  check_choice("optimizer", c.optimizer, {"sgd", "rmsproptf"});
+  check(c.rmsprop_alpha > 0 && c.rmsprop_alpha < 1, "rmsprop_alpha", "in (0, 1)", str(c.rmsprop_alpha));
+  check(c.opt_eps > 0, "opt_eps", "positive", str(c.opt_eps));
+  check(!c.nesterov || c.optimizer == "sgd", "nesterov", "used with --optimizer sgd", c.optimizer);
+  check(c.dropout < 1, "dropout", "below 1 (negative: the arch's)", str(c.dropout));
+  check(c.drop_path < 1, "drop_path", "below 1 (negative: the arch's)", str(c.drop_path));
+  check(c.teacher.empty() == c.teacher_checkpoint.empty(), c.teacher.empty() ? "teacher" : "teacher_checkpoint",
+        c.teacher.empty() ? "given with --teacher-checkpoint" : "given with --teacher", "nothing");
+  check(c.teacher_img_size >= 0, "teacher_img_size", "0 or positive", std::to_string(c.teacher_img_size));
+  check(c.teacher_img_size == 0 || !c.teacher.empty(), "teacher_img_size", "used with --teacher", "no --teacher");
   if (!(std::isfinite(c.warmup) && c.warmup >= 0 && c.warmup < c.epochs)) {
     throw Error("--warmup must be at least 0 and less than --epochs (" + std::to_string(c.epochs) + "), got " +
                     str(c.warmup),

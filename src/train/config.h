@@ -23,18 +23,28 @@ struct TrainConfig {
   std::int64_t optimizer_batch_size = 0;    // over all processes (DLE); 0: batch_size x processes; a multiple accumulates
   double lr = 0.256;                        // per `lr_reference_batch` images of optimizer batch
   std::int64_t lr_reference_batch = 256;    // linear scaling (Goyal et al. 2017); 0 disables it
-  std::string lr_schedule = "cosine";       // step | linear | cosine
+  std::string lr_schedule = "cosine";       // step | linear | cosine | staircase
   double warmup = 8;                        // epochs of linear warmup (fractions allowed)
+  double warmup_lr = 0;                     // LR at the first warmup step; 0: DLE's base / warmup steps
+  double lr_decay_epochs = 2.4;             // staircase: epochs between multiplications by lr_step_factor
   std::vector<double> lr_steps{30, 60, 80}; // step schedule: epochs where the LR is multiplied
   double lr_step_factor = 0.1;
   double end_lr = 0;                        // cosine/linear: LR reached at the last step
+  std::string optimizer = "sgd";            // sgd | rmsproptf
   double momentum = 0.875;
   bool nesterov = false;
+  double rmsprop_alpha = 0.9;               // rmsproptf: decay of the squared-gradient average
+  double opt_eps = 1e-3;                    // rmsproptf: epsilon, added inside the square root (TF)
   double weight_decay = 3.0517578125e-05;   // 1/32768
   bool bn_weight_decay = false;             // also decay BN parameters and biases
   double label_smoothing = 0.1;
   double mixup = 0;                         // Beta(alpha, alpha); 0 disables
   double ema = 0;                           // decay of the weight EMA; 0 disables
+  double dropout = -1;                      // before the classifier; negative: the arch's (GPUNet 0.2)
+  double drop_path = -1;                    // stochastic depth of the deepest block; negative: the arch's
+  std::string teacher;                      // knowledge distillation: the teacher's arch (name or .json)
+  std::string teacher_checkpoint;           // its weights (a convnets checkpoint or weights file)
+  std::int64_t teacher_img_size = 0;        // the resolution the teacher sees; 0: the student's
   std::string precision = "fp32";           // fp32 | tf32 | amp | bf16
   std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw
   std::string device = "auto";              // auto | cpu | cuda

@@ -83,4 +83,13 @@ at::Tensor FlatParameters::view(const at::Tensor& buffer, const Entry& e) const 
 
 void FlatParameters::zero_grad() { grads_.zero_(); }
 
+void FlatParameters::for_each_slice(const std::function<void(std::int64_t, std::int64_t, int)>& fn) const {
+  const bool cuda = values_.is_cuda();
+  for (int g = 0; g < groups(); ++g) {
+    const auto r = group(g);
+    const std::int64_t chunk = cuda ? std::max<std::int64_t>(r.end - r.begin, 1) : std::int64_t{1} << 18;
+    for (std::int64_t begin = r.begin; begin < r.end; begin += chunk) fn(begin, std::min(r.end, begin + chunk), g);
+  }
+}
+
 }  // namespace convnets::train

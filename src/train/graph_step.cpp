@@ -24,10 +24,13 @@ struct GraphedStep::Graph {
 std::string GraphedStep::unsupported_reason(const StepOptions& options) {
   if (options.mixup > 0) return "mixup draws lambda and a permutation on the host every step";
   if (options.sync) return "the gradient all-reduce of a data-parallel run is launched from autograd hooks";
+  // Replays would need the CUDA generator's offset advanced per replay; that
+  // path has not been validated on a GPU here, so such models run eagerly.
+  if (options.random_layers) return "the model draws dropout/drop-path masks";
   return "";
 }
 
-GraphedStep::GraphedStep(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+GraphedStep::GraphedStep(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema,
                          const std::vector<MicroBatch>& example, const StepOptions& options)
     : model_(model), optimizer_(optimizer), scaler_(scaler), ema_(ema), options_(options), graph_(new Graph) {
   const auto why = unsupported_reason(options);
@@ -66,7 +69,8 @@ at::Tensor GraphedStep::run(const std::vector<MicroBatch>& micro, double lr) {
   if (!graph_->warmed_up) {
     // The warm-up steps (cuDNN autotuning, lazy allocations, and on CUDA the
     // capture) must not change the run: every piece of state is put back.
-    std::vector<at::Tensor> state{optimizer_.flat().values(), optimizer_.momentum_buffer()};
+    std::vector<at::Tensor> state{optimizer_.flat().values()};
+    for (const auto& t : optimizer_.state()) state.push_back(t.second);
     for (const auto& b : model_.buffers()) state.push_back(b);
     if (scaler_) {
       for (const auto& t : scaler_->state()) state.push_back(t.second);
@@ -110,7 +114,7 @@ at::Tensor GraphedStep::run(const std::vector<MicroBatch>& micro, double lr) {
   return loss_;
 }
 
-StepRunner::StepRunner(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema, const StepOptions& options,
+StepRunner::StepRunner(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema, const StepOptions& options,
                        const c10::Device& device, bool cuda_graph)
     : model_(model),
       optimizer_(optimizer),

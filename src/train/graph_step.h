@@ -1,4 +1,4 @@
-// The whole training step (forward, backward, unscale/inf-check, SGD, EMA) over static buffers, replayed as one CUDA graph.
+// The whole training step (forward, backward, unscale/inf-check, optimizer, EMA) over static buffers, replayed as one CUDA graph.
 #pragma once
 
 #include "train/step.h"
@@ -24,7 +24,7 @@ class GraphedStep {
   static std::string unsupported_reason(const StepOptions& options);
 
   // `example` gives the shapes, dtypes and device of the micro-batches.
-  GraphedStep(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+  GraphedStep(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema,
               const std::vector<MicroBatch>& example, const StepOptions& options);
   ~GraphedStep();
 
@@ -39,7 +39,7 @@ class GraphedStep {
   void eager_step();
 
   NetworkImpl& model_;
-  Sgd& optimizer_;
+  Optimizer& optimizer_;
   LossScaler* scaler_;
   Ema* ema_;
   StepOptions options_;
@@ -54,7 +54,7 @@ class GraphedStep {
 // the first call from that batch's shapes; otherwise train_step.
 class StepRunner {
  public:
-  StepRunner(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema, const StepOptions& options,
+  StepRunner(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema, const StepOptions& options,
              const c10::Device& device, bool cuda_graph);
   // The step's mean loss, a 0-dim device tensor (overwritten by the next call when graphed).
   at::Tensor run(const std::vector<MicroBatch>& micro, double lr, std::int64_t step);
@@ -62,7 +62,7 @@ class StepRunner {
 
  private:
   NetworkImpl& model_;
-  Sgd& optimizer_;
+  Optimizer& optimizer_;
   LossScaler* scaler_;
   Ema* ema_;
   StepOptions options_;

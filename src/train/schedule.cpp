@@ -11,7 +11,16 @@ LrSchedule::LrSchedule(ScheduleOptions o) : o_(std::move(o)) {
 }
 
 double LrSchedule::at(std::int64_t step) const {
-  if (step < warmup_) return o_.base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_);
+  if (step < warmup_) {
+    const double w = static_cast<double>(warmup_);
+    if (o_.warmup_lr > 0) return o_.warmup_lr + (o_.base_lr - o_.warmup_lr) * static_cast<double>(step) / w;
+    return o_.base_lr * static_cast<double>(step + 1) / w;
+  }
+  if (o_.kind == "staircase") {
+    const double epoch = static_cast<double>(step) / static_cast<double>(o_.steps_per_epoch);
+    // The epsilon keeps a boundary such as 24 steps / 10 / 2.4 from rounding below 1.
+    return o_.base_lr * std::pow(o_.step_factor, std::floor(epoch / o_.decay_epochs + 1e-9));
+  }
   if (o_.kind == "step") {
     const double epoch = static_cast<double>(step) / static_cast<double>(o_.steps_per_epoch);
     double lr = o_.base_lr;

@@ -8,9 +8,11 @@
 namespace convnets::train {
 
 struct ScheduleOptions {
-  std::string kind = "cosine";  // step | linear | cosine
+  std::string kind = "cosine";  // step | linear | cosine | staircase
   double base_lr = 0.1;         // after linear scaling
   double warmup_epochs = 0;
+  double warmup_lr = 0;         // > 0: warmup starts here instead of at base/W
+  double decay_epochs = 2.4;    // staircase: epochs between decays by step_factor
   std::vector<double> steps;    // step: epochs where the LR is multiplied by step_factor
   double step_factor = 0.1;
   double end_lr = 0;
@@ -23,7 +25,12 @@ struct ScheduleOptions {
 // from base/W to base over the first W steps; after it, cosine follows
 // end + (base - end) (1 + cos(pi p)) / 2 and linear end + (base - end)(1 - p),
 // with p the fraction of post-warmup steps done; step multiplies by the factor
-// at each listed epoch.
+// at each listed epoch. staircase is timm's "step" scheduler of the GPUNet and
+// EfficientNet recipes (--sched step --decay-epochs 2.4 --decay-rate 0.97):
+// base * factor^floor(epoch / decay_epochs), epoch counted from step 0, here
+// per step (timm updates at epoch ends, so its first decay of 2.4 lands at 3).
+// With warmup_lr > 0, warmup rises linearly from warmup_lr to base (timm's
+// --warmup-lr) instead of from base/W.
 class LrSchedule {
  public:
   explicit LrSchedule(ScheduleOptions o);

@@ -4,7 +4,6 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
 
 namespace convnets::train {
 
@@ -45,18 +44,9 @@ void Sgd::update(const at::Tensor& skip, Apply&& apply_lr) {
       apply_lr(p, d_p);
     }
   };
-  // On CUDA a group is one slice: a few launches. On the CPU, 1 MiB slices
-  // keep the passes in cache and the temporaries on the malloc heap: over the
-  // whole 100 MB of ResNet-50 the same ops ran 1.6x slower than per tensor
-  // (docs/PERFORMANCE.md).
-  const bool cuda = flat_.values().is_cuda();
-  for (int g = 0; g < flat_.groups(); ++g) {
-    const auto r = flat_.group(g);
-    const std::int64_t chunk = cuda ? std::max<std::int64_t>(r.end - r.begin, 1) : std::int64_t{1} << 18;
-    for (std::int64_t begin = r.begin; begin < r.end; begin += chunk) {
-      update_slice(begin, std::min(r.end, begin + chunk), g == 0 ? options_.weight_decay : 0.0);
-    }
-  }
+  flat_.for_each_slice([&](std::int64_t begin, std::int64_t end, int group) {
+    update_slice(begin, end, group == 0 ? options_.weight_decay : 0.0);
+  });
 }
 
 void Sgd::step(double lr, const at::Tensor& skip) {

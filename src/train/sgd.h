@@ -1,10 +1,7 @@
 // SGD with momentum/Nesterov and decoupled parameter groups (no decay on BN and biases), as torch.optim.SGD computes it, over flat buffers.
 #pragma once
 
-#include "io/safetensors.h"
-#include "train/flat_params.h"
-
-#include <torch/nn/module.h>
+#include "train/optimizer.h"
 
 #include <string>
 #include <vector>
@@ -19,7 +16,7 @@ struct SgdOptions {
   bool decay_all = false;
 };
 
-class Sgd {
+class Sgd : public Optimizer {
  public:
   struct Param {
     std::string name;
@@ -32,28 +29,29 @@ class Sgd {
   // (FlatParameters): group 0 decayed, group 1 not.
   Sgd(torch::nn::Module& model, SgdOptions options);
 
-  void zero_grad() { flat_.zero_grad(); }
+  void zero_grad() override { flat_.zero_grad(); }
   // One update with learning rate `lr`: torch.optim.SGD's single-tensor
   // arithmetic (dampening 0), applied per group to the whole flat buffer, so
   // the result is the same element for element. `skip` (optional 0-dim bool
   // on the device, e.g. an fp16 overflow) leaves parameters and momentum
   // unchanged without a host sync.
-  void step(double lr, const at::Tensor& skip = {});
+  void step(double lr, const at::Tensor& skip = {}) override;
   // The same update with the learning rate read from a 0-dim device tensor,
   // as a captured CUDA graph needs (a host scalar would be baked in). The
   // final p - lr * d rounds twice where step(double) rounds once (FMA), so
   // the two may differ in the last bit.
-  void step(const at::Tensor& lr, const at::Tensor& skip = {});
+  void step(const at::Tensor& lr, const at::Tensor& skip = {}) override;
 
   const std::vector<Param>& params() const { return params_; }
   const SgdOptions& options() const { return options_; }
-  FlatParameters& flat() { return flat_; }
+  FlatParameters& flat() override { return flat_; }
   const at::Tensor& momentum_buffer() const { return momentum_; }
 
   // "optimizer.momentum.<param>" tensors, and loading them back (strict:
   // every parameter's buffer, same shape; errors name the tensor and file).
-  NamedTensors state() const;
-  void load_state(const TensorFile& file, const std::string& source);
+  NamedTensors state() const override;
+  void load_state(const TensorFile& file, const std::string& source) override;
+  std::string name() const override { return "sgd"; }
 
  private:
   template <typename Apply>

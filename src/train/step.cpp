@@ -60,10 +60,15 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
          F::cross_entropy(x, labels.index_select(0, perm), opts) * (1.0 - mix->lam);
 }
 
+at::Tensor soft_target_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits) {
+  const auto target = torch::softmax(teacher_logits.to(torch::kFloat), 1);
+  return -(target * torch::log_softmax(student_logits.to(torch::kFloat), 1)).sum(1).mean();
+}
+
 namespace {
 
 template <typename Lr>
-StepOutput step_impl(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+StepOutput step_impl(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema,
                      const std::vector<MicroBatch>& micro, const Lr& lr, std::int64_t step,
                      const StepOptions& options) {
   StepOutput out;
@@ -90,7 +95,21 @@ StepOutput step_impl(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema
     at::Tensor loss;
     {
       compat::AutocastGuard autocast(images.device(), options.autocast);
-      loss = classification_loss(model.forward(images), micro[m].labels, options.label_smoothing, &draw);
+      at::Tensor teacher_logits, student_in = images;
+      if (options.teacher) {
+        torch::NoGradGuard no_grad;
+        teacher_logits = options.teacher->forward(images);
+        if (options.student_size > 0 && images.size(2) != options.student_size) {
+          namespace F = torch::nn::functional;
+          student_in = F::interpolate(images, F::InterpolateFuncOptions()
+                                                  .size(std::vector<int64_t>{options.student_size, options.student_size})
+                                                  .mode(torch::kBicubic)
+                                                  .align_corners(false));
+        }
+      }
+      const auto logits = model.forward(student_in);
+      loss = classification_loss(logits, micro[m].labels, options.label_smoothing, &draw);
+      if (options.teacher) loss = loss + soft_target_loss(logits, teacher_logits);
     }
     auto scaled = loss / n;
     if (scaler) scaled = scaler->scale(scaled);
@@ -113,12 +132,12 @@ StepOutput step_impl(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema
 
 }  // namespace
 
-StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+StepOutput train_step(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema,
                       const std::vector<MicroBatch>& micro, double lr, std::int64_t step, const StepOptions& options) {
   return step_impl(model, optimizer, scaler, ema, micro, lr, step, options);
 }
 
-StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+StepOutput train_step(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema,
                       const std::vector<MicroBatch>& micro, const at::Tensor& lr, std::int64_t step,
                       const StepOptions& options) {
   return step_impl(model, optimizer, scaler, ema, micro, lr, step, options);

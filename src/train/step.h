@@ -1,10 +1,10 @@
-// One optimizer step: forward/backward over micro-batches with label smoothing and mixup, unscale, SGD, EMA.
+// One optimizer step: forward/backward over micro-batches with label smoothing, mixup and distillation, unscale, update, EMA.
 #pragma once
 
 #include "models/network.h"
 #include "train/ema.h"
 #include "train/loss_scale.h"
-#include "train/sgd.h"
+#include "train/optimizer.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -29,6 +29,11 @@ MixupDraw draw_mixup(double alpha, std::int64_t batch, std::uint64_t seed, std::
 at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& labels, double smoothing,
                                const MixupDraw* mix = nullptr);
 
+// Knowledge distillation's soft-target term (Hinton et al. 2015 at
+// temperature 1), as DLE's GPUNet train.py adds it to the classification
+// loss: mean over the batch of sum_c -softmax(teacher)_c * log_softmax(student)_c.
+at::Tensor soft_target_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits);
+
 // Data-parallel hooks around a step's micro-batches (dist::GradientReducer):
 // gradients are all-reduced during the last micro-batch's backward only.
 class GradientSync {
@@ -49,6 +54,12 @@ struct StepOptions {
   std::uint64_t seed = 0;
   at::ScalarType autocast = at::kFloat;  // kHalf / kBFloat16: autocast on CUDA; kFloat: none
   GradientSync* sync = nullptr;          // data-parallel runs; not capturable in a CUDA graph
+  // Knowledge distillation: a frozen teacher (eval mode, no gradients) sees
+  // each (mixed) batch as loaded; the student sees it resized to
+  // student_size (bicubic, as DLE's useTwoRes) when that differs.
+  NetworkImpl* teacher = nullptr;
+  std::int64_t student_size = 0;
+  bool random_layers = false;            // the model draws dropout/drop-path masks in training
 };
 
 struct MicroBatch {
@@ -64,12 +75,12 @@ struct StepOutput {
 // Gradients of the micro-batches accumulate (each loss divided by their
 // count, so two of B equal one of 2B apart from BN statistics); then, with a
 // scaler, gradients are unscaled and an overflow skips the update on the
-// device; then SGD at `lr` and the EMA update.
-StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+// device; then the optimizer at `lr` and the EMA update.
+StepOutput train_step(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema,
                       const std::vector<MicroBatch>& micro, double lr, std::int64_t step, const StepOptions& options);
-// The same step with the learning rate in a 0-dim device tensor (Sgd::step's
+// The same step with the learning rate in a 0-dim device tensor (Optimizer::step's
 // tensor form), so that nothing in it depends on a host value: capturable.
-StepOutput train_step(NetworkImpl& model, Sgd& optimizer, LossScaler* scaler, Ema* ema,
+StepOutput train_step(NetworkImpl& model, Optimizer& optimizer, LossScaler* scaler, Ema* ema,
                       const std::vector<MicroBatch>& micro, const at::Tensor& lr, std::int64_t step,
                       const StepOptions& options);
 

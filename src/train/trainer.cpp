@@ -16,7 +16,7 @@
 #include "train/progress.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
-#include "train/sgd.h"
+#include "train/optimizer.h"
 #include "train/step.h"
 
 #include <torch/torch.h>
@@ -68,18 +68,27 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
+// The classifier's module path ("fc.", "network. layer15.net.6."): every
+// arch registers its Linear classifier last.
+std::string classifier_prefix(const NetworkImpl& model) {
+  const auto params = model.named_parameters();
+  const auto& last = params.keys().back();
+  return last.substr(0, last.rfind('.') + 1);
+}
+
 // --fine-tune: every tensor must fit except the classifier, which is kept
 // freshly initialised when its shape differs (another class count).
 void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo& arch) {
   const auto ckpt = load_checkpoint(path);
-  if (ckpt.is_training_checkpoint() && ckpt.meta.value("arch", "") != arch.name) {
+  if (ckpt.is_training_checkpoint() && !same_architecture(arch, ckpt.meta)) {
     throw Error("--fine-tune " + path + " holds a " + ckpt.meta.value("arch", "?") + ", this run trains " + arch.name);
   }
   auto report = load_state_dict(model, ckpt.section("model."), path, arch.import_key, /*strict=*/false);
   std::vector<std::string> problems;
   std::vector<std::string> reinitialised;
+  const auto classifier = classifier_prefix(model);
   for (const auto& m : report.mismatched) {
-    (m.name.rfind("fc.", 0) == 0 ? reinitialised : problems).push_back(m.name);
+    (m.name.rfind(classifier, 0) == 0 ? reinitialised : problems).push_back(m.name);
   }
   for (const auto& m : report.missing) problems.push_back("missing " + m);
   for (const auto& u : report.unexpected) problems.push_back("unexpected " + u);
@@ -89,6 +98,32 @@ void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo&
   }
   std::cout << "fine-tune: weights from " << path
             << (reinitialised.empty() ? "" : "; new classifier (" + join(reinitialised) + ")") << '\n';
+}
+
+// The frozen teacher of knowledge distillation: its arch, the model weights
+// of a convnets checkpoint (or a plain weights file), eval mode, no gradients.
+Network load_teacher(const TrainConfig& c, std::int64_t num_classes, const Runtime& rt) {
+  const auto ckpt = load_checkpoint(c.teacher_checkpoint);
+  const ArchInfo& tarch = find_architecture(c.teacher);
+  if (ckpt.is_training_checkpoint()) {
+    if (!same_architecture(tarch, ckpt.meta)) {
+      throw Error("--teacher-checkpoint " + c.teacher_checkpoint + " holds a " + ckpt.meta.value("arch", "?") +
+                  ", not the --teacher " + c.teacher);
+    }
+    const auto classes = ckpt.meta.value("num_classes", std::int64_t{0});
+    if (classes != num_classes) {
+      throw Error("--teacher-checkpoint " + c.teacher_checkpoint + " predicts " + std::to_string(classes) +
+                  " classes, the training data has " + std::to_string(num_classes));
+    }
+  }
+  ModelOptions to;
+  to.num_classes = num_classes;
+  auto teacher = build_model(tarch, to);
+  load_weights(*teacher, ckpt, "model.", tarch.import_key);
+  prepare_model(*teacher, rt);
+  teacher->eval();
+  for (auto& p : teacher->parameters()) p.set_requires_grad(false);
+  return teacher;
 }
 
 void check_same_classes(const data::Dataset& train, const data::Dataset& val) {
@@ -162,13 +197,23 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   mo.num_classes = static_cast<std::int64_t>(train_ds->num_classes());
   mo.conv_init = c.init == "fan_out" ? ConvInit::FanOut : ConvInit::FanIn;
   mo.zero_init_residual = c.zero_init_residual;
+  mo.dropout = c.dropout;
+  mo.drop_path = c.drop_path;
   Network model = build_model(arch, mo);
   const Checkpoint* resume = options.resume ? &*options.resume : nullptr;
   if (resume) {
     const auto& m = resume->meta;
-    if (m.at("arch").get<std::string>() != arch.name) {
+    if (!same_architecture(arch, m)) {
       throw Error("--resume " + resume->path + " was trained as " + m.at("arch").get<std::string>() +
-                  ", but this run is " + arch.name, "resume with the same --arch, or use --fine-tune to start anew");
+                      (m.contains("arch_definition") ? " (its layer list is in the checkpoint)" : "") +
+                      ", but this run is " + arch.name,
+                  "resume with the same --arch (and the same layer list), or use --fine-tune to start anew");
+    }
+    const auto trained_with = m.at("config").value("optimizer", std::string("sgd"));
+    if (trained_with != c.optimizer) {
+      throw Error("--resume " + resume->path + " was trained with --optimizer " + trained_with + ", this run uses " +
+                      c.optimizer,
+                  "resume with the same --optimizer, or use --fine-tune to start a new optimizer from its weights");
     }
     if (m.at("num_classes").get<std::int64_t>() != mo.num_classes) {
       throw Error("--resume " + resume->path + " has " + std::to_string(m.at("num_classes").get<std::int64_t>()) +
@@ -185,15 +230,24 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
     // The group outlives the model's use of it: both end with this function.
     layers::enable_sync_batchnorm(*model, std::shared_ptr<layers::BatchNormSync>(group.get(), [](auto*) {}));
   }
-  Sgd sgd(*model, {c.momentum, c.nesterov, c.weight_decay, c.bn_weight_decay});
+  OptimizerOptions oo;
+  oo.kind = c.optimizer;
+  oo.momentum = c.momentum;
+  oo.nesterov = c.nesterov;
+  oo.weight_decay = c.weight_decay;
+  oo.decay_all = c.bn_weight_decay;
+  oo.alpha = c.rmsprop_alpha;
+  oo.eps = c.opt_eps;
+  const auto optimizer = make_optimizer(*model, oo);
   std::unique_ptr<dist::GradientReducer> reducer;
   if (group) {
-    reducer = std::make_unique<dist::GradientReducer>(*group, sgd.flat(), c.bucket_mb,
+    reducer = std::make_unique<dist::GradientReducer>(*group, optimizer->flat(), c.bucket_mb,
                                                       /*broadcast_buffers=*/!c.sync_bn);
     reducer->broadcast_state(*model);  // ranks start bit-identical whatever they loaded
   }
   std::unique_ptr<LossScaler> scaler;
   if (rt.loss_scaling) scaler = std::make_unique<LossScaler>(rt.device);
+  Network teacher = c.teacher.empty() ? nullptr : load_teacher(c, mo.num_classes, rt);
   std::unique_ptr<Ema> ema;
   if (c.ema > 0) {
     auto shadow = build_model(arch, mo);
@@ -205,7 +259,7 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   std::int64_t best_epoch = -1;
   if (resume) {
     const auto& m = resume->meta;
-    sgd.load_state(resume->file, resume->path);
+    optimizer->load_state(resume->file, resume->path);
     if (scaler) {
       // Switching to amp on resume starts a fresh scale; the reverse drops it.
       if (resume->file.find("loss_scale.scale")) scaler->load_state(resume->file, resume->path);
@@ -225,7 +279,10 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   }
 
   // ---- loaders
-  data::TransformOptions train_t = data::TransformOptions::train(pre.input_size);
+  // With a teacher at another resolution, images load at the teacher's and
+  // the student gets them resized (DLE's GPUNet train.py, useTwoRes).
+  const int load_size = c.teacher_img_size > 0 ? static_cast<int>(c.teacher_img_size) : pre.input_size;
+  data::TransformOptions train_t = data::TransformOptions::train(load_size);
   train_t.crop.scale_min = c.crop_scale_min;
   train_t.flip = c.flip;
   data::LoaderOptions lo;
@@ -284,6 +341,8 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   so.steps = c.lr_steps;
   so.step_factor = c.lr_step_factor;
   so.end_lr = c.end_lr;
+  so.warmup_lr = c.warmup_lr;
+  so.decay_epochs = c.lr_decay_epochs;
   so.steps_per_epoch = steps_per_epoch;
   so.epochs = c.epochs;
   const LrSchedule schedule(so);
@@ -367,7 +426,7 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   auto checkpoint_meta = [&](std::int64_t epoch, std::int64_t step_in_epoch) {
     nlohmann::json m;
     m["format"] = kCheckpointFormat;
-    m["arch"] = arch.name;
+    m.update(architecture_meta(arch));
     m["num_classes"] = mo.num_classes;
     m["class_names"] = class_names;
     m["preprocessing"] = to_json(pre);
@@ -393,7 +452,7 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
     if (ema) {
       for (auto& [k, t] : state_dict(*ema->model())) tensors.emplace_back("ema." + k, t);
     }
-    for (auto& e : sgd.state()) tensors.push_back(e);
+    for (auto& e : optimizer->state()) tensors.push_back(e);
     if (scaler) {
       for (auto& e : scaler->state()) tensors.push_back(e);
     }
@@ -408,6 +467,10 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
               << (micro_per_step > 1 ? " (" + std::to_string(micro_per_step) + " micro-batches)" : "")
               << ", lr " << so.base_lr << " " << c.lr_schedule << ", " << rt.device.str() << " " << c.precision << ", "
               << train_loader->workers() << " loader threads\n";
+    if (teacher) {
+      std::cout << "       distillation: teacher " << c.teacher << " from " << c.teacher_checkpoint << " at "
+                << load_size << " px, student at " << pre.input_size << " px\n";
+    }
     if (group) {
       std::cout << "       data-parallel: " << world << " ranks over " << group->backend() << " ("
                 << denv->source << ", store " << denv->master_addr << ":" << denv->master_port << "), "
@@ -429,7 +492,10 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   };
   SignalScope signals;
   StepOptions step_options{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), rt.autocast, reducer.get()};
-  StepRunner stepper(*model, sgd, scaler.get(), ema.get(), step_options, rt.device, c.cuda_graph);
+  step_options.teacher = teacher.get();
+  step_options.student_size = pre.input_size;
+  step_options.random_layers = model->random_in_training();
+  StepRunner stepper(*model, *optimizer, scaler.get(), ema.get(), step_options, rt.device, c.cuda_graph);
   const bool terminal = writer && Progress::stdout_is_terminal();
   // A signal must stop every rank after the same step, or the collectives
   // would go out of step: data-parallel runs agree on it at each log line.

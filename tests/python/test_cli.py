@@ -28,12 +28,17 @@ class ModelsCommand(unittest.TestCase):
         r = convnets("models", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = {m["name"]: m for m in json.loads(r.stdout)}
-        self.assertEqual(len(rows), 13)
+        self.assertEqual(len(rows), 20)
         self.assertEqual(rows["resnet50"]["params"], 25557032)
         self.assertAlmostEqual(rows["resnet50"]["gmacs"], 4.09, places=2)
         self.assertEqual(rows["se_resnext101_32x4d"]["params"], 45251128)
         self.assertEqual(rows["resnet50"]["input_size"], 224)
         self.assertEqual(rows["resnet50"]["crop_ratio"], 0.875)
+        self.assertEqual(rows["gpunet-0"]["params"], 11885432)
+        self.assertEqual(rows["gpunet-d2"]["params"], 19036728)
+        self.assertEqual([rows[f"gpunet-{v}"]["input_size"] for v in ("0", "1", "2", "p0", "p1", "d1", "d2")],
+                         [320, 288, 384, 224, 224, 456, 528])
+        self.assertEqual(rows["gpunet-0"]["crop_ratio"], 1.0)
         table = convnets("models")
         self.assertEqual(table.returncode, 0, table.stderr)
         self.assertRegex(table.stdout, r"resnet50\s+25,557,032\s+4\.09\s+224")
@@ -43,6 +48,23 @@ class ModelsCommand(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         # fc shrinks from 2048*1000+1000 to 2048*10+10
         self.assertEqual(json.loads(r.stdout)["params"], 25557032 - (2048 * 990 + 990))
+
+    def test_gpunet_definition_round_trips_through_a_file(self):
+        r = convnets("models", "--arch", "gpunet-1", "--definition")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        layers = json.loads(r.stdout)
+        self.assertEqual(layers[0], {"layer_type": "data", "img_resolution": 288, "distill": False})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "mine.json")
+            with open(path, "w") as f:
+                f.write(r.stdout)
+            mine = convnets("models", "--arch", path, "--json")
+            self.assertEqual(mine.returncode, 0, mine.stderr)
+            self.assertEqual(json.loads(mine.stdout)["params"], 12704192)
+            self.assertEqual(json.loads(mine.stdout)["input_size"], 288)
+        resnet = convnets("models", "--arch", "resnet50", "--definition")
+        self.assertEqual(resnet.returncode, 1)
+        self.assertIn("resnet50 is not built from a layer list", resnet.stderr)
 
     def test_forward_pass(self):
         r = convnets("models", "--arch", "resnet18", "--forward", "--batch-size", "2", "--input-size", "64")

@@ -1,0 +1,71 @@
+#include "train/rmsprop.h"
+
+#include "core/error.h"
+
+#include <torch/torch.h>
+
+namespace convnets::train {
+
+RmsPropTf::RmsPropTf(torch::nn::Module& model, const OptimizerOptions& options)
+    : options_(options),
+      flat_(model, 2, [&](const std::string&, const at::Tensor& p) { return options.decay_all || p.dim() > 1 ? 0 : 1; }) {
+  square_avg_ = flat_.make_buffer().fill_(1.0);  // TF initialises the mean square to 1
+  momentum_ = flat_.make_buffer();
+}
+
+void RmsPropTf::update(const at::Tensor& skip, const at::Tensor* lr_tensor, double lr) {
+  torch::NoGradGuard no_grad;
+  const double alpha = options_.alpha, mom = options_.momentum;
+  flat_.for_each_slice([&](std::int64_t begin, std::int64_t end, int group) {
+    const double wd = group == 0 ? options_.weight_decay : 0.0;
+    auto p = flat_.values().slice(0, begin, end);
+    auto v = square_avg_.slice(0, begin, end);
+    auto m = momentum_.slice(0, begin, end);
+    const auto grad = flat_.grads().slice(0, begin, end);
+    const auto g = wd != 0 ? grad.add(p, wd) : grad;
+    auto v_next = v + (g.square() - v) * (1.0 - alpha);
+    auto step = g / (v_next + options_.eps).sqrt();
+    step = lr_tensor ? step.mul_(*lr_tensor) : step.mul_(lr);
+    auto m_next = mom > 0 ? m.mul(mom).add_(step) : step;
+    if (skip.defined()) {
+      v.copy_(torch::where(skip, v, v_next));
+      if (mom > 0) m.copy_(torch::where(skip, m, m_next));
+      p.copy_(torch::where(skip, p, p - m_next));
+    } else {
+      v.copy_(v_next);
+      if (mom > 0) m.copy_(m_next);
+      p.sub_(m_next);
+    }
+  });
+}
+
+void RmsPropTf::step(double lr, const at::Tensor& skip) { update(skip, nullptr, lr); }
+
+void RmsPropTf::step(const at::Tensor& lr, const at::Tensor& skip) { update(skip, &lr, 0.0); }
+
+NamedTensors RmsPropTf::state() const {
+  NamedTensors out;
+  for (const auto& e : flat_.entries()) {
+    out.emplace_back("optimizer.square_avg." + e.name, flat_.view(square_avg_, e));
+    out.emplace_back("optimizer.momentum." + e.name, flat_.view(momentum_, e));
+  }
+  return out;
+}
+
+void RmsPropTf::load_state(const TensorFile& file, const std::string& source) {
+  auto targets = state();
+  std::vector<at::Tensor> loaded;
+  for (const auto& [name, t] : targets) {
+    const auto* f = file.find(name);
+    if (!f) throw Error(source + ": no '" + name + "' (an rmsproptf state buffer)");
+    if (f->sizes() != t.sizes()) {
+      throw Error(source + ": '" + name + "' has shape " + c10::str(f->sizes()) + ", the model's parameter " +
+                  c10::str(t.sizes()));
+    }
+    loaded.push_back(*f);
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].second.copy_(loaded[i]);
+}
+
+}  // namespace convnets::train
