@@ -12,6 +12,7 @@ and reproduces DLE's module names, so a state_dict from `convnets models
       python3 bench/gpunet_reference.py --config gpunet-0.json --latency --batch-size 1 --precision fp16
 """
 import argparse
+import contextlib
 import json
 import math
 import time
@@ -200,13 +201,16 @@ class GPUNet(nn.Module):
         return self.network(x)
 
 
-def latency(model, batch, size, precision, iterations, warmup, device):
+def latency(model, batch, size, precision, iterations, warmup, device, memory_format):
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
-    x = torch.randn(batch, 3, size, size, device=device).to(memory_format=torch.channels_last)
-    model = model.to(device).eval().to(memory_format=torch.channels_last)
+    fmt = torch.channels_last if memory_format == "nhwc" else torch.contiguous_format
+    x = torch.randn(batch, 3, size, size, device=device).to(memory_format=fmt)
+    model = model.to(device).eval().to(memory_format=fmt)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
-    with torch.no_grad(), torch.autocast(device, dtype=dtype, enabled=precision != "fp32"):
+    # fp32 takes no autocast context at all: torch 1.13's CPU autocast rejects a float32 dtype.
+    cast = torch.autocast(device, dtype=dtype) if precision != "fp32" else contextlib.nullcontext()
+    with torch.no_grad(), cast:
         for i in range(warmup + iterations):
             sync()
             t0 = time.perf_counter()
@@ -214,8 +218,9 @@ def latency(model, batch, size, precision, iterations, warmup, device):
             sync()
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
+    mean = sum(times) / len(times)
     times.sort()
-    return times[len(times) // 2] * 1e3, times[int(math.ceil(0.9 * len(times))) - 1] * 1e3
+    return mean * 1e3, times[len(times) // 2] * 1e3, times[int(math.ceil(0.9 * len(times))) - 1] * 1e3
 
 
 def main():
@@ -223,6 +228,8 @@ def main():
     p.add_argument("--config", required=True, help="GPUNet JSON (DLE's file or `convnets models --definition`)")
     p.add_argument("--latency", action="store_true", help="measure eval latency (median and p90 ms)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--memory-format", default="nhwc", choices=["nhwc", "nchw"])
+    p.add_argument("--threads", type=int, default=0, help="CPU intra-op threads (0: torch's default)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"])
     p.add_argument("--iterations", type=int, default=200)
@@ -234,9 +241,14 @@ def main():
     out = {"config": a.config, "params": params, "img_resolution": model.img_resolution}
     if a.latency:
         torch.backends.cudnn.benchmark = True
-        med, p90 = latency(model, a.batch_size, model.img_resolution, a.precision, a.iterations, a.warmup, a.device)
-        out.update({"device": a.device, "threads": torch.get_num_threads(), "batch_size": a.batch_size,
-                    "precision": a.precision, "median_ms": med, "p90_ms": p90, "torch": torch.__version__})
+        if a.threads > 0:
+            torch.set_num_threads(a.threads)
+        mean, med, p90 = latency(model, a.batch_size, model.img_resolution, a.precision, a.iterations, a.warmup,
+                                 a.device, a.memory_format)
+        out.update({"device": a.device, "threads": torch.get_num_threads(), "memory_format": a.memory_format,
+                    "batch_size": a.batch_size,
+                    "precision": a.precision, "mean_ms": mean, "median_ms": med, "p90_ms": p90,
+                    "torch": torch.__version__})
     print(json.dumps(out))
 
 
