@@ -171,6 +171,8 @@ TEST(Distillation, StepLossEqualsTheHandComputedValue) {
   EXPECT_NEAR(out.loss.item<double>(), expected, 1e-6);
   EXPECT_EQ(teacher->seen, 8);
   EXPECT_EQ(student->seen, 4);
+  // The teacher stays frozen: no gradient reaches it.
+  for (const auto& p : teacher->parameters()) EXPECT_FALSE(p.grad().defined());
 }
 
 }  // namespace

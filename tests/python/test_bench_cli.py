@@ -83,6 +83,18 @@ class BenchModel(unittest.TestCase):
             self.assertLessEqual(row["p95_ms"], row["p99_ms"])
             self.assertGreater(row["mean_ms"], 0)
 
+    def test_gpunets_run_at_their_own_resolution_in_both_modes(self):
+        # No --image-size: the arch's (GPUNet-P0 224 px); train with its drop-path and dropout.
+        r = run([BIN, "bench", "infer", "--arch", "gpunet-p0", "--batch-sizes", "1", "--warmup", "1",
+                 "--iterations", "2", "--json", self.path("g.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.load(open(self.path("g.json")))
+        self.assertEqual((j["arch"], j["image_size"]), ("gpunet-p0", 224))
+        r = run([BIN, "bench", "train", "--arch", "gpunet-d1", "--image-size", "64", "--batch-sizes", "4",
+                 "--warmup", "1", "--iterations", "2", "--json", self.path("gt.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(json.load(open(self.path("gt.json")))["rows"][0]["images_per_s"], 0)
+
     def test_mixed_precision_without_a_gpu_is_a_clear_error(self):
         for p in ("amp", "bf16", "tf32"):
             r = run([BIN, "bench", "train", *SMALL, "--precision", p, "--device", "cpu",
