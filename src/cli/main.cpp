@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   convnets::cli::add_models_command(app);
   convnets::cli::add_train_command(app);
   convnets::cli::add_eval_command(app);
+  convnets::cli::add_classify_command(app);
   convnets::cli::add_report_command(app);
   convnets::cli::add_bench_command(app);
 

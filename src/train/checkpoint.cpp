@@ -27,7 +27,14 @@ Checkpoint load_checkpoint(const std::string& path) {
     throw Error(path + ": checkpoint metadata 'convnets' is not valid JSON (" + e.what() + ")",
                 "the file is damaged; use another checkpoint (e.g. epoch-N or best)");
   }
-  if (!c.meta.is_object() || c.meta.value("format", "") != kCheckpointFormat) {
+  const std::string format = c.meta.is_object() ? c.meta.value("format", "") : "";
+  const std::string family = "convnets-checkpoint/";
+  if (format.rfind(family, 0) == 0 && format != kCheckpointFormat) {
+    throw Error(path + ": checkpoint format " + format + " is not " + kCheckpointFormat +
+                    ", the one this convnets reads (written by a newer or older convnets)",
+                "use the convnets version that wrote it");
+  }
+  if (format != kCheckpointFormat) {
     throw Error(path + ": metadata 'convnets' is not a " + std::string(kCheckpointFormat) + " record");
   }
   for (const char* key : {"arch", "num_classes", "epoch", "step", "config", "preprocessing"}) {

@@ -1,0 +1,127 @@
+"""`convnets classify` end to end: a model trained by the CLI on Fashion-MNIST classifies held-out
+test images given as PNG files with the accuracy `eval` reports; JSON output; bad images and bad
+checkpoints.
+"""
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
+import pth2safetensors  # noqa: E402
+
+BIN = os.environ["CONVNETS_BIN"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+HELD_OUT = 1000
+
+
+def convnets(*args, stdin=None, timeout=600):
+    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, input=stdin,
+                          timeout=timeout)
+
+
+def idx(path):
+    with gzip.open(path) as f:
+        data = f.read()
+    if data[2] == 8 and data[3] == 3:
+        n, h, w = (int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(3))
+        return np.frombuffer(data, np.uint8, offset=16).reshape(n, h, w)
+    return np.frombuffer(data, np.uint8, offset=8)
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class Classify(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-classify-")
+        ws = os.path.join(cls.tmp, "run")
+        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--epochs", "1", "--max-train-images", "4096",
+                     "--max-val-images", str(HELD_OUT), "--batch-size", "64", "--workspace", ws)
+        assert r.returncode == 0, r.stdout + r.stderr
+        cls.ckpt = os.path.join(ws, "last.safetensors")
+        images = idx(os.path.join(FASHION, "t10k-images-idx3-ubyte.gz"))[:HELD_OUT]
+        cls.labels = idx(os.path.join(FASHION, "t10k-labels-idx1-ubyte.gz"))[:HELD_OUT]
+        cls.pngs = []
+        for i, im in enumerate(images):
+            path = os.path.join(cls.tmp, f"test-{i:05d}.png")
+            Image.fromarray(im, mode="L").save(path)
+            cls.pngs.append(path)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_png_files_classify_with_the_accuracy_eval_reports(self):
+        r = convnets("classify", "-", "--checkpoint", self.ckpt, "--json", "--batch-size", "100",
+                     stdin="\n".join(self.pngs) + "\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual((out["images"], out["failed"]), (HELD_OUT, 0))
+        results = out["results"]
+        self.assertEqual([x["path"] for x in results], self.pngs)
+        top1 = [x["top"][0]["index"] for x in results]
+        accuracy = 100.0 * float(np.mean(np.array(top1) == self.labels))
+        for x in results[:5]:
+            self.assertEqual(len(x["top"]), 5)
+            probs = [t["probability"] for t in x["top"]]
+            self.assertEqual(probs, sorted(probs, reverse=True))
+            self.assertEqual(x["top"][0]["class"], str(x["top"][0]["index"]))  # IDX classes are named 0..9
+        e = convnets("eval", FASHION, "--checkpoint", self.ckpt, "--max-images", str(HELD_OUT), "--json")
+        self.assertEqual(e.returncode, 0, e.stderr)
+        self.assertLessEqual(abs(accuracy - json.loads(e.stdout)["val.top1"]), 0.1)
+        self.assertGreater(accuracy, 60.0, "a trained model, not chance")
+
+    def test_table_jpeg_and_an_undecodable_file_among_good_ones(self):
+        jpeg = os.path.join(self.tmp, "shoe.jpg")
+        Image.open(self.pngs[0]).convert("RGB").resize((56, 56)).save(jpeg, quality=95)
+        broken = os.path.join(self.tmp, "broken.png")
+        with open(broken, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 10)
+        r = convnets("classify", self.pngs[1], broken, jpeg, "--checkpoint", self.ckpt, "--top-k", "3")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("1 of 3 images could not be classified", r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], self.pngs[1])
+        self.assertRegex(lines[1], r"^ +[0-9.]+%  \d \(\d\)$")
+        self.assertEqual(lines[4], broken)
+        self.assertIn("error: ", lines[5])
+        self.assertIn(broken, lines[5])
+        self.assertEqual(lines[6], jpeg)
+        self.assertEqual(len(lines), 10)
+        j = convnets("classify", broken, jpeg, "--checkpoint", self.ckpt, "--json", "--top-k", "50")
+        out = json.loads(j.stdout)
+        self.assertIn("error", out["results"][0])
+        self.assertEqual(len(out["results"][1]["top"]), 10, "top-k is capped at the class count")
+
+    def test_bad_checkpoints_are_named(self):
+        junk = os.path.join(self.tmp, "junk.safetensors")
+        with open(junk, "wb") as f:
+            f.write(b"PK\x03\x04 this is a zip, not safetensors")
+        truncated = os.path.join(self.tmp, "truncated.safetensors")
+        with open(self.ckpt, "rb") as f:
+            data = f.read()
+        with open(truncated, "wb") as f:
+            f.write(data[: len(data) // 2])
+        newer = os.path.join(self.tmp, "newer.safetensors")
+        tensors, meta = pth2safetensors.read_safetensors(self.ckpt)
+        record = json.loads(meta["convnets"])
+        record["format"] = "convnets-checkpoint/2"
+        meta["convnets"] = json.dumps(record)
+        pth2safetensors.write_safetensors(newer, tensors, meta)
+        for path, message in ((junk, junk), (truncated, truncated),
+                              (newer, "checkpoint format convnets-checkpoint/2 is not convnets-checkpoint/1")):
+            r = convnets("classify", self.pngs[0], "--checkpoint", path)
+            self.assertEqual(r.returncode, 1, path)
+            self.assertIn(message, r.stderr)
+            self.assertNotIn("terminate called", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
