@@ -13,5 +13,6 @@ void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace convnets::cli

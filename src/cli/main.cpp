@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   convnets::cli::add_train_command(app);
   convnets::cli::add_eval_command(app);
   convnets::cli::add_classify_command(app);
+  convnets::cli::add_export_command(app);
   convnets::cli::add_report_command(app);
   convnets::cli::add_bench_command(app);
 

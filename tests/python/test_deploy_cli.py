@@ -1,6 +1,9 @@
-"""`convnets classify` end to end: a model trained by the CLI on Fashion-MNIST classifies held-out
-test images given as PNG files with the accuracy `eval` reports; JSON output; bad images and bad
-checkpoints.
+"""Deployment commands end to end.
+
+`convnets classify`: a model trained by the CLI on Fashion-MNIST classifies held-out test images
+given as PNG files with the accuracy `eval` reports; JSON output; bad images and bad checkpoints.
+`convnets export --format safetensors`: torchvision loads the export and computes the same logits;
+torchvision weights load into convnets and compute the same logits.
 """
 import gzip
 import json
@@ -12,6 +15,8 @@ import tempfile
 import unittest
 
 import numpy as np
+import torch
+import torchvision
 from PIL import Image
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
@@ -121,6 +126,99 @@ class Classify(unittest.TestCase):
             self.assertEqual(r.returncode, 1, path)
             self.assertIn(message, r.stderr)
             self.assertNotIn("terminate called", r.stderr)
+
+
+def relative_error(a, b):
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class ExportSafetensors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-export-")
+        ws = os.path.join(cls.tmp, "r18")
+        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--arch", "resnet18", "--image-size", "32",
+                     "--epochs", "1", "--max-train-images", "512", "--batch-size", "64", "--training-only",
+                     "--ema", "0.9", "--workspace", ws)
+        assert r.returncode == 0, r.stdout + r.stderr
+        cls.ckpt = os.path.join(ws, "last.safetensors")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def convnets_logits(self, weights):
+        io = self.path("io.safetensors")
+        r = convnets("models", "--arch", "resnet18", "--num-classes", "10", "--weights", weights, "--forward",
+                     "--batch-size", "4", "--input-size", "32", "--seed", "3", "--forward-save", io)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tensors, _ = pth2safetensors.read_safetensors(io)
+        return tensors["input"], tensors["logits"]
+
+    def test_torchvision_loads_the_export_and_computes_the_same_logits(self):
+        out = self.path("tv.safetensors")
+        r = convnets("export", "--checkpoint", self.ckpt, "--format", "safetensors", "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tensors, meta = pth2safetensors.read_safetensors(out)
+        self.assertEqual((meta["arch"], meta["key_style"], meta["num_classes"]), ("resnet18", "torchvision", "10"))
+        self.assertEqual(json.loads(meta["class_names"]), [str(i) for i in range(10)])
+        model = torchvision.models.resnet18(num_classes=10)
+        model.load_state_dict(tensors)  # strict: every key, every shape
+        model.eval()
+        x, ours = self.convnets_logits(out)
+        with torch.no_grad():
+            theirs = model(x)
+        self.assertLess(relative_error(ours, theirs), 1e-5)
+
+    def test_torchvision_weights_load_into_convnets_with_the_same_logits(self):
+        torch.manual_seed(5)
+        model = torchvision.models.resnet18(num_classes=10)
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.running_mean.normal_(0, 0.1)
+                    m.running_var.uniform_(0.5, 1.5)
+        model.eval()
+        src = self.path("from-tv.safetensors")
+        pth2safetensors.write_safetensors(src, model.state_dict())
+        x, ours = self.convnets_logits(src)
+        with torch.no_grad():
+            theirs = model(x)
+        self.assertLess(relative_error(ours, theirs), 1e-5)
+
+    def test_dle_names_fp16_and_ema(self):
+        dle = self.path("dle.safetensors")
+        r = convnets("export", "--checkpoint", self.ckpt, "-o", dle, "--key-style", "dle", "--dtype", "fp16", "--ema")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tensors, meta = pth2safetensors.read_safetensors(dle)
+        self.assertEqual((meta["key_style"], meta["weights"]), ("dle", "ema"))
+        self.assertIn("layers.0.0.conv1.weight", tensors)
+        self.assertNotIn("layer1.0.conv1.weight", tensors)
+        self.assertEqual(tensors["layers.3.1.bn2.weight"].dtype, torch.float16)
+        self.assertEqual(tensors["layers.0.0.bn1.num_batches_tracked"].dtype, torch.int64)
+        # DLE names load back (convnets maps them), and the EMA is not the model.
+        r = convnets("models", "--arch", "resnet18", "--num-classes", "10", "--weights", dle)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plain = self.path("plain.safetensors")
+        self.assertEqual(convnets("export", "--checkpoint", self.ckpt, "-o", plain).returncode, 0)
+        model_w, _ = pth2safetensors.read_safetensors(plain)
+        self.assertFalse(torch.equal(model_w["fc.weight"].half(), tensors["fc.weight"]))
+
+    def test_bad_export_requests_are_named_and_write_nothing(self):
+        out = self.path("never.safetensors")
+        plain = self.path("plain2.safetensors")
+        self.assertEqual(convnets("export", "--checkpoint", self.ckpt, "-o", plain).returncode, 0)
+        r = convnets("export", "--checkpoint", plain, "-o", out)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is already a plain weights file", r.stderr)
+        r = convnets("export", "--checkpoint", self.ckpt, "-o", out, "--format", "onnx")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--format", r.stderr)
+        self.assertFalse(os.path.exists(out))
 
 
 if __name__ == "__main__":
