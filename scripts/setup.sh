@@ -10,10 +10,12 @@ packages=(
   libgloo-dev                        # Gloo headers: the c10d process group of data-parallel runs
   nlohmann-json3-dev libcli11-dev    # JSON headers (safetensors, reports), the CLI
   libjpeg62-turbo-dev libpng-dev zlib1g-dev  # JPEG (region + DCT-scaled decode), PNG, gzip IDX
+  libonnx-dev libprotobuf-dev        # ONNX export: ONNX's protobuf schema and checker
   dataset-fashion-mnist              # the default training data (IDX, read in place)
   libgtest-dev libgmock-dev          # the C++ test suite
   python3 python3-torch python3-torchvision  # reference implementations the tests compare with
   python3-pil python3-numpy python3-skimage  # PIL decode reference; skimage's photos feed the JPEG test set
+  python3-opencv python3-onnx        # OpenCV's DNN runs the exported ONNX graphs in the tests
 )
 
 missing=()

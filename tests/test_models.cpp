@@ -1,6 +1,8 @@
 // Model zoo: state_dict layout against the reference implementations, GMACs, init options, bad input.
 #include "core/error.h"
 #include "io/state_dict.h"
+#include "export/onnx_export.h"
+#include "models/graph.h"
 #include "models/layers.h"
 #include "models/registry.h"
 #include "test_util.h"
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -203,6 +206,41 @@ TEST(SmallInputResNet, LayoutFollowsHeEtAlSection42) {
     EXPECT_EQ(net->named_parameters()["layer3." + std::to_string(n - 1) + ".conv2.weight"].sizes().vec(),
               (std::vector<int64_t>{64, 64, 3, 3}));
   }
+}
+
+}  // namespace
+}  // namespace convnets
+
+namespace convnets {
+namespace {
+
+// A network with a layer the exporter has no op for: the error names it and nothing is written.
+class UnexportableNet : public NetworkImpl {
+ public:
+  UnexportableNet() {
+    seq = register_module("net", torch::nn::Sequential(layers::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)),
+                                                       torch::nn::Tanh()));
+  }
+  torch::Tensor forward(torch::Tensor x) override { return seq->forward(x); }
+  std::string emit(GraphEmitter& g, const std::string& input) override {
+    return emit_sequential(g, *seq, input, "head.net");
+  }
+  torch::nn::Sequential seq{nullptr};
+};
+
+TEST(Export, ALayerTheGraphCannotExpressIsNamedAndNothingIsWritten) {
+  if (!onnx_export_available()) GTEST_SKIP() << "this build has no ONNX (libonnx-dev)";
+  UnexportableNet net;
+  const auto path = (std::filesystem::temp_directory_path() / "convnets_unexportable.onnx").string();
+  std::filesystem::remove(path);
+  try {
+    export_onnx(net, OnnxOptions{}, path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer head.net.1 (torch::nn::TanhImpl) cannot be expressed"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "models/gpunet.h"
 
 #include "core/error.h"
+#include "models/graph.h"
 #include "models/layers.h"
 
 #include <torch/torch.h>
@@ -281,9 +282,15 @@ BatchNorm2d bn(std::int64_t c, double eps) { return BatchNorm2d(nn::BatchNormOpt
 
 torch::Tensor activate(const torch::Tensor& x, bool swish) { return swish ? torch::silu(x) : torch::relu(x); }
 
+using Value = GraphEmitter::Value;
+
+Value emit_activation(GraphEmitter& g, const Value& x, bool swish) { return swish ? g.silu(x) : g.relu(x); }
+
 class BlockImpl : public nn::Module {
  public:
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // forward() in eval mode as graph ops; `name` is the block's state_dict path.
+  virtual Value emit(GraphEmitter& g, const Value& x, const std::string& name) = 0;
 };
 
 // A Sequential of convs, BNs and stateless layers under `net` or `body`:
@@ -292,13 +299,18 @@ class BlockImpl : public nn::Module {
 class SequentialBlockImpl : public BlockImpl {
  public:
   SequentialBlockImpl(const std::string& child, nn::Sequential seq, bool residual)
-      : seq_(register_module(child, std::move(seq))), residual_(residual) {}
+      : child_(child), seq_(register_module(child, std::move(seq))), residual_(residual) {}
   torch::Tensor forward(const torch::Tensor& x) override {
     auto y = seq_->forward(x);
     return residual_ ? y + x : y;
   }
+  Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
+    auto y = emit_sequential(g, *seq_, x, name + "." + child_);
+    return residual_ ? g.add(y, x) : y;
+  }
 
  private:
+  std::string child_;
   nn::Sequential seq_;
   bool residual_;
 };
@@ -310,6 +322,9 @@ class ConvBnActImpl : public BlockImpl {
     bn1_ = register_module("bn1", bn(l.num_out_channels, kBnEpsPlain));
   }
   torch::Tensor forward(const torch::Tensor& x) override { return activate(bn1_(conv_(x)), swish_); }
+  Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
+    return emit_activation(g, g.conv_bn(x, *conv_, name + ".conv", *bn1_, name + ".bn1"), swish_);
+  }
 
  private:
   bool swish_;
@@ -329,6 +344,11 @@ class SqueezeExciteImpl : public nn::Module {
     auto s = x.mean({2, 3}, /*keepdim=*/true);
     s = conv_expand_(activate(conv_reduce_(s), swish_));
     return x * torch::sigmoid(s);
+  }
+  Value emit(GraphEmitter& g, const Value& x, const std::string& name) {
+    auto s = g.conv(g.global_avg_pool(x), *conv_reduce_, name + ".conv_reduce");
+    s = g.conv(emit_activation(g, s, swish_), *conv_expand_, name + ".conv_expand");
+    return g.mul(x, g.sigmoid(s));
   }
 
  private:
@@ -367,6 +387,13 @@ class InvertedResidualImpl : public BlockImpl {
     y = bn3_(conv_pwl_(y));
     return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
   }
+  Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
+    auto y = emit_activation(g, g.conv_bn(x, *conv_pw_, name + ".conv_pw", *bn1_, name + ".bn1"), swish_);
+    y = emit_activation(g, g.conv_bn(y, *conv_dw_, name + ".conv_dw", *bn2_, name + ".bn2"), swish_);
+    if (se_) y = se_->emit(g, y, name + ".se");
+    y = g.conv_bn(y, *conv_pwl_, name + ".conv_pwl", *bn3_, name + ".bn3");
+    return residual_ ? g.add(y, x) : y;
+  }
 
  private:
   bool swish_, residual_;
@@ -398,6 +425,12 @@ class EdgeResidualImpl : public BlockImpl {
     if (se_) y = se_(y);
     y = bn2_(conv_pwl_(y));
     return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
+  }
+  Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
+    auto y = emit_activation(g, g.conv_bn(x, *conv_exp_, name + ".conv_exp", *bn1_, name + ".bn1"), swish_);
+    if (se_) y = se_->emit(g, y, name + ".se");
+    y = g.conv_bn(y, *conv_pwl_, name + ".conv_pwl", *bn2_, name + ".bn2");
+    return residual_ ? g.add(y, x) : y;
   }
 
  private:
@@ -505,6 +538,7 @@ class GpunetImpl : public NetworkImpl {
         random_ = true;
       }
       auto block = make_block(d, d.layers[i], rates[i], dropout, o.num_classes);
+      names_.push_back("network." + child_name(d, d.layers[i], i + 2));
       network_->register_module(child_name(d, d.layers[i], i + 2), block);
       blocks_.push_back(std::move(block));
     }
@@ -514,9 +548,15 @@ class GpunetImpl : public NetworkImpl {
     return x;
   }
   bool random_in_training() const override { return random_; }
+  std::string emit(GraphEmitter& g, const std::string& input) override {
+    auto x = input;
+    for (std::size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->emit(g, x, names_[i]);
+    return x;
+  }
 
  private:
   bool random_ = false;
+  std::vector<std::string> names_;
   std::shared_ptr<nn::Module> network_;
   std::vector<std::shared_ptr<BlockImpl>> blocks_;
 };

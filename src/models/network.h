@@ -10,6 +10,8 @@
 
 namespace convnets {
 
+class GraphEmitter;
+
 // How images must be prepared for a model: what training and `eval`/`classify` read
 // from a checkpoint so a model is never fed differently from how it was trained.
 struct Preprocessing {
@@ -40,6 +42,9 @@ class NetworkImpl : public torch::nn::Module {
   virtual torch::Tensor forward(torch::Tensor x) = 0;
   // Whether training-mode forward draws random masks (dropout, drop-path).
   virtual bool random_in_training() const { return false; }
+  // The eval-mode forward pass as graph ops (models/graph.h), returning the
+  // logits' value; the default is an Error: the arch has no graph form.
+  virtual std::string emit(GraphEmitter& g, const std::string& input);
 };
 using Network = std::shared_ptr<NetworkImpl>;
 

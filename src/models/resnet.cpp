@@ -1,5 +1,6 @@
 #include "models/resnet.h"
 
+#include "models/graph.h"
 #include "models/layers.h"
 
 #include <torch/torch.h>
@@ -30,6 +31,12 @@ class SqueezeExcitationImpl : public nn::Module {
     auto s = branch.mean({2, 3});
     s = torch::sigmoid(expand(torch::relu(squeeze(s))));
     return s.unsqueeze(-1).unsqueeze(-1);
+  }
+
+  // The gate as graph ops, on an [N, C, 1, 1] mean.
+  GraphEmitter::Value emit(GraphEmitter& g, const GraphEmitter::Value& branch, const std::string& name) {
+    auto s = g.linear_1x1(g.global_avg_pool(branch), *squeeze, name + ".squeeze");
+    return g.sigmoid(g.linear_1x1(g.relu(s), *expand, name + ".expand"));
   }
 
   Linear squeeze, expand;
@@ -75,6 +82,23 @@ class BlockImpl : public nn::Module {
     return torch::relu(y);
   }
 
+  // forward() as graph ops: shortcut + branch (or + branch * gate), then ReLU.
+  GraphEmitter::Value emit(GraphEmitter& g, const GraphEmitter::Value& x, const std::string& name) {
+    auto y = x;
+    for (size_t i = 0; i < convs_.size(); ++i) {
+      const auto n = std::to_string(i + 1);
+      y = g.conv_bn(y, *convs_[i], name + ".conv" + n, *bns_[i], name + ".bn" + n);
+      if (i + 1 < convs_.size()) y = g.relu(y);
+    }
+    auto shortcut = x;
+    if (downsample_) {
+      shortcut = g.conv_bn(x, *downsample_[0]->as<layers::Conv2dImpl>(), name + ".downsample.0",
+                           *downsample_[1]->as<layers::BatchNorm2dImpl>(), name + ".downsample.1");
+    }
+    if (se_) y = g.mul(y, se_->emit(g, y, name + ".squeeze"));
+    return g.relu(g.add(shortcut, y));
+  }
+
   layers::BatchNorm2d last_bn() { return bns_.back(); }
 
  private:
@@ -111,6 +135,18 @@ class ResNetImpl : public NetworkImpl {
   }
 
   bool random_in_training() const override { return dropout_ > 0; }
+
+  std::string emit(GraphEmitter& g, const std::string& input) override {
+    auto x = g.relu(g.conv_bn(input, *conv1_, "conv1", *bn1_, "bn1"));
+    if (!small_input_stem_) x = g.max_pool(x, 3, 2, 1);
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      const auto stage = "layer" + std::to_string(s + 1);
+      for (size_t b = 0; b < stages_[s]->size(); ++b) {
+        x = stages_[s][b]->as<BlockImpl>()->emit(g, x, stage + "." + std::to_string(b));
+      }
+    }
+    return g.linear(g.flatten(g.global_avg_pool(x)), *fc_, "fc");
+  }
 
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(bn1_(conv1_(x)));

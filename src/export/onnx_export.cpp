@@ -1,0 +1,214 @@
+#include "export/onnx_export.h"
+
+#include "core/compat.h"
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "models/graph.h"
+
+#include <torch/torch.h>
+
+#if CONVNETS_ONNX
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#endif
+
+namespace convnets {
+
+#if CONVNETS_ONNX
+
+namespace {
+
+class OnnxEmitter : public GraphEmitter {
+ public:
+  OnnxEmitter(onnx::GraphProto& graph, const OnnxOptions& o) : graph_(graph), o_(o) {}
+
+  Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string& conv_name,
+                const layers::BatchNorm2dImpl& bn, const std::string& bn_name) override {
+    if (!o_.fold_bn) return batch_norm(conv(x, c, conv_name), bn, bn_name);
+    // y = gamma (conv(x) + b - mean) / sqrt(var + eps) + beta, in fp64 before rounding once.
+    torch::NoGradGuard no_grad;
+    const auto scale = bn.weight.to(torch::kDouble) / (bn.running_var.to(torch::kDouble) + bn.options.eps()).sqrt();
+    const auto w = c.weight.to(torch::kDouble) * scale.view({-1, 1, 1, 1});
+    auto b = c.bias.defined() ? c.bias.to(torch::kDouble) : torch::zeros_like(scale);
+    b = (b - bn.running_mean.to(torch::kDouble)) * scale + bn.bias.to(torch::kDouble);
+    return conv_node(x, c, conv_name, w.to(torch::kFloat), b.to(torch::kFloat));
+  }
+
+  Value conv(const Value& x, const layers::Conv2dImpl& c, const std::string& name) override {
+    return conv_node(x, c, name, c.weight, c.bias);
+  }
+
+  Value linear(const Value& x, const layers::LinearImpl& fc, const std::string& name) override {
+    auto* n = node("Gemm", {x, initializer(name + ".weight", fc.weight), initializer(name + ".bias", fc.bias)});
+    attr_int(n, "transB", 1);
+    return n->output(0);
+  }
+
+  Value linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string& name) override {
+    const auto w = fc.weight.view({fc.weight.size(0), fc.weight.size(1), 1, 1});
+    auto* n = node("Conv", {x, initializer(name + ".weight", w), initializer(name + ".bias", fc.bias)});
+    attr_ints(n, "kernel_shape", {1, 1});
+    return n->output(0);
+  }
+
+  Value relu(const Value& x) override { return node("Relu", {x})->output(0); }
+  Value sigmoid(const Value& x) override { return node("Sigmoid", {x})->output(0); }
+  // Opset 13 has no SiLU: x * sigmoid(x), which runtimes fuse back.
+  Value silu(const Value& x) override { return mul(x, sigmoid(x)); }
+  Value add(const Value& a, const Value& b) override { return node("Add", {a, b})->output(0); }
+  Value mul(const Value& a, const Value& b) override { return node("Mul", {a, b})->output(0); }
+
+  Value max_pool(const Value& x, int kernel, int stride, int padding) override {
+    auto* n = node("MaxPool", {x});
+    attr_ints(n, "kernel_shape", {kernel, kernel});
+    attr_ints(n, "strides", {stride, stride});
+    attr_ints(n, "pads", {padding, padding, padding, padding});
+    return n->output(0);
+  }
+  Value global_avg_pool(const Value& x) override { return node("GlobalAveragePool", {x})->output(0); }
+  Value flatten(const Value& x) override {
+    auto* n = node("Flatten", {x});
+    attr_int(n, "axis", 1);
+    return n->output(0);
+  }
+
+  std::size_t nodes() const { return static_cast<std::size_t>(graph_.node_size()); }
+
+ private:
+  Value batch_norm(const Value& x, const layers::BatchNorm2dImpl& bn, const std::string& name) {
+    auto* n = node("BatchNormalization",
+                   {x, initializer(name + ".weight", bn.weight), initializer(name + ".bias", bn.bias),
+                    initializer(name + ".running_mean", bn.running_mean),
+                    initializer(name + ".running_var", bn.running_var)});
+    auto* a = n->add_attribute();
+    a->set_name("epsilon");
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(static_cast<float>(bn.options.eps()));
+    return n->output(0);
+  }
+
+  Value conv_node(const Value& x, const layers::Conv2dImpl& c, const std::string& name, const at::Tensor& w,
+                  const at::Tensor& b) {
+    const auto& opt = c.options;
+    const auto* pad = compat::variant_get_if<torch::ExpandingArray<2>>(opt.padding());
+    if (!pad) throw Error("export: layer " + name + " uses 'same'/'valid' padding by name, which is not exported");
+    if (opt.padding_mode().index() != 0) throw Error("export: layer " + name + " pads other than with zeros");
+    std::vector<Value> inputs{x, initializer(name + ".weight", w)};
+    if (b.defined()) inputs.push_back(initializer(name + ".bias", b));
+    auto* n = node("Conv", inputs);
+    const auto& k = *opt.kernel_size();
+    const auto& s = *opt.stride();
+    const auto& d = *opt.dilation();
+    const auto& p = **pad;
+    attr_ints(n, "kernel_shape", {k[0], k[1]});
+    attr_ints(n, "strides", {s[0], s[1]});
+    attr_ints(n, "dilations", {d[0], d[1]});
+    attr_ints(n, "pads", {p[0], p[1], p[0], p[1]});
+    attr_int(n, "group", opt.groups());
+    return n->output(0);
+  }
+
+  Value initializer(const std::string& name, const at::Tensor& value) {
+    auto t = value.detach().to(torch::kCPU).contiguous();  // NCHW order whatever the memory format
+    t = t.to(o_.fp16 ? torch::kHalf : torch::kFloat).contiguous();
+    auto* init = graph_.add_initializer();
+    init->set_name(name);
+    init->set_data_type(o_.fp16 ? onnx::TensorProto::FLOAT16 : onnx::TensorProto::FLOAT);
+    for (auto s : t.sizes()) init->add_dims(s);
+    init->set_raw_data(std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()));
+    return name;
+  }
+
+  onnx::NodeProto* node(const std::string& op, const std::vector<Value>& inputs) {
+    auto* n = graph_.add_node();
+    n->set_op_type(op);
+    n->set_name(op + "_" + std::to_string(graph_.node_size()));
+    for (const auto& i : inputs) n->add_input(i);
+    n->add_output("t" + std::to_string(graph_.node_size()));
+    return n;
+  }
+
+  static void attr_int(onnx::NodeProto* n, const std::string& name, std::int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (auto x : v) a->add_ints(x);
+  }
+
+  onnx::GraphProto& graph_;
+  const OnnxOptions& o_;
+};
+
+void set_shape(onnx::ValueInfoProto* v, const std::string& name, bool fp16, bool dynamic, std::int64_t batch,
+               const std::vector<std::int64_t>& rest) {
+  v->set_name(name);
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(fp16 ? onnx::TensorProto::FLOAT16 : onnx::TensorProto::FLOAT);
+  auto* shape = t->mutable_shape();
+  auto* d0 = shape->add_dim();
+  if (dynamic) {
+    d0->set_dim_param("batch");
+  } else {
+    d0->set_dim_value(batch);
+  }
+  for (auto r : rest) shape->add_dim()->set_dim_value(r);
+}
+
+}  // namespace
+
+bool onnx_export_available() { return true; }
+
+std::size_t export_onnx(NetworkImpl& model, const OnnxOptions& o, const std::string& path) {
+  if (o.opset < 13) throw Error("--opset " + std::to_string(o.opset) + ": the exporter writes opset 13 or newer");
+  onnx::ModelProto m;
+  m.set_ir_version(onnx::IR_VERSION);
+  m.set_producer_name("convnets");
+  m.set_model_version(1);
+  auto* opset = m.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(o.opset);
+  for (const auto& [k, v] : o.metadata) {
+    auto* p = m.add_metadata_props();
+    p->set_key(k);
+    p->set_value(v);
+  }
+  auto* graph = m.mutable_graph();
+  graph->set_name("convnets");
+  model.eval();
+  OnnxEmitter emitter(*graph, o);
+  const auto logits = model.emit(emitter, "input");
+  set_shape(graph->add_input(), "input", o.fp16, o.dynamic_batch, o.batch, {3, o.image_size, o.image_size});
+  // The graph's last node writes the logits under the output's name.
+  auto* last = graph->mutable_node(graph->node_size() - 1);
+  if (last->output(0) != logits) throw Error("export: the network's output is not its last op");
+  last->set_output(0, "logits");
+  set_shape(graph->add_output(), "logits", o.fp16, o.dynamic_batch, o.batch, {o.num_classes});
+  try {
+    onnx::checker::check_model(m);
+  } catch (const std::exception& e) {
+    throw Error("export: ONNX's checker rejected the graph: " + std::string(e.what()));
+  }
+  std::string bytes;
+  if (!m.SerializeToString(&bytes)) throw Error("export: could not serialise the ONNX model");
+  write_file_atomically(path, bytes);
+  return emitter.nodes();
+}
+
+#else
+
+bool onnx_export_available() { return false; }
+
+std::size_t export_onnx(NetworkImpl&, const OnnxOptions&, const std::string&) {
+  throw Error("this convnets was built without ONNX (libonnx-dev was not found at configure time)",
+              "install libonnx-dev and libprotobuf-dev (scripts/setup.sh does) and rebuild");
+}
+
+#endif
+
+}  // namespace convnets
