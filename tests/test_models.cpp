@@ -245,3 +245,42 @@ TEST(Export, ALayerTheGraphCannotExpressIsNamedAndNothingIsWritten) {
 
 }  // namespace
 }  // namespace convnets
+
+namespace convnets {
+namespace {
+
+// fold_batchnorm: every BN of these archs follows a conv; the folded network
+// computes the same logits (to fp32 rounding) and refuses to train.
+TEST(Export, FoldingBatchNormKeepsTheLogits) {
+  for (const char* name : {"resnet50", "gpunet-0", "gpunet-d1"}) {
+    torch::manual_seed(21);
+    auto net = build_model(find_architecture(name), {});
+    int bns = 0;
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& m : net->modules(false)) {
+        if (auto* bn = m->as<layers::BatchNorm2dImpl>()) {
+          const auto var = torch::rand_like(bn->running_var) + 0.5;
+          bn->running_var.copy_(var);
+          bn->running_mean.normal_(0, 0.2);
+          bn->bias.normal_(0, 0.1);
+          bn->weight.copy_(var.sqrt() * (0.7 + 0.2 * torch::rand_like(var)));
+          ++bns;
+        }
+      }
+    }
+    net->eval();
+    torch::NoGradGuard no_grad;
+    const auto x = torch::randn({2, 3, 64, 64});
+    const auto before = net->forward(x);
+    EXPECT_EQ(fold_batchnorm(*net), bns) << name;
+    const auto after = net->forward(x);
+    EXPECT_LT(test::max_relative_error(after, before), 1e-5) << name;
+    EXPECT_GT(test::max_relative_error(before, torch::zeros_like(before)), 0.0);
+    net->train();
+    EXPECT_THROW(net->forward(x), c10::Error) << name;
+  }
+}
+
+}  // namespace
+}  // namespace convnets

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "dist/grad_sync.h"
+#include "models/graph.h"
 #include "models/registry.h"
 #include "train/evaluate.h"
 #include "train/graph_step.h"
@@ -57,6 +58,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   mo.num_classes = o.num_classes;
   auto model = build_model(arch, mo);
   train::prepare_model(*model, rt);
+  if (!o.train && o.fold_bn) fold_batchnorm(*model);
   const auto device_opts = torch::TensorOptions().device(rt.device);
   // Synthetic data lives on the device as the loader's uint8 NHWC batch: each
   // iteration still pays the normalisation pass that real data needs.
@@ -209,7 +211,8 @@ std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>
   const auto& rt = o.runtime;
   const int size = input_size(o);
   std::string out = std::string("convnets bench ") + (o.train ? "train" : "infer") + ": " + o.arch + ", " +
-                    rt.precision + ", " + (rt.channels_last ? "nhwc" : "nchw") + ", " + std::to_string(size) + "x" +
+                    rt.precision + (!o.train && o.fold_bn ? ", BN folded" : "") + ", " +
+                    (rt.channels_last ? "nhwc" : "nchw") + ", " + std::to_string(size) + "x" +
                     std::to_string(size) + ", " + device_description(rt.device) + ", LibTorch " +
                     compat::torch_version() + "\n\n";
   if (o.train) {
@@ -245,6 +248,7 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
                               {"convnets_version", CONVNETS_VERSION},
                               {"warmup", o.warmup},
                               {"iterations", o.iterations},
+                              {"fold_bn", !o.train && o.fold_bn},
                               {"rows", nlohmann::ordered_json::array()}};
   for (const auto& r : rows) {
     nlohmann::ordered_json row = {{"batch", r.batch}, {"fits", r.fits}};

@@ -21,6 +21,7 @@ struct ModelBenchOptions {
   std::int64_t num_classes = 1000;
   int warmup = 10, iterations = 50;
   bool cuda_graph = true;  // whole-step capture where the device allows it
+  bool fold_bn = false;    // inference: BatchNorm folded into the convs first (fold_batchnorm)
   // DLE's ResNet-50 recipe pieces, so the step does what training does.
   double label_smoothing = 0.1, momentum = 0.875, weight_decay = 3.0517578125e-05;
   // Data-parallel training: gradients all-reduced in buckets as `train` does.

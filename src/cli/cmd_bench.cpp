@@ -250,6 +250,8 @@ void add_model_bench(CLI::App& bench, bool train) {
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
     add_launch_flags(cmd, args->launch);
+  } else {
+    cmd->add_flag("--fold-bn", o.fold_bn, "Fold each BatchNorm into the preceding conv before timing");
   }
   cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
   cmd->callback([args] { run_bench_model(*args); });

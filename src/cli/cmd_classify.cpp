@@ -3,6 +3,7 @@
 #include "codec/image.h"
 #include "core/error.h"
 #include "data/transforms.h"
+#include "models/graph.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/runtime.h"
@@ -25,7 +26,7 @@ struct ClassifyArgs {
   std::vector<std::string> images;
   std::string checkpoint, device = "auto", precision = "fp32", memory_format = "nhwc";
   std::int64_t batch_size = 64, top_k = 5;
-  bool ema = false, json = false;
+  bool ema = false, json = false, fold_bn = false;
 };
 
 struct Result {
@@ -100,6 +101,7 @@ void run(const ClassifyArgs& a) {
   train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
   train::prepare_model(*model, rt);
   model->eval();
+  if (a.fold_bn) fold_batchnorm(*model);
   const data::Transform transform(data::TransformOptions::eval(pre.input_size, pre.crop_ratio));
   const std::int64_t k = std::min<std::int64_t>(a.top_k, num_classes);
   const std::int64_t side = pre.input_size, pixels = side * side * 3;
@@ -195,6 +197,7 @@ void add_classify_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}));
   cmd->add_option("--memory-format", a->memory_format, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");
+  cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--json", a->json, "print JSON: per image its top-k (class, index, probability) or its error");
   cmd->callback([a] { run(*a); });
   cmd->footer("An image that cannot be read or decoded is reported in the output and the others are still "

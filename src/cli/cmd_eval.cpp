@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "models/graph.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
@@ -22,7 +23,7 @@ struct EvalArgs {
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
   int workers = 0;
   double crop_ratio = 0;
-  bool ema = false, json = false;
+  bool ema = false, json = false, fold_bn = false;
 };
 
 void run(const EvalArgs& a) {
@@ -63,6 +64,7 @@ void run(const EvalArgs& a) {
   auto model = build_model(arch, mo);
   train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
   train::prepare_model(*model, rt);
+  if (a.fold_bn) fold_batchnorm(*model);
 
   data::LoaderOptions lo;
   lo.batch_size = a.batch_size;
@@ -107,6 +109,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--crop-ratio", a->crop_ratio, "resize to size / ratio before the centre crop (default: the checkpoint's)");
   cmd->add_option("--bad-images", a->bad_images, "skip | fail")->check(CLI::IsMember({"skip", "fail"}));
   cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
+  cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");
   cmd->callback([a] { run(*a); });
 }

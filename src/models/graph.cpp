@@ -8,6 +8,7 @@
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
+#include <torch/torch.h>
 
 namespace convnets {
 
@@ -54,6 +55,53 @@ GraphEmitter::Value emit_sequential(GraphEmitter& g, const torch::nn::Sequential
     }
   }
   return y;
+}
+
+namespace {
+
+// Walks emit() only to collect the conv -> BN pairs; the values are dummies.
+class PairCollector : public GraphEmitter {
+ public:
+  std::vector<std::pair<layers::Conv2dImpl*, layers::BatchNorm2dImpl*>> pairs;
+  Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string&, const layers::BatchNorm2dImpl& bn,
+                const std::string&) override {
+    pairs.emplace_back(const_cast<layers::Conv2dImpl*>(&c), const_cast<layers::BatchNorm2dImpl*>(&bn));
+    return x;
+  }
+  Value conv(const Value& x, const layers::Conv2dImpl&, const std::string&) override { return x; }
+  Value linear(const Value& x, const layers::LinearImpl&, const std::string&) override { return x; }
+  Value linear_1x1(const Value& x, const layers::LinearImpl&, const std::string&) override { return x; }
+  Value relu(const Value& x) override { return x; }
+  Value silu(const Value& x) override { return x; }
+  Value sigmoid(const Value& x) override { return x; }
+  Value add(const Value& a, const Value&) override { return a; }
+  Value mul(const Value& a, const Value&) override { return a; }
+  Value max_pool(const Value& x, int, int, int) override { return x; }
+  Value global_avg_pool(const Value& x) override { return x; }
+  Value flatten(const Value& x) override { return x; }
+};
+
+}  // namespace
+
+int fold_batchnorm(NetworkImpl& model) {
+  PairCollector collector;
+  model.emit(collector, "input");
+  torch::NoGradGuard no_grad;
+  for (auto& [conv, bn] : collector.pairs) {
+    if (bn->folded()) continue;  // already folded (a second call)
+    const auto scale = bn->weight.to(torch::kDouble) / (bn->running_var.to(torch::kDouble) + bn->options.eps()).sqrt();
+    auto bias = conv->bias.defined() ? conv->bias.to(torch::kDouble) : torch::zeros_like(scale);
+    bias = (bias - bn->running_mean.to(torch::kDouble)) * scale + bn->bias.to(torch::kDouble);
+    conv->weight.copy_(conv->weight.to(torch::kDouble) * scale.view({-1, 1, 1, 1}));
+    const auto b = bias.to(conv->weight.options());
+    if (conv->bias.defined()) {
+      conv->bias.copy_(b);
+    } else {
+      conv->set_bias(b);
+    }
+    bn->set_folded();
+  }
+  return static_cast<int>(collector.pairs.size());
 }
 
 }  // namespace convnets

@@ -46,4 +46,10 @@ class GraphEmitter {
 GraphEmitter::Value emit_sequential(GraphEmitter& g, const torch::nn::SequentialImpl& seq, const GraphEmitter::Value& x,
                                     const std::string& name);
 
+// Folds every BatchNorm that directly follows a conv (as emit() pairs them)
+// into that conv's weight and a new bias, in fp64, and turns the BN into an
+// identity: an inference-only transformation (the BNs then refuse training
+// mode). Returns the number of folded pairs.
+int fold_batchnorm(NetworkImpl& model);
+
 }  // namespace convnets

@@ -43,6 +43,11 @@ torch::Tensor Conv2dImpl::forward(const torch::Tensor& input) {
   return torch::zeros({n, o.out_channels(), out[0], out[1]}, input.options());
 }
 
+void Conv2dImpl::set_bias(const torch::Tensor& b) {
+  bias = b;
+  parameters_["bias"] = b;
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& input) {
   auto y = torch::nn::LinearImpl::forward(input);
   if (active_trace) active_trace->macs += y.numel() * options.in_features();
@@ -172,6 +177,10 @@ void BatchNorm2dImpl::reset() {
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& input) {
   TORCH_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input, got ", input.dim(), "-D");
+  if (folded_) {
+    TORCH_CHECK(!is_training(), "BatchNorm2d: folded into its conv for inference; it cannot train");
+    return input;
+  }
   // nn.BatchNorm's momentum=None (a cumulative average) is not used by any model here.
   const double momentum = options.momentum().value_or(0.1);
   if (is_training()) {

@@ -24,6 +24,9 @@ class Conv2dImpl : public torch::nn::Conv2dImpl {
  public:
   using torch::nn::Conv2dImpl::Conv2dImpl;
   torch::Tensor forward(const torch::Tensor& input);
+  // Gives a bias-free conv a bias (BN folding). LibTorch registers "bias" as
+  // an undefined tensor then, so the registered entry is replaced, not added.
+  void set_bias(const torch::Tensor& b);
 };
 TORCH_MODULE(Conv2d);
 
@@ -63,6 +66,10 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   torch::Tensor forward(const torch::Tensor& input);
   void pretty_print(std::ostream& stream) const override;
   void set_sync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }
+  // Folded into the preceding conv (fold_batchnorm): forward is the identity,
+  // and training mode is refused.
+  void set_folded() { folded_ = true; }
+  bool folded() const { return folded_; }
   bool synchronized() const { return sync_ != nullptr; }
 
   torch::nn::BatchNormOptions options;
@@ -70,6 +77,7 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
 
  private:
   std::shared_ptr<BatchNormSync> sync_;
+  bool folded_ = false;
 };
 TORCH_MODULE(BatchNorm2d);
 

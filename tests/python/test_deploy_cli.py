@@ -82,6 +82,12 @@ class Classify(unittest.TestCase):
         self.assertEqual(e.returncode, 0, e.stderr)
         self.assertLessEqual(abs(accuracy - json.loads(e.stdout)["val.top1"]), 0.1)
         self.assertGreater(accuracy, 60.0, "a trained model, not chance")
+        # With BN folded into the convs the predictions are those of the unfolded network.
+        f = convnets("classify", "-", "--checkpoint", self.ckpt, "--json", "--batch-size", "100", "--fold-bn",
+                     stdin="\n".join(self.pngs) + "\n")
+        self.assertEqual(f.returncode, 0, f.stderr)
+        folded = [x["top"][0]["index"] for x in json.loads(f.stdout)["results"]]
+        self.assertGreaterEqual(float(np.mean(np.array(folded) == np.array(top1))), 0.999)
 
     def test_table_jpeg_and_an_undecodable_file_among_good_ones(self):
         jpeg = os.path.join(self.tmp, "shoe.jpg")
@@ -214,11 +220,28 @@ class ExportSafetensors(unittest.TestCase):
         self.assertEqual(convnets("export", "--checkpoint", self.ckpt, "-o", plain).returncode, 0)
         r = convnets("export", "--checkpoint", plain, "-o", out)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("is already a plain weights file", r.stderr)
-        r = convnets("export", "--checkpoint", self.ckpt, "-o", out, "--format", "onnx")
+        self.assertIn("is a plain weights file; name its --arch", r.stderr)
+        r = convnets("export", "--checkpoint", plain, "--arch", "resnet18", "-o", out, "--ema")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("plain weights file with no EMA", r.stderr)
+        r = convnets("export", "--checkpoint", self.ckpt, "-o", out, "--format", "tflite")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--format", r.stderr)
+        r = convnets("export", "--checkpoint", self.ckpt, "-o", out, "--fold-bn")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--fold-bn and --dynamic-batch apply to --format onnx", r.stderr)
         self.assertFalse(os.path.exists(out))
+
+    def test_plain_dle_weights_convert_to_torchvision_names(self):
+        dle = self.path("dle2.safetensors")
+        self.assertEqual(convnets("export", "--checkpoint", self.ckpt, "-o", dle, "--key-style", "dle").returncode, 0)
+        tv = self.path("tv2.safetensors")
+        r = convnets("export", "--checkpoint", dle, "--arch", "resnet18", "-o", tv)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        a, _ = pth2safetensors.read_safetensors(tv)
+        b, _ = pth2safetensors.read_safetensors(dle)
+        self.assertIn("layer4.1.bn2.weight", a)
+        self.assertTrue(torch.equal(a["layer4.1.bn2.weight"], b["layers.3.1.bn2.weight"]))
 
 
 if __name__ == "__main__":
