@@ -113,7 +113,7 @@ void run(const ExportArgs& a) {
 
 void add_export_command(CLI::App& app) {
   auto a = std::make_shared<ExportArgs>();
-  auto* cmd = app.add_subcommand("export", "Write a checkpoint's weights for other tools (safetensors)");
+  auto* cmd = app.add_subcommand("export", "Export a checkpoint: the network as ONNX, or its weights as safetensors");
   cmd->add_option("--checkpoint", a->checkpoint, "a checkpoint written by `convnets train`, or weights with --arch")
       ->required();
   cmd->add_option("-o,--output", a->output, "the file to write (atomically)")->required();
