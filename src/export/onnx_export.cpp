@@ -25,13 +25,8 @@ class OnnxEmitter : public GraphEmitter {
   Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string& conv_name,
                 const layers::BatchNorm2dImpl& bn, const std::string& bn_name) override {
     if (!o_.fold_bn) return batch_norm(conv(x, c, conv_name), bn, bn_name);
-    // y = gamma (conv(x) + b - mean) / sqrt(var + eps) + beta, in fp64 before rounding once.
-    torch::NoGradGuard no_grad;
-    const auto scale = bn.weight.to(torch::kDouble) / (bn.running_var.to(torch::kDouble) + bn.options.eps()).sqrt();
-    const auto w = c.weight.to(torch::kDouble) * scale.view({-1, 1, 1, 1});
-    auto b = c.bias.defined() ? c.bias.to(torch::kDouble) : torch::zeros_like(scale);
-    b = (b - bn.running_mean.to(torch::kDouble)) * scale + bn.bias.to(torch::kDouble);
-    return conv_node(x, c, conv_name, w.to(torch::kFloat), b.to(torch::kFloat));
+    const auto [w, b] = fold_conv_bn(c, bn);
+    return conv_node(x, c, conv_name, w, b);
   }
 
   Value conv(const Value& x, const layers::Conv2dImpl& c, const std::string& name) override {

@@ -83,17 +83,24 @@ class PairCollector : public GraphEmitter {
 
 }  // namespace
 
+std::pair<torch::Tensor, torch::Tensor> fold_conv_bn(const layers::Conv2dImpl& conv, const layers::BatchNorm2dImpl& bn) {
+  torch::NoGradGuard no_grad;
+  // y = gamma (conv(x) + b - mean) / sqrt(var + eps) + beta
+  const auto scale = bn.weight.to(torch::kDouble) / (bn.running_var.to(torch::kDouble) + bn.options.eps()).sqrt();
+  auto b = conv.bias.defined() ? conv.bias.to(torch::kDouble) : torch::zeros_like(scale);
+  b = (b - bn.running_mean.to(torch::kDouble)) * scale + bn.bias.to(torch::kDouble);
+  const auto w = conv.weight.to(torch::kDouble) * scale.view({-1, 1, 1, 1});
+  return {w.to(conv.weight.scalar_type()), b.to(conv.weight.scalar_type())};
+}
+
 int fold_batchnorm(NetworkImpl& model) {
   PairCollector collector;
   model.emit(collector, "input");
   torch::NoGradGuard no_grad;
   for (auto& [conv, bn] : collector.pairs) {
     if (bn->folded()) continue;  // already folded (a second call)
-    const auto scale = bn->weight.to(torch::kDouble) / (bn->running_var.to(torch::kDouble) + bn->options.eps()).sqrt();
-    auto bias = conv->bias.defined() ? conv->bias.to(torch::kDouble) : torch::zeros_like(scale);
-    bias = (bias - bn->running_mean.to(torch::kDouble)) * scale + bn->bias.to(torch::kDouble);
-    conv->weight.copy_(conv->weight.to(torch::kDouble) * scale.view({-1, 1, 1, 1}));
-    const auto b = bias.to(conv->weight.options());
+    auto [w, b] = fold_conv_bn(*conv, *bn);
+    conv->weight.copy_(w);
     if (conv->bias.defined()) {
       conv->bias.copy_(b);
     } else {

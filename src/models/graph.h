@@ -4,6 +4,7 @@
 #include "models/layers.h"
 
 #include <string>
+#include <utility>
 
 namespace torch::nn {
 class SequentialImpl;
@@ -45,6 +46,10 @@ class GraphEmitter {
 // Error naming `name`.<index> and its type.
 GraphEmitter::Value emit_sequential(GraphEmitter& g, const torch::nn::SequentialImpl& seq, const GraphEmitter::Value& x,
                                     const std::string& name);
+
+// The weight and bias of `conv` followed by `bn` in eval mode, as one conv:
+// computed in fp64 and rounded once to the conv's dtype.
+std::pair<torch::Tensor, torch::Tensor> fold_conv_bn(const layers::Conv2dImpl& conv, const layers::BatchNorm2dImpl& bn);
 
 // Folds every BatchNorm that directly follows a conv (as emit() pairs them)
 // into that conv's weight and a new bias, in fp64, and turns the BN into an
