@@ -106,7 +106,7 @@ def measure(a, device, batch):
             times.append((time.perf_counter() - t0) * 1e3)
     sync(device)
     seconds = time.perf_counter() - start
-    row = {"batch": batch, "fits": True, "images_per_s": batch * a.iterations / seconds,
+    row = {"batch": batch, "fits": True, "data_backend": "synthetic", "images_per_s": batch * a.iterations / seconds,
            "mean_ms": seconds * 1e3 / a.iterations}
     if times:
         for q in (50, 90, 95, 99):

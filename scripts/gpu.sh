@@ -12,6 +12,11 @@ prepare)
   shared=${SHARED:-../shared}
   "$shared/tools/carry-debs.sh" download -o .deps
   cp "$shared/tools/carry-debs.sh" .deps/
+  # The ImageNet-like set's source photographs (python3-skimage is not there).
+  mkdir -p .deps/photos
+  skdata=$(/usr/bin/python3 -c 'import os, skimage.data; print(os.path.dirname(skimage.data.__file__))')
+  for f in astronaut.png chelsea.png coffee.png rocket.jpg hubble_deep_field.jpg retina.jpg motorcycle_left.png ihc.png \
+           camera.png coins.png; do cp "$skdata/$f" .deps/photos/; done
   echo "now: device run, carry [\".deps\"], command: scripts/gpu.sh run"
   exit 0 ;;
 run) ;;
@@ -55,6 +60,21 @@ bench() {  # mode precision batches
   fi
   python3 bench/compare.py "${files[@]}" 2>&1 | tee -a "$out/summary.txt"
 }
+# Issue 9: training from JPEG files against the same step on synthetic data,
+# for the CPU loader and the hybrid device decoder, with the stage breakdown;
+# and the device decoder's kernels against their host loops (data_tests).
+log "GPU data path"
+jpegs=/tmp/imagenet_like  # 3,080 JPEGs: not under $OUT, which comes back
+python3 scripts/make_imagenet_like.py "$jpegs" --train-per-class 300 --val-per-class 8 --sources .deps/photos \
+  | tail -1 | tee -a "$out/summary.txt"
+CONVNETS_IMAGENET_LIKE=$jpegs ./build-gpu/tests/data_tests --gtest_brief=1 --gtest_filter='DeviceDecode*' 2>&1 | tail -8 | tee -a "$out/summary.txt" || true
+for b in cpu gpu; do
+  ./build-gpu/convnets bench data "$jpegs" --train --data-backend "$b" --images 6000 --batch-size 256 2>&1 | tail -4 | tee -a "$out/summary.txt" || true
+  ./build-gpu/convnets bench data "$jpegs" --train --data-backend "$b" --workers 1 --images 1500 2>&1 | grep images/s | sed "s/^/1 worker $b: /" | tee -a "$out/summary.txt" || true
+done
+./build-gpu/convnets bench train --arch resnet50 --precision amp --batch-sizes 256 --iterations 60 --data "$jpegs" \
+  --data-backend synthetic,cpu,gpu --json "$out/convnets-train-files.json" 2>&1 | tail -12 | tee -a "$out/summary.txt" || true
+
 if [[ ${QUICK:-0} == 1 ]]; then
   log "bench (quick)"; bench train amp 256
 else

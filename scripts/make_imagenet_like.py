@@ -7,7 +7,7 @@ way ImageNet's files mostly are (baseline, 4:2:0), with a few grayscale and
 progressive files mixed in. Output: OUT/train/<class>/*.JPEG and OUT/val/...
 Deterministic for a given --seed.
 
-    /usr/bin/python3 scripts/make_imagenet_like.py OUT [--train-per-class 32] [--val-per-class 8]
+    /usr/bin/python3 scripts/make_imagenet_like.py OUT [--train-per-class 32] [--val-per-class 8] [--sources DIR]
 """
 import argparse
 import os
@@ -49,8 +49,10 @@ def main():
     ap.add_argument("--train-per-class", type=int, default=32)
     ap.add_argument("--val-per-class", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sources", help="folder holding the source photographs (default: python3-skimage's data); "
+                    "scripts/gpu.sh carries a copy to the GPU machine, which has no skimage")
     a = ap.parse_args()
-    data_dir = skimage_data_dir()
+    data_dir = a.sources or skimage_data_dir()
     rng = random.Random(a.seed)
     count = 0
     for c, name in enumerate(SOURCES):

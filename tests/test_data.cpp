@@ -4,6 +4,8 @@
 #include "data/loader.h"
 #include "data/resample.h"
 
+#include "imagenet_like.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <zlib.h>
@@ -17,12 +19,6 @@ namespace fs = std::filesystem;
 using namespace convnets;
 
 namespace {
-
-// The ImageNet-like JPEG set from scripts/make_imagenet_like.py (a CTest fixture).
-std::string imagenet_like() {
-  const char* env = std::getenv("CONVNETS_IMAGENET_LIKE");
-  return env ? env : "";
-}
 
 struct TempDir {
   fs::path path;

@@ -3,6 +3,7 @@
 #include "core/compat.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "data/loader.h"
 #include "dist/grad_sync.h"
 #include "models/graph.h"
 #include "models/registry.h"
@@ -19,6 +20,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <new>
@@ -48,7 +50,48 @@ int input_size(const ModelBenchOptions& o) {
 
 // One batch size, measured from a freshly built model, so earlier sizes leave
 // neither weights nor cached blocks behind.
-BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int iterations) {
+// Training input from files through the real loader, with the time of each stage.
+struct FileInput {
+  std::unique_ptr<data::Loader> loader;
+  std::int64_t epoch = 0;
+  data::EpochStats done;  // totals of finished epochs
+  double wait_s = 0, input_s = 0;
+  std::int64_t steps = 0;
+
+  FileInput(const ModelBenchOptions& o, std::int64_t batch, int size, bool device_decode) {
+    data::LoaderOptions lo;
+    lo.batch_size = batch;
+    lo.workers = o.workers;
+    lo.prefetch = 4;
+    lo.drop_last = true;
+    lo.device_decode = device_decode;
+    loader = std::make_unique<data::Loader>(data::open_dataset(o.data, "train"),
+                                            std::make_shared<const data::Transform>(data::TransformOptions::train(size)),
+                                            lo);
+    loader->start_epoch(0);
+  }
+  data::Batch next() {
+    data::Batch b;
+    if (!loader->next(b)) {
+      add(done, loader->stats());
+      loader->start_epoch(++epoch);
+      loader->next(b);
+    }
+    return b;
+  }
+  static void add(data::EpochStats& a, const data::EpochStats& b) {
+    a.images += b.images, a.read_s += b.read_s, a.decode_s += b.decode_s, a.transform_s += b.transform_s;
+    a.device_images += b.device_images;
+  }
+  data::EpochStats totals() const {
+    data::EpochStats t = done;
+    add(t, loader->stats());
+    return t;
+  }
+};
+
+BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int iterations,
+                 const std::string& backend) {
   const auto& rt = o.runtime;
   const auto& arch = find_architecture(o.arch);
   Preprocessing pre = arch.preprocessing;
@@ -64,9 +107,12 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   // iteration still pays the normalisation pass that real data needs.
   const auto images = torch::randint(0, 256, {batch, pre.input_size, pre.input_size, 3}, device_opts.dtype(torch::kByte));
   const auto labels = torch::randint(0, o.num_classes, {batch}, device_opts.dtype(torch::kLong));
+  std::optional<FileInput> files;
+  if (backend != "synthetic") files.emplace(o, batch, pre.input_size, train::use_device_decode(backend, rt));
 
   BenchRow row;
   row.batch = batch;
+  row.data_backend = backend;
   std::vector<double> times_ms;
   auto timed = [&](auto&& iteration, bool sync_each) {
     for (int i = 0; i < warmup; ++i) iteration();
@@ -101,12 +147,47 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     train::StepRunner stepper(*model, sgd, scaler ? &*scaler : nullptr, nullptr, so, rt.device, o.cuda_graph);
     row.cuda_graph = stepper.graphed();
     auto iteration = [&] {
-      std::vector<train::MicroBatch> micro{{train::network_input(images, pre, rt), labels}};
+      if (!files) {
+        std::vector<train::MicroBatch> micro{{train::network_input(images, pre, rt), labels}};
+        stepper.run(micro, 0.1, 0);
+        return;
+      }
+      const auto t0 = Clock::now();
+      const data::Batch b = files->next();
+      const auto t1 = Clock::now();
+      std::vector<train::MicroBatch> micro{{train::batch_input(b, pre, rt), b.labels.to(rt.device, true)}};
+      const auto t2 = Clock::now();
       stepper.run(micro, 0.1, 0);
+      files->wait_s += std::chrono::duration<double>(t1 - t0).count();
+      files->input_s += std::chrono::duration<double>(t2 - t1).count();
+      ++files->steps;
     };
     // Throughput as training sees it: the host runs ahead, one sync at the end.
     seconds = timed(iteration, false);
     row.mean_ms = seconds * 1e3 / iterations;
+    if (files) {
+      const data::EpochStats st = files->totals();
+      const double per_image = st.images > 0 ? 1e3 / static_cast<double>(st.images) : 0;
+      row.workers = files->loader->workers();
+      row.read_ms = st.read_s * per_image;
+      row.decode_ms = st.decode_s * per_image;
+      row.augment_ms = st.transform_s * per_image;
+      row.device_fraction = st.images > 0 ? static_cast<double>(st.device_images) / static_cast<double>(st.images) : 0;
+      row.wait_ms = files->wait_s * 1e3 / static_cast<double>(files->steps);
+      row.input_ms = files->input_s * 1e3 / static_cast<double>(files->steps);
+      // The copy and device stage alone, synchronised, on a few more batches.
+      const int probes = 5;
+      double device_s = 0;
+      for (int i = 0; i < probes; ++i) {
+        const data::Batch b = files->next();
+        synchronize(rt.device);
+        const auto t0 = Clock::now();
+        const at::Tensor x = train::batch_input(b, pre, rt);
+        synchronize(rt.device);
+        device_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+      row.device_ms = device_s * 1e3 / probes;
+    }
     if (reducer) {
       const auto& st = reducer->stats();
       row.processes = o.group->world_size();
@@ -141,7 +222,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
 
 bool fits(const ModelBenchOptions& o, std::int64_t batch) {
   try {
-    measure(o, batch, 1, 1);
+    measure(o, batch, 1, 1, "synthetic");
     release_cached_memory();
     return true;
   } catch (const std::exception& e) {
@@ -182,11 +263,21 @@ std::vector<BenchRow> run_model_bench(const ModelBenchOptions& o) {
     if (b < 1) throw Error("--batch-sizes: " + std::to_string(b) + " is not a batch size (expected >= 1)");
   }
   if (o.iterations < 1) throw Error("--iterations: expected >= 1");
+  if (o.data_backends.empty()) throw Error("--data-backend: expected at least one of synthetic, cpu, gpu");
+  for (const auto& b : o.data_backends) {
+    if (b != "synthetic" && b != "cpu" && b != "gpu")
+      throw Error("--data-backend " + b + ": expected synthetic, cpu or gpu");
+    if (b != "synthetic" && o.data.empty())
+      throw Error("--data-backend " + b + " reads files: give --data (an image folder or list file)");
+    if (b != "synthetic" && !o.train) throw Error("--data-backend " + b + ": only bench train reads files");
+  }
   std::vector<BenchRow> rows;
+  const bool synthetic =
+      std::find(o.data_backends.begin(), o.data_backends.end(), "synthetic") != o.data_backends.end();
   std::int64_t last_fit = 0;
-  for (const auto batch : o.batch_sizes) {
+  for (const auto batch : synthetic ? o.batch_sizes : std::vector<std::int64_t>{}) {
     try {
-      rows.push_back(measure(o, batch, o.warmup, o.iterations));
+      rows.push_back(measure(o, batch, o.warmup, o.iterations, "synthetic"));
       last_fit = std::max(last_fit, batch);
       continue;
     } catch (const std::exception& e) {
@@ -204,6 +295,11 @@ std::vector<BenchRow> run_model_bench(const ModelBenchOptions& o) {
     row.largest_fitting = lo;
     rows.push_back(row);
   }
+  // Then the same step fed from files, backend by backend.
+  for (const auto& backend : o.data_backends) {
+    if (backend == "synthetic") continue;
+    for (const auto batch : o.batch_sizes) rows.push_back(measure(o, batch, o.warmup, o.iterations, backend));
+  }
   return rows;
 }
 
@@ -220,7 +316,12 @@ std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>
   } else {
     out += "| Batch | Throughput (img/s) | Latency avg (ms) | p90 | p95 | p99 |\n|---:|---:|---:|---:|---:|---:|\n";
   }
+  bool any_files = false;
   for (const auto& r : rows) {
+    if (r.data_backend != "synthetic") {
+      any_files = true;
+      continue;
+    }
     out += "| " + std::to_string(r.batch) + " | ";
     if (!r.fits) {
       out += "out of memory; largest batch that fits: " + std::to_string(r.largest_fitting) + " |\n";
@@ -231,6 +332,30 @@ std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>
     out += std::string(ips) + " | " + ms(r.mean_ms) + " | ";
     out += o.train ? std::string(r.cuda_graph ? "yes" : "no") + " |\n"
                    : ms(r.p90_ms) + " | " + ms(r.p95_ms) + " | " + ms(r.p99_ms) + " |\n";
+  }
+  if (!any_files) return out;
+  // Training from files: throughput against the synthetic row of the same
+  // batch in this run, and where the time goes. Loader stages are CPU time per
+  // image summed over its threads, so 1000 / (read + decode + augment) is what
+  // one core sustains.
+  out += "\nFrom " + o.data + " (train transform at " + std::to_string(size) + " px):\n\n";
+  out += "| Data | Batch | Threads | img/s | vs synthetic | read | decode | augment | img/s per core | wait (ms/step) | "
+         "input (ms/step) | copy+device (ms/batch) | compute (ms/step) | on device |\n"
+         "|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    if (r.data_backend == "synthetic") continue;
+    const BenchRow* synth = nullptr;
+    for (const auto& q : rows)
+      if (q.data_backend == "synthetic" && q.batch == r.batch && q.fits) synth = &q;
+    char buf[512];
+    const double cpu_ms = r.read_ms + r.decode_ms + r.augment_ms;
+    std::snprintf(buf, sizeof buf, "| %s | %lld | %d | %.1f | %s | %.3f | %.3f | %.3f | %.0f | %.2f | %.2f | %.2f | %s | %.0f%% |\n",
+                  r.data_backend.c_str(), static_cast<long long>(r.batch), r.workers, r.images_per_s,
+                  synth ? (std::to_string(static_cast<int>(100.0 * r.images_per_s / synth->images_per_s + 0.5)) + "%").c_str()
+                        : "-",
+                  r.read_ms, r.decode_ms, r.augment_ms, cpu_ms > 0 ? 1e3 / cpu_ms : 0.0, r.wait_ms, r.input_ms,
+                  r.device_ms, synth ? ms(synth->mean_ms).c_str() : "-", 100.0 * r.device_fraction);
+    out += buf;
   }
   return out;
 }
@@ -249,9 +374,17 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
                               {"warmup", o.warmup},
                               {"iterations", o.iterations},
                               {"fold_bn", !o.train && o.fold_bn},
+                              {"data", o.data},
                               {"rows", nlohmann::ordered_json::array()}};
   for (const auto& r : rows) {
-    nlohmann::ordered_json row = {{"batch", r.batch}, {"fits", r.fits}};
+    nlohmann::ordered_json row = {{"batch", r.batch}, {"fits", r.fits}, {"data_backend", r.data_backend}};
+    if (r.data_backend != "synthetic") {
+      row["workers"] = r.workers;
+      row["read_ms_per_image"] = r.read_ms, row["decode_ms_per_image"] = r.decode_ms;
+      row["augment_ms_per_image"] = r.augment_ms, row["wait_ms_per_step"] = r.wait_ms;
+      row["input_ms_per_step"] = r.input_ms, row["copy_device_ms_per_batch"] = r.device_ms;
+      row["device_decoded_fraction"] = r.device_fraction;
+    }
     if (!r.fits) {
       row["largest_fitting"] = r.largest_fitting;
     } else {

@@ -27,6 +27,12 @@ struct ModelBenchOptions {
   // Data-parallel training: gradients all-reduced in buckets as `train` does.
   dist::Group* group = nullptr;
   double bucket_mb = 25;
+  // Training from files: for each backend, a row per batch size whose input
+  // comes from `data` (synthetic: a device-resident random batch, no loader;
+  // cpu: decoded by the loader threads; gpu: hybrid device decoding).
+  std::string data;
+  std::vector<std::string> data_backends{"synthetic"};
+  int workers = 0;  // loader threads (0: one per CPU)
 };
 
 struct BenchRow {
@@ -42,6 +48,14 @@ struct BenchRow {
   std::int64_t buckets = 0;
   double allreduce_mb = 0;   // gradient bytes all-reduced per step
   double comm_wait_ms = 0;   // per step, waiting for all-reduces after backward (not hidden by overlap)
+  // Rows that read files: where the time goes.
+  std::string data_backend = "synthetic";
+  int workers = 0;
+  double read_ms = 0, decode_ms = 0, augment_ms = 0;  // loader CPU time per image (summed over its threads)
+  double wait_ms = 0;     // per step: the training loop waiting for the next batch
+  double input_ms = 0;    // per step: host time to enqueue the copy and the device-side decode or normalisation
+  double device_ms = 0;   // per batch, synchronised: host-to-device copy + device decode/normalise alone
+  double device_fraction = 0;  // images decoded on the device (gpu backend)
 };
 
 // True for an allocation failure of the CPU or CUDA allocator.

@@ -11,6 +11,7 @@
 #include "models/registry.h"
 
 #include <CLI/CLI.hpp>
+#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -36,6 +37,7 @@ struct BenchDataArgs {
   std::string dct_scaling = "auto";
   std::string bad_images = "skip";
   std::uint64_t seed = 0;
+  std::string backend = "cpu";
   bool json = false;
 };
 
@@ -56,6 +58,10 @@ void run_bench_data(const BenchDataArgs& a) {
   o.shard.shuffle = train;
   o.shard.seed = a.seed;
   o.bad_images = data::parse_bad_image_policy(a.bad_images);
+  // gpu: the loader threads only entropy-decode; the device stage runs here
+  // on CUDA when there is one (else the figures are the CPU side alone).
+  o.device_decode = a.backend == "gpu";
+  const bool device_stage = o.device_decode && torch::cuda::is_available();
   data::Loader loader(dataset, transform, o);
 
   if (!a.json) {
@@ -63,6 +69,10 @@ void run_bench_data(const BenchDataArgs& a) {
     std::printf("transform   %s %d, DCT scaling %s; %d workers, batch %lld\n",
                 train ? "RandomResizedCrop + flip" : "resize + centre crop", a.size, t.dct_scaling ? "on" : "off",
                 loader.workers(), static_cast<long long>(a.batch_size));
+    if (o.device_decode)
+      std::printf("backend     gpu: loader threads entropy-decode; %s\n",
+                  device_stage ? "IDCT, colour, resize on cuda:0"
+                               : "no CUDA device, so only that CPU side is measured (decode = entropy decoding)");
   }
   // The first batch per worker fills the pipeline and the page cache: not timed.
   const std::int64_t warmup = std::min<std::int64_t>(loader.workers(), loader.batches_per_epoch());
@@ -73,18 +83,21 @@ void run_bench_data(const BenchDataArgs& a) {
   for (std::int64_t epoch = 0; timed_images < a.images; ++epoch) {
     loader.start_epoch(epoch);
     while (loader.next(batch)) {
+      if (device_stage) data::decode_on_device(*batch.encoded, at::Device(at::kCUDA, 0), at::kHalf);
       if (++seen_batches == warmup) t0 = Clock::now();
-      else if (seen_batches > warmup) timed_images += batch.images.size(0);
+      else if (seen_batches > warmup) timed_images += batch.labels.size(0);
       if (timed_images >= a.images) break;
     }
     const data::EpochStats s = loader.stats();
     sum.read_s += s.read_s, sum.decode_s += s.decode_s, sum.transform_s += s.transform_s;
     total_images += s.images;
+    sum.device_images += s.device_images;
     bad += s.bad_images;
     if (s.bad_images > 0 && !a.json)
       std::printf("epoch %lld: %lld bad images replaced (%zu distinct files so far)\n", static_cast<long long>(epoch),
                   static_cast<long long>(s.bad_images), loader.bad_files().size());
   }
+  if (device_stage) torch::cuda::synchronize();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const double rate = timed_images / seconds;
   const double per = 1e3 / static_cast<double>(total_images);
@@ -101,7 +114,10 @@ void run_bench_data(const BenchDataArgs& a) {
                               {"read_ms", sum.read_s * per},
                               {"decode_ms", sum.decode_s * per},
                               {"transform_ms", sum.transform_s * per},
-                              {"bad_images", bad}};
+                              {"bad_images", bad},
+                              {"backend", a.backend},
+                              {"device_stage", device_stage},
+                              {"device_decoded_fraction", total_images > 0 ? double(sum.device_images) / double(total_images) : 0.0}};
   if (a.json) {
     std::cout << r.dump(2) << '\n';
     return;
@@ -249,6 +265,14 @@ void add_model_bench(CLI::App& bench, bool train) {
     cmd->add_option("--bucket-mb", o.bucket_mb, "Data-parallel: gradient all-reduce bucket size in MiB")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
+    cmd->add_option("--data", o.data,
+                    "Also train from this image folder or list file (its train split) through the real loader");
+    cmd->add_option("--data-backend", o.data_backends,
+                    "Comma-separated: synthetic (device-resident random batch), cpu (loader threads decode), "
+                    "gpu (entropy decoding on the loader threads, the rest on the GPU)")
+        ->delimiter(',')
+        ->capture_default_str();
+    cmd->add_option("--workers", o.workers, "Loader threads for --data (0: one per CPU)")->check(CLI::Range(0, 1024));
     add_launch_flags(cmd, args->launch);
   } else {
     cmd->add_flag("--fold-bn", o.fold_bn, "Fold each BatchNorm into the preceding conv before timing");
@@ -280,6 +304,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--bad-images", args->bad_images, "skip (replace and report) or fail (stop at the first)")
       ->check(CLI::IsMember({"skip", "fail"}));
   cmd->add_option("--seed", args->seed, "Shuffle and augmentation seed (default 0)");
+  cmd->add_option("--data-backend", args->backend,
+                  "cpu (threads decode fully) or gpu (threads entropy-decode; the rest runs on the GPU when present)")
+      ->check(CLI::IsMember({"cpu", "gpu"}));
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args] { run_bench_data(*args); });
   add_model_bench(*bench, true);

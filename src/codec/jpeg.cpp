@@ -59,6 +59,7 @@ struct JpegDecoder::State {
   std::string name;
   std::vector<std::uint8_t> rows, rgb;
   std::vector<JSAMPROW> row_ptrs;
+  jvirt_barray_ptr* coefficients = nullptr;  // from jpeg_read_coefficients, until the next open()
 };
 
 JpegDecoder::JpegDecoder() : s_(std::make_unique<State>()) {
@@ -81,6 +82,7 @@ Rect JpegDecoder::open(const std::uint8_t* data, std::size_t size, const std::st
     jpeg_abort_decompress(&s.cinfo);
     throw DecodeError(name + ": corrupt JPEG: " + s.err.message);
   }
+  s.coefficients = nullptr;
   jpeg_mem_src(&s.cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&s.cinfo, TRUE);
   const auto cs = s.cinfo.jpeg_color_space;
@@ -151,6 +153,63 @@ ImageView JpegDecoder::decode(int scale_num, Rect region) {
     }
   }
   return {s.rgb.data(), region.width, region.height, 3, std::ptrdiff_t(region.width) * 3, kSlack};
+}
+
+bool JpegDecoder::read_coefficients(JpegCoefficients& out) {
+  State& s = *s_;
+  jpeg_decompress_struct& c = s.cinfo;
+  const auto cs = c.jpeg_color_space;
+  const bool gray = cs == JCS_GRAYSCALE && c.num_components == 1;
+  const bool three = (cs == JCS_YCbCr || cs == JCS_RGB) && c.num_components == 3;
+  if (!gray && !three) return false;
+  if (setjmp(s.err.jump)) {
+    s.coefficients = nullptr;
+    jpeg_abort_decompress(&c);
+    throw DecodeError(s.name + ": corrupt JPEG: " + s.err.message);
+  }
+  s.coefficients = jpeg_read_coefficients(&c);
+  out.width = static_cast<int>(c.image_width);
+  out.height = static_cast<int>(c.image_height);
+  out.max_h = c.max_h_samp_factor;
+  out.max_v = c.max_v_samp_factor;
+  out.ycc = cs == JCS_YCbCr;
+  out.components.resize(c.num_components);
+  for (int i = 0; i < c.num_components; ++i) {
+    const jpeg_component_info& ci = c.comp_info[i];
+    JpegComponent& o = out.components[i];
+    o.h_samp = ci.h_samp_factor;
+    o.v_samp = ci.v_samp_factor;
+    o.width_in_blocks = static_cast<int>(ci.width_in_blocks);
+    o.height_in_blocks = static_cast<int>(ci.height_in_blocks);
+    // libjpeg stores whole MCUs (jdcoefct.c rounds up to the sampling factors).
+    o.array_width = (o.width_in_blocks + ci.h_samp_factor - 1) / ci.h_samp_factor * ci.h_samp_factor;
+    o.array_height = (o.height_in_blocks + ci.v_samp_factor - 1) / ci.v_samp_factor * ci.v_samp_factor;
+    if (!ci.quant_table) throw DecodeError(s.name + ": component " + std::to_string(i) + " has no quantisation table");
+    o.quant = ci.quant_table->quantval;
+  }
+  return true;
+}
+
+void JpegDecoder::copy_blocks(int comp, int bx, int by, int cols, int rows, std::int16_t* dst) const {
+  State& s = *s_;
+  jpeg_decompress_struct& c = s.cinfo;
+  if (!s.coefficients) throw Error(s.name + ": copy_blocks() before read_coefficients()");
+  const jpeg_component_info& ci = c.comp_info[comp];
+  const int aw = (static_cast<int>(ci.width_in_blocks) + ci.h_samp_factor - 1) / ci.h_samp_factor * ci.h_samp_factor;
+  const int ah = (static_cast<int>(ci.height_in_blocks) + ci.v_samp_factor - 1) / ci.v_samp_factor * ci.v_samp_factor;
+  if (bx < 0 || by < 0 || cols < 0 || rows < 0 || bx + cols > aw || by + rows > ah)
+    throw Error(s.name + ": blocks " + std::to_string(cols) + "x" + std::to_string(rows) + "+" + std::to_string(bx) +
+                "+" + std::to_string(by) + " are outside component " + std::to_string(comp) + "'s " +
+                std::to_string(aw) + "x" + std::to_string(ah) + " blocks");
+  // The arrays were realised in memory by jpeg_read_coefficients; libjpeg
+  // allows access to at most v_samp rows at once, so one row at a time.
+  for (int r = 0; r < rows; ++r) {
+    JBLOCKARRAY row = (*c.mem->access_virt_barray)(reinterpret_cast<j_common_ptr>(&c), s.coefficients[comp],
+                                                   static_cast<JDIMENSION>(by + r), 1, FALSE);
+    static_assert(sizeof(JCOEF) == sizeof(std::int16_t) && sizeof(JBLOCK) == 64 * sizeof(JCOEF));
+    std::copy_n(reinterpret_cast<const std::int16_t*>(row[0] + bx), std::size_t(cols) * 64,
+                dst + std::size_t(r) * cols * 64);
+  }
 }
 
 Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& name) {

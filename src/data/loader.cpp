@@ -19,6 +19,7 @@ namespace convnets::data {
 struct Loader::Worker {
   Workspace ws;
   SampleData sample;
+  std::unique_ptr<EncodedBatchBuilder> builder;  // device_decode only
 };
 
 Loader::Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, LoaderOptions options)
@@ -37,7 +38,11 @@ Loader::Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, L
   pinned_ = options_.pin_memory && torch::cuda::is_available();
   int n = options_.workers;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
-  for (int k = 0; k < n; ++k) workers_state_.push_back(std::make_unique<Worker>());
+  for (int k = 0; k < n; ++k) {
+    workers_state_.push_back(std::make_unique<Worker>());
+    if (options_.device_decode)
+      workers_state_.back()->builder = std::make_unique<EncodedBatchBuilder>(*transform_, dataset_->channels());
+  }
   for (int k = 0; k < n; ++k) threads_.emplace_back([this, k] { run(*workers_state_[k]); });
 }
 
@@ -84,6 +89,7 @@ bool Loader::next(Batch& out) {
   stats_.read_s += r.stats.read_s;
   stats_.decode_s += r.stats.decode_s;
   stats_.transform_s += r.stats.transform_s;
+  stats_.device_images += r.stats.device_images;
   out = std::move(r.batch);
   return true;
 }
@@ -126,19 +132,31 @@ Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch)
     const std::int64_t begin = number * options_.batch_size;
     const std::int64_t count = std::min(options_.batch_size, samples_ - begin);
     const int size = transform_->size(), channels = dataset_->channels();
-    auto opts = at::TensorOptions().dtype(at::kByte);
-    if (pinned_) opts = opts.pinned_memory(true);
-    r.batch.images = at::empty({count, size, size, channels}, opts);
     r.batch.labels = at::empty({count}, at::TensorOptions().dtype(at::kLong));
     r.batch.number = number;
     r.batch.indices.resize(count);
-    std::uint8_t* dst = r.batch.images.data_ptr<std::uint8_t>();
+    std::uint8_t* dst = nullptr;
+    if (w.builder) {
+      w.builder->reset();
+    } else {
+      auto opts = at::TensorOptions().dtype(at::kByte);
+      if (pinned_) opts = opts.pinned_memory(true);
+      r.batch.images = at::empty({count, size, size, channels}, opts);
+      dst = r.batch.images.data_ptr<std::uint8_t>();
+    }
     std::int64_t* labels = r.batch.labels.data_ptr<std::int64_t>();
     const std::int64_t stride = std::int64_t(size) * size * channels;
     for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t used = fill(w, order_[begin + k], epoch, dst + k * stride, r.stats);
+      const std::int64_t used = fill(w, order_[begin + k], epoch, dst ? dst + k * stride : nullptr, r.stats);
       r.batch.indices[k] = used;
       labels[k] = dataset_->label(static_cast<std::size_t>(used));
+    }
+    if (w.builder) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto encoded = std::make_shared<EncodedBatch>(w.builder->finish(pinned_));
+      r.stats.transform_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      r.stats.device_images = encoded->device_images;
+      r.batch.encoded = std::move(encoded);
     }
     r.stats.images = count;
   } catch (...) {
@@ -164,7 +182,11 @@ std::int64_t Loader::fill(Worker& w, std::int64_t index, std::int64_t epoch, std
       stats.read_s += std::chrono::duration<double>(Clock::now() - t0).count();
       Rng rng(options_.shard.seed, epoch, index);
       TransformTimes times;
-      transform_->apply(w.sample, rng, w.ws, dst, &times);
+      if (dst) {
+        transform_->apply(w.sample, rng, w.ws, dst, &times);
+      } else {
+        w.builder->add(w.sample, rng, w.ws, &times);
+      }
       stats.decode_s += times.decode_s;
       stats.transform_s += times.transform_s;
       if (attempt > 0) ++stats.bad_images;  // one replaced sample, however many bad files it walked past

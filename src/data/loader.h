@@ -2,6 +2,7 @@
 #pragma once
 
 #include "data/dataset.h"
+#include "data/device_decode.h"
 #include "data/sampler.h"
 #include "data/transforms.h"
 
@@ -32,12 +33,16 @@ struct LoaderOptions {
   ShardOptions shard;    // shuffle, seed, rank and world size
   BadImagePolicy bad_images = BadImagePolicy::Skip;
   bool pin_memory = true;  // only takes effect when CUDA is available
+  // Hybrid decoding: workers entropy-decode JPEGs and hand over coefficient
+  // batches (Batch::encoded) for decode_on_device instead of pixels.
+  bool device_decode = false;
   // Where bad-image reports go (one line per distinct file); stderr if empty.
   std::function<void(const std::string&)> warn;
 };
 
 struct Batch {
   at::Tensor images;                  // uint8 [B, size, size, channels], pinned when CUDA is present
+  std::shared_ptr<const EncodedBatch> encoded;  // instead of images, with LoaderOptions::device_decode
   at::Tensor labels;                  // int64 [B]
   std::vector<std::int64_t> indices;  // dataset index per row, after bad-image replacement
   std::int64_t number = 0;            // position within the epoch
@@ -47,6 +52,7 @@ struct EpochStats {
   std::int64_t images = 0;
   std::int64_t bad_images = 0;  // samples replaced because their file was bad
   double read_s = 0, decode_s = 0, transform_s = 0;  // summed over workers
+  std::int64_t device_images = 0;  // device_decode: decoded from coefficients on the device (the rest by the CPU)
 };
 
 // Batches come out in sampler order whatever the worker count: each sample's
@@ -85,6 +91,7 @@ class Loader {
   struct Worker;
   void run(Worker& w);
   Result build(Worker& w, std::int64_t number, std::int64_t epoch);
+  // One sample into dst (pixels) or, when dst is null, into the worker's EncodedBatchBuilder.
   std::int64_t fill(Worker& w, std::int64_t index, std::int64_t epoch, std::uint8_t* dst, EpochStats& stats);
 
   DatasetPtr dataset_;

@@ -40,9 +40,13 @@ codec::Rect source_size(const SampleData& s, Workspace& ws, codec::ImageFormat& 
   }
 }
 
-void render(const SampleData& s, codec::ImageFormat format, codec::Rect full, const Geometry& g, bool dct_scaling,
-            bool pil_order, Workspace& ws, std::uint8_t* dst, TransformTimes* times) {
-  int scale = 8;
+SamplePlan plan_render(codec::ImageFormat format, codec::Rect full, const Geometry& g, bool dct_scaling) {
+  SamplePlan p;
+  p.format = format;
+  p.full = full;
+  p.flip = g.flip;
+  p.out_w = g.out_w;
+  p.out_h = g.out_h;
   if (format == codec::ImageFormat::Jpeg && dct_scaling) {
     // Smallest M whose scaled box still covers the output without upsampling.
     // Only 1/8, 1/4 and 1/2: libjpeg-turbo has SIMD IDCTs for those (and 4:2:0
@@ -50,45 +54,26 @@ void render(const SampleData& s, codec::ImageFormat format, codec::Rect full, co
     // measured slower than decoding at full scale.
     for (int m : {1, 2, 4}) {
       if ((g.bx1 - g.bx0) * m / 8.0 >= g.full_w && (g.by1 - g.by0) * m / 8.0 >= g.full_h) {
-        scale = m;
+        p.scale = m;
         break;
       }
     }
   }
   int lo_x = g.clamp.x, hi_x = g.clamp.x + g.clamp.width, lo_y = g.clamp.y, hi_y = g.clamp.y + g.clamp.height;
-  const double f = scale / 8.0;
-  if (scale != 8) {
+  const double f = p.scale / 8.0;
+  if (p.scale != 8) {
     lo_x = static_cast<int>(std::floor(lo_x * f));
     lo_y = static_cast<int>(std::floor(lo_y * f));
-    hi_x = std::min(static_cast<int>(std::ceil(hi_x * f)), codec::JpegDecoder::scaled_size(full.width, scale));
-    hi_y = std::min(static_cast<int>(std::ceil(hi_y * f)), codec::JpegDecoder::scaled_size(full.height, scale));
+    hi_x = std::min(static_cast<int>(std::ceil(hi_x * f)), codec::JpegDecoder::scaled_size(full.width, p.scale));
+    hi_y = std::min(static_cast<int>(std::ceil(hi_y * f)), codec::JpegDecoder::scaled_size(full.height, p.scale));
   }
-  const AxisPlan px = plan_axis(hi_x - lo_x, g.bx0 * f - lo_x, g.bx1 * f - lo_x, g.full_w, g.out_x, g.out_w);
-  const AxisPlan py = plan_axis(hi_y - lo_y, g.by0 * f - lo_y, g.by1 * f - lo_y, g.full_h, g.out_y, g.out_h);
-  const codec::Rect region{lo_x + px.src_begin, lo_y + py.src_begin, px.src_end - px.src_begin,
-                           py.src_end - py.src_begin};
-
-  auto t0 = Clock::now();
-  codec::ImageView view;
-  if (format == codec::ImageFormat::Jpeg) {
-    view = ws.jpeg.decode(scale, region);
-  } else {
-    const codec::Image* img = &s.pixels;
-    if (format == codec::ImageFormat::Png) {
-      codec::decode_png(s.bytes.data(), s.bytes.size(), s.name, ws.decoded);
-      img = &ws.decoded;
-    }
-    view = img->view();
-    view.data += region.y * view.stride + std::ptrdiff_t(region.x) * view.channels;
-    view.width = region.width;
-    view.height = region.height;
-  }
-  auto t1 = Clock::now();
-  resample(view, px, py, dst, std::ptrdiff_t(g.out_w) * view.channels, g.flip, pil_order, ws.scratch, ws.accum);
-  if (times) {
-    times->decode_s += std::chrono::duration<double>(t1 - t0).count();
-    times->transform_s += since(t1);
-  }
+  p.lo_x = lo_x;
+  p.lo_y = lo_y;
+  p.px = plan_axis(hi_x - lo_x, g.bx0 * f - lo_x, g.bx1 * f - lo_x, g.full_w, g.out_x, g.out_w);
+  p.py = plan_axis(hi_y - lo_y, g.by0 * f - lo_y, g.by1 * f - lo_y, g.full_h, g.out_y, g.out_h);
+  p.region = {lo_x + p.px.src_begin, lo_y + p.py.src_begin, p.px.src_end - p.px.src_begin,
+              p.py.src_end - p.py.src_begin};
+  return p;
 }
 
 // A crop then a resize to n x n: the filter reads only inside the box, as
@@ -154,15 +139,44 @@ Transform::Transform(TransformOptions options) : options_(options) {
     throw Error("transform: crop aspect-ratio range must satisfy 0 < min <= max");
 }
 
-void Transform::apply_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws, std::uint8_t* dst,
-                           TransformTimes* times) const {
-  codec::ImageFormat format;
-  const codec::Rect full = source_size(sample, ws, format);
-  render(sample, format, full, crop_geometry(box, flip, options_.size), options_.dct_scaling, options_.pil_exact, ws, dst, times);
+void Transform::render(const SampleData& s, const SamplePlan& p, Workspace& ws, std::uint8_t* dst,
+                       TransformTimes* times) const {
+  auto t0 = Clock::now();
+  codec::ImageView view;
+  if (p.format == codec::ImageFormat::Jpeg) {
+    view = ws.jpeg.decode(p.scale, p.region);
+  } else {
+    const codec::Image* img = &s.pixels;
+    if (p.format == codec::ImageFormat::Png) {
+      codec::decode_png(s.bytes.data(), s.bytes.size(), s.name, ws.decoded);
+      img = &ws.decoded;
+    }
+    view = img->view();
+    view.data += p.region.y * view.stride + std::ptrdiff_t(p.region.x) * view.channels;
+    view.width = p.region.width;
+    view.height = p.region.height;
+  }
+  auto t1 = Clock::now();
+  resample(view, p.px, p.py, dst, std::ptrdiff_t(p.out_w) * view.channels, p.flip, options_.pil_exact, ws.scratch,
+           ws.accum);
+  if (times) {
+    times->decode_s += std::chrono::duration<double>(t1 - t0).count();
+    times->transform_s += since(t1);
+  }
 }
 
-void Transform::apply(const SampleData& sample, Rng& rng, Workspace& ws, std::uint8_t* dst,
-                      TransformTimes* times) const {
+SamplePlan Transform::plan_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws) const {
+  codec::ImageFormat format;
+  const codec::Rect full = source_size(sample, ws, format);
+  return plan_render(format, full, crop_geometry(box, flip, options_.size), options_.dct_scaling);
+}
+
+void Transform::apply_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws, std::uint8_t* dst,
+                           TransformTimes* times) const {
+  render(sample, plan_crop(sample, box, flip, ws), ws, dst, times);
+}
+
+SamplePlan Transform::plan(const SampleData& sample, Rng& rng, Workspace& ws) const {
   codec::ImageFormat format;
   const codec::Rect full = source_size(sample, ws, format);
   if (full.width <= 0 || full.height <= 0) throw codec::DecodeError(sample.name + ": image has no pixels");
@@ -170,13 +184,17 @@ void Transform::apply(const SampleData& sample, Rng& rng, Workspace& ws, std::ui
   if (options_.mode == TransformOptions::Mode::Train) {
     const CropBox box = random_resized_crop_box(full.width, full.height, options_.crop, rng);
     const bool flip = options_.flip && rng.coin();
-    render(sample, format, full, crop_geometry(box, flip, n), options_.dct_scaling, options_.pil_exact, ws, dst, times);
-  } else {
-    const EvalGeometry e = eval_geometry(full.width, full.height, n, options_.crop_ratio);
-    const Geometry g{0.0, 0.0, double(full.width), double(full.height), full, e.resized_width, e.resized_height,
-                     e.left, e.top, n, n, false};
-    render(sample, format, full, g, options_.dct_scaling, options_.pil_exact, ws, dst, times);
+    return plan_render(format, full, crop_geometry(box, flip, n), options_.dct_scaling);
   }
+  const EvalGeometry e = eval_geometry(full.width, full.height, n, options_.crop_ratio);
+  const Geometry g{0.0, 0.0, double(full.width), double(full.height), full, e.resized_width, e.resized_height,
+                   e.left, e.top, n, n, false};
+  return plan_render(format, full, g, options_.dct_scaling);
+}
+
+void Transform::apply(const SampleData& sample, Rng& rng, Workspace& ws, std::uint8_t* dst,
+                      TransformTimes* times) const {
+  render(sample, plan(sample, rng, ws), ws, dst, times);
 }
 
 }  // namespace convnets::data

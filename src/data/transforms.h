@@ -86,6 +86,21 @@ struct Workspace {
   std::vector<std::int32_t> accum;
 };
 
+// What the transform does to one sample once its random choices are made:
+// decode `region` (in the image scaled by scale/8) and resample it through
+// px/py (whose taps are local to lo_x/lo_y) to out_w x out_h, mirrored if
+// `flip`. The device decoder follows the same plan.
+struct SamplePlan {
+  codec::ImageFormat format = codec::ImageFormat::Unknown;
+  codec::Rect full;  // full-resolution size
+  int scale = 8;     // DCT scaling M/8 (JPEG only)
+  int lo_x = 0, lo_y = 0;
+  AxisPlan px, py;
+  codec::Rect region;
+  int out_w = 0, out_h = 0;
+  bool flip = false;
+};
+
 struct TransformTimes {
   double decode_s = 0, transform_s = 0;
 };
@@ -99,6 +114,13 @@ class Transform {
   // Writes size x size x channels uint8 (HWC) to dst. Randomness comes only
   // from `rng`. Throws codec::DecodeError for an undecodable sample.
   void apply(const SampleData& sample, Rng& rng, Workspace& ws, std::uint8_t* dst, TransformTimes* times) const;
+
+  // apply() in two halves: the random choices and geometry (opening the
+  // JPEG header in `ws`), then the decode and resample.
+  SamplePlan plan(const SampleData& sample, Rng& rng, Workspace& ws) const;
+  SamplePlan plan_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws) const;
+  void render(const SampleData& sample, const SamplePlan& plan, Workspace& ws, std::uint8_t* dst,
+              TransformTimes* times) const;
 
   // The training transform for a given box and flip: the deterministic part
   // of apply(), which tests compare with PIL's crop + resize.

@@ -1,20 +1,13 @@
 #include "kernels/normalize.h"
 
+#include "kernels/convert.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace convnets::kernels {
 namespace {
-
-template <typename T>
-__device__ T convert(float v);
-template <>
-__device__ float convert<float>(float v) { return v; }
-template <>
-__device__ __half convert<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __nv_bfloat16 convert<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 struct Affine {
   float scale[3], bias[3];

@@ -56,6 +56,7 @@ namespace {
   X(dist_backend, "data-parallel runs: auto | gloo | nccl (auto: nccl for CUDA, gloo for CPU)")             \
   X(seed, "seed of initialisation, data order, augmentation and mixup")                                      \
   X(workers, "data loader threads (0: one per CPU)")                                                         \
+  X(data_backend, "auto | cpu | gpu: decode on the loader threads, or entropy-decode there and finish on the GPU (auto: cpu)") \
   X(prof, "stop after this many optimizer steps (0: full run)")                                              \
   X(training_only, "skip validation")                                                                        \
   X(evaluate, "only validate the weights of --resume or --fine-tune")                                        \
@@ -193,6 +194,7 @@ void validate(const TrainConfig& c) {
   check_choice("init", c.init, {"fan_in", "fan_out"});
   check(c.top_k >= 1, "top_k", "at least 1", std::to_string(c.top_k));
   check_choice("bad_images", c.bad_images, {"skip", "fail"});
+  check_choice("data_backend", c.data_backend, {"auto", "cpu", "gpu"});
   check(c.max_train_images >= 0, "max_train_images", "0 or positive", std::to_string(c.max_train_images));
   check(c.max_val_images >= 0, "max_val_images", "0 or positive", std::to_string(c.max_val_images));
 }

@@ -70,6 +70,7 @@ struct TrainConfig {
   bool zero_init_residual = false;
   std::int64_t top_k = 5;                   // reported besides top-1 (capped at the class count)
   std::string bad_images = "skip";
+  std::string data_backend = "auto";  // auto | cpu | gpu (train/runtime.h use_device_decode)
   std::int64_t max_train_images = 0;        // use only the first N samples; 0: all
   std::int64_t max_val_images = 0;
 };

@@ -74,6 +74,21 @@ at::Tensor network_input(const at::Tensor& images, const Preprocessing& pre, con
                                rt.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
 }
 
+at::Tensor batch_input(const data::Batch& batch, const Preprocessing& pre, const Runtime& rt) {
+  if (!batch.encoded) return network_input(batch.images, pre, rt);
+  const at::Tensor x = data::decode_on_device(*batch.encoded, rt.device, rt.autocast, pre.mean, pre.std);
+  return rt.channels_last ? x : x.contiguous();
+}
+
+bool use_device_decode(const std::string& backend, const Runtime& rt) {
+  if (backend == "auto" || backend == "cpu") return false;
+  if (backend != "gpu") throw Error("--data-backend " + backend + ": expected auto, cpu or gpu");
+  if (!rt.device.is_cuda())
+    throw Error("--data-backend gpu: the device decoder runs on CUDA, and this run's device is " + rt.device.str(),
+                "use --data-backend cpu, or --device cuda on a machine with a GPU");
+  return true;
+}
+
 Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& c) {
   Preprocessing p = arch.preprocessing;
   if (c.image_size > 0) p.input_size = static_cast<int>(c.image_size);

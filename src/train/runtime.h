@@ -9,6 +9,10 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+namespace convnets::data {
+struct Batch;
+}
+
 namespace convnets::train {
 
 struct Runtime {
@@ -34,6 +38,15 @@ void prepare_model(NetworkImpl& model, const Runtime& rt);
 // saves the first layer's cast, as DLE's DALI pipeline does under --amp) and
 // the run's memory format.
 at::Tensor network_input(const at::Tensor& images, const Preprocessing& pre, const Runtime& rt);
+
+// Either kind of loader batch as the network's input: pixels through
+// network_input, or an encoded batch (--data-backend gpu) through the device
+// decoder, which writes the same normalised channels-last tensor.
+at::Tensor batch_input(const data::Batch& batch, const Preprocessing& pre, const Runtime& rt);
+
+// --data-backend: auto (cpu: the device path is not yet measured faster), cpu
+// or gpu (hybrid decoding; needs a CUDA device); the error names the flag.
+bool use_device_decode(const std::string& backend, const Runtime& rt);
 
 // The arch's preprocessing with the config's overrides (image size, crop ratio, mean, std).
 Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& config);

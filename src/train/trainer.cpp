@@ -302,6 +302,7 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
     data::LoaderOptions tlo = lo;
     tlo.shard.block = c.batch_size;  // whole micro-batches per rank: see ShardOptions::block
     tlo.shard.drop_tail = true;
+    tlo.device_decode = use_device_decode(c.data_backend, rt);
     train_loader = std::make_unique<data::Loader>(train_ds, std::make_shared<data::Transform>(train_t), tlo);
   }
   std::unique_ptr<data::Loader> val_loader;
@@ -526,7 +527,7 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
       std::vector<MicroBatch> micro;
       for (std::int64_t m = 0; m < micro_per_step; ++m) {
         if (!train_loader->next(batch)) throw Error("loader: the epoch ended early");  // not reachable: sizes checked
-        micro.push_back({network_input(batch.images, pre, rt), batch.labels.to(rt.device, /*non_blocking=*/true)});
+        micro.push_back({batch_input(batch, pre, rt), batch.labels.to(rt.device, /*non_blocking=*/true)});
       }
       const auto t1 = clock::now();
       lr = schedule.at(global_step);

@@ -49,6 +49,58 @@ class BenchModel(unittest.TestCase):
             # images/s and step time describe the same measurement.
             self.assertAlmostEqual(row["images_per_s"] * row["mean_ms"] / 1e3, row["batch"], places=6)
 
+    def imagenet_like(self):
+        data = os.environ.get("CONVNETS_IMAGENET_LIKE")
+        if not data:
+            self.skipTest("CONVNETS_IMAGENET_LIKE not set (CTest's imagenet_like_data fixture sets it)")
+        return data
+
+    def test_training_from_files_reports_each_stage_against_synthetic(self):
+        data = self.imagenet_like()
+        r = run([BIN, "bench", "train", *SMALL, "--batch-sizes", "8", "--data", data,
+                 "--data-backend", "synthetic,cpu", "--workers", "1", "--json", self.path("f.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| Data | Batch | Threads | img/s | vs synthetic |", r.stdout)
+        self.assertRegex(r.stdout, r"\| cpu \| 8 \| 1 \| [0-9.]+ \| [0-9]+% \|")
+        j = json.load(open(self.path("f.json")))
+        self.assertEqual(j["data"], data)
+        self.assertEqual([(row["data_backend"], row["batch"]) for row in j["rows"]], [("synthetic", 8), ("cpu", 8)])
+        cpu = j["rows"][1]
+        self.assertEqual(cpu["workers"], 1)
+        for key in ("read_ms_per_image", "decode_ms_per_image", "augment_ms_per_image", "copy_device_ms_per_batch"):
+            self.assertGreater(cpu[key], 0, key)
+        self.assertGreaterEqual(cpu["wait_ms_per_step"], 0)
+        self.assertEqual(cpu["device_decoded_fraction"], 0)
+        self.assertAlmostEqual(cpu["images_per_s"] * cpu["mean_ms"] / 1e3, 8, places=6)
+
+    def test_gpu_data_backend_needs_cuda_and_files_need_data(self):
+        data = self.imagenet_like()
+        r = run([BIN, "bench", "train", *SMALL, "--device", "cpu", "--batch-sizes", "4", "--data", data,
+                 "--data-backend", "gpu"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--data-backend gpu", r.stderr)
+        self.assertIn("CUDA", r.stderr)
+        r = run([BIN, "bench", "train", *SMALL, "--batch-sizes", "4", "--data-backend", "cpu"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("give --data", r.stderr)
+        r = run([BIN, "train", data, "--arch", "resnet8", "--device", "cpu", "--data-backend", "gpu", "--epochs", "1",
+                 "--warmup", "0", "--workspace", self.path("ws")])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--data-backend gpu", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.path("ws"), "checkpoint.pt")))
+
+    def test_bench_data_gpu_backend_measures_the_entropy_decoding_side(self):
+        data = self.imagenet_like()
+        r = run([BIN, "bench", "data", data, "--train", "--workers", "1", "--images", "200", "--size", "96",
+                 "--data-backend", "gpu", "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["backend"], "gpu")
+        # Every file of the set (baseline, progressive, grayscale) goes through the coefficient path.
+        self.assertEqual(j["device_decoded_fraction"], 1.0)
+        self.assertGreater(j["decode_ms"], 0)
+        self.assertGreater(j["images_per_s"], 0)
+
     def test_data_parallel_scaling_against_one_process(self):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
