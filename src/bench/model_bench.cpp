@@ -73,19 +73,15 @@ struct FileInput {
   data::Batch next() {
     data::Batch b;
     if (!loader->next(b)) {
-      add(done, loader->stats());
+      done += loader->stats();
       loader->start_epoch(++epoch);
       loader->next(b);
     }
     return b;
   }
-  static void add(data::EpochStats& a, const data::EpochStats& b) {
-    a.images += b.images, a.read_s += b.read_s, a.decode_s += b.decode_s, a.transform_s += b.transform_s;
-    a.device_images += b.device_images;
-  }
   data::EpochStats totals() const {
     data::EpochStats t = done;
-    add(t, loader->stats());
+    t += loader->stats();
     return t;
   }
 };

@@ -76,7 +76,7 @@ void run_bench_data(const BenchDataArgs& a) {
   }
   // The first batch per worker fills the pipeline and the page cache: not timed.
   const std::int64_t warmup = std::min<std::int64_t>(loader.workers(), loader.batches_per_epoch());
-  std::int64_t seen_batches = 0, timed_images = 0, bad = 0, total_images = 0;
+  std::int64_t seen_batches = 0, timed_images = 0;
   data::EpochStats sum;
   Clock::time_point t0 = Clock::now();
   data::Batch batch;
@@ -89,10 +89,7 @@ void run_bench_data(const BenchDataArgs& a) {
       if (timed_images >= a.images) break;
     }
     const data::EpochStats s = loader.stats();
-    sum.read_s += s.read_s, sum.decode_s += s.decode_s, sum.transform_s += s.transform_s;
-    total_images += s.images;
-    sum.device_images += s.device_images;
-    bad += s.bad_images;
+    sum += s;
     if (s.bad_images > 0 && !a.json)
       std::printf("epoch %lld: %lld bad images replaced (%zu distinct files so far)\n", static_cast<long long>(epoch),
                   static_cast<long long>(s.bad_images), loader.bad_files().size());
@@ -100,6 +97,7 @@ void run_bench_data(const BenchDataArgs& a) {
   if (device_stage) torch::cuda::synchronize();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const double rate = timed_images / seconds;
+  const std::int64_t total_images = sum.images, bad = sum.bad_images;
   const double per = 1e3 / static_cast<double>(total_images);
   nlohmann::ordered_json r = {{"dataset", dataset->description()},
                               {"mode", train ? "train" : "eval"},

@@ -141,9 +141,9 @@ void EncodedBatchBuilder::add(const SampleData& sample, const SamplePlan& plan, 
     if (channels_ == 3) {
       transform_.render(sample, plan, ws, rgb.data(), times);
     } else {
-      std::vector<std::uint8_t> one(std::size_t(n) * n * channels_);
-      transform_.render(sample, plan, ws, one.data(), times);
-      for (std::size_t i = 0; i < std::size_t(n) * n; ++i) rgb[i * 3] = rgb[i * 3 + 1] = rgb[i * 3 + 2] = one[i * channels_];
+      gray_.resize(std::size_t(n) * n * channels_);
+      transform_.render(sample, plan, ws, gray_.data(), times);
+      for (std::size_t i = 0; i < std::size_t(n) * n; ++i) rgb[i * 3] = rgb[i * 3 + 1] = rgb[i * 3 + 2] = gray_[i * channels_];
     }
   }
   ++count_;
@@ -309,13 +309,13 @@ at::Tensor decode_on_device(const EncodedBatch& batch, at::Device device, at::Sc
   arena.narrow(0, 0, batch.host.numel()).copy_(batch.host, /*non_blocking=*/true);
   // NHWC memory either way: uint8 is the loader's [B, S, S, 3]; float types
   // are its channels-last [B, 3, S, S] view.
-  at::Tensor out = at::empty({n, s, s, 3}, at::TensorOptions().dtype(dtype).device(device));
+  // The host loops store uint8 or fp32 only: 16-bit types are converted after.
+  const bool host_fp32 = device.is_cpu() && dtype != at::kByte && dtype != at::kFloat;
+  if (host_fp32) a.out_type = kj::OutputType::Float32;
+  at::Tensor out = at::empty({n, s, s, 3}, at::TensorOptions().dtype(host_fp32 ? at::kFloat : dtype).device(device));
   if (device.is_cpu()) {
-    if (a.out_type != kj::OutputType::Uint8 && a.out_type != kj::OutputType::Float32) {
-      at::Tensor f = decode_on_device(batch, device, at::kFloat, mean, std);
-      return f.to(dtype);
-    }
     kj::run_batch_cpu(arena.data_ptr<std::uint8_t>(), a, out.data_ptr());
+    if (host_fp32) out = out.to(dtype);
   } else {
 #if CONVNETS_CUDA
     const int rc = kj::launch_batch(arena.data_ptr<std::uint8_t>(), a, out.data_ptr(),

@@ -62,6 +62,7 @@ class EncodedBatchBuilder {
   std::vector<Item> items_;
   std::size_t count_ = 0;
   codec::JpegCoefficients coefs_;
+  std::vector<std::uint8_t> gray_;  // a 1-channel fallback render before widening to RGB
 };
 
 // Runs the device half on `device` (CUDA kernels, or the same code as host

@@ -84,12 +84,7 @@ bool Loader::next(Batch& out) {
   work_cv_.notify_all();
   Result& r = node.mapped();
   if (r.error) std::rethrow_exception(r.error);
-  stats_.images += r.stats.images;
-  stats_.bad_images += r.stats.bad_images;
-  stats_.read_s += r.stats.read_s;
-  stats_.decode_s += r.stats.decode_s;
-  stats_.transform_s += r.stats.transform_s;
-  stats_.device_images += r.stats.device_images;
+  stats_ += r.stats;
   out = std::move(r.batch);
   return true;
 }

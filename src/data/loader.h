@@ -53,6 +53,12 @@ struct EpochStats {
   std::int64_t bad_images = 0;  // samples replaced because their file was bad
   double read_s = 0, decode_s = 0, transform_s = 0;  // summed over workers
   std::int64_t device_images = 0;  // device_decode: decoded from coefficients on the device (the rest by the CPU)
+
+  EpochStats& operator+=(const EpochStats& o) {
+    images += o.images, bad_images += o.bad_images, device_images += o.device_images;
+    read_s += o.read_s, decode_s += o.decode_s, transform_s += o.transform_s;
+    return *this;
+  }
 };
 
 // Batches come out in sampler order whatever the worker count: each sample's
