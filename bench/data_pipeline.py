@@ -8,7 +8,7 @@ torchvision side: ImageFolder (PIL open + convert("RGB")) + RandomResizedCrop(22
 after one warm-up batch per worker; images/s per worker is the per-core figure
 when N <= the CPU count.
 
-    /usr/bin/python3 bench/data_pipeline.py --convnets build/convnets --data DIR [--workers 1,2] [--images 2000]
+    .venv/bin/python bench/data_pipeline.py --convnets build/convnets --data DIR [--workers 1,2] [--images 2000]
 """
 import argparse
 import json

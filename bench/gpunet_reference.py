@@ -6,7 +6,7 @@ and reproduces DLE's module names, so a state_dict from `convnets models
 --save` loads into it with strict=True. Used two ways:
 
   * tests/python/test_gpunet_cli.py: logits of both implementations on the same
-    weights and input (CPU, Debian's torch);
+    weights and input (CPU, the .venv's torch);
   * the GPU benchmark: batch-1 fp16 latency in PyTorch eager next to
     `convnets bench infer`, e.g.
       python3 bench/gpunet_reference.py --config gpunet-0.json --latency --batch-size 1 --precision fp16
@@ -208,7 +208,7 @@ def latency(model, batch, size, precision, iterations, warmup, device, memory_fo
     model = model.to(device).eval().to(memory_format=fmt)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
-    # fp32 takes no autocast context at all: torch 1.13's CPU autocast rejects a float32 dtype.
+    # fp32 takes no autocast context at all: CPU autocast accepts only bf16 and fp16.
     cast = torch.autocast(device, dtype=dtype) if precision != "fp32" else contextlib.nullcontext()
     with torch.no_grad(), cast:
         for i in range(warmup + iterations):

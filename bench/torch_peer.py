@@ -34,6 +34,7 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iterations", type=int, default=50)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
+    p.add_argument("--threads", type=int, default=0, help="CPU intra-op threads (convnets: --threads; 0: torch's default)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
 
@@ -74,7 +75,7 @@ def measure(a, device, batch):
         no_decay = [p for p in model.parameters() if p.dim() <= 1]
         opt = torch.optim.SGD([{"params": decay, "weight_decay": 1.0 / 32768}, {"params": no_decay, "weight_decay": 0}],
                               lr=0.1, momentum=0.875)
-        scaler = torch.cuda.amp.GradScaler(enabled=a.precision == "amp")
+        scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "amp")
         loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
         model.train()
 
@@ -117,6 +118,8 @@ def measure(a, device, batch):
 def main(argv=None):
     a = parse_args(argv)
     device = torch.device(a.device)
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     if a.precision != "fp32" and device.type != "cuda":
         sys.exit("torch_peer: --precision %s needs CUDA" % a.precision)
     if a.compile and not hasattr(torch, "compile"):

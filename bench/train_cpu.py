@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU training throughput: convnets vs PyTorch (Debian python3-torch) on the same network, recipe and data.
+"""CPU training throughput: convnets vs PyTorch (the project's .venv torch) on the same network, recipe and data.
 
 Network: ResNet-8 (He et al. 2015 sec. 4.2, n = 1, 1x1 projection shortcuts),
 channels-last, on Debian's Fashion-MNIST (28x28, gray expanded to 3 channels as
@@ -11,12 +11,14 @@ PyTorch is measured two ways, and the faster one is the peer:
   * "dataloader": torch.utils.data.DataLoader (1 worker, like convnets' one
     loader thread) over the uint8 images with per-sample flip + normalise;
   * "in-memory": the whole set as one normalised tensor, flips done per batch,
-    no DataLoader: the least Python overhead PyTorch can have.
+    no DataLoader: the least Python overhead PyTorch can have;
+  * with --compile also "compile": the in-memory loop on torch.compile(model)
+    (Inductor's CPU code; compiling happens in the warm-up steps).
 convnets: `convnets train --recipe fashion-mnist-resnet8 --prof STEPS --training-only`.
 Every side times steps [warmup, warmup + steps) from its own per-step clock
 (convnets: DLLogger timestamps); runs alternate, median of --repeat.
 
-    /usr/bin/python3 bench/train_cpu.py --convnets build/convnets [--steps 200] [--repeat 3]
+    .venv/bin/python bench/train_cpu.py --convnets build/convnets [--steps 200] [--repeat 3]
 """
 import argparse
 import gzip
@@ -97,6 +99,7 @@ def pytorch_rate(mode, steps, warmup, batch=128):
     torch.manual_seed(0)
     x, y = load_fashion()
     model = ResNet8().to(memory_format=torch.channels_last)
+    forward = torch.compile(model) if mode == "compile" else model
     decay = [p for p in model.parameters() if p.ndim > 1]
     rest = [p for p in model.parameters() if p.ndim <= 1]
     opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-5}, {"params": rest, "weight_decay": 0.0}],
@@ -131,7 +134,7 @@ def pytorch_rate(mode, steps, warmup, batch=128):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(images), labels, label_smoothing=0.1)
+        loss = F.cross_entropy(forward(images), labels, label_smoothing=0.1)
         loss.backward()
         opt.step()
     return steps * batch / (time.perf_counter() - t0)
@@ -157,12 +160,17 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--compile", action="store_true", help="also time PyTorch with torch.compile(model)")
     a = ap.parse_args()
     rates = {"convnets": [], "pytorch dataloader": [], "pytorch in-memory": []}
+    if a.compile:
+        rates["pytorch compile"] = []
     for _ in range(a.repeat):
         rates["convnets"].append(convnets_rate(a.convnets, a.steps, a.warmup))
         rates["pytorch dataloader"].append(pytorch_rate("dataloader", a.steps, a.warmup))
         rates["pytorch in-memory"].append(pytorch_rate("in-memory", a.steps, a.warmup))
+        if a.compile:
+            rates["pytorch compile"].append(pytorch_rate("compile", a.steps, a.warmup))
     med = {k: statistics.median(v) for k, v in rates.items()}
     version = subprocess.run([a.convnets, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -171,7 +179,9 @@ def main():
     for k, v in rates.items():
         print(f"{k:20s} {med[k]:8.0f} img/s   runs: {', '.join(f'{x:.0f}' for x in v)}")
     peer = max(med["pytorch dataloader"], med["pytorch in-memory"])
-    print(f"ratio convnets / fastest PyTorch: {med['convnets'] / peer:.2f}x")
+    print(f"ratio convnets / fastest PyTorch eager: {med['convnets'] / peer:.2f}x")
+    if a.compile:
+        print(f"ratio convnets / PyTorch torch.compile: {med['convnets'] / med['pytorch compile']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's one call: build against its CUDA LibTorch, run the GPU tests, benchmark convnets and PyTorch side by side.
+# The GPU machine's one call: build as CI does (CMakeLists.txt, CUDA on) against that machine's own PyTorch, run the GPU tests, benchmark convnets and PyTorch side by side.
 #
 #   here:  scripts/gpu.sh prepare      downloads the Debian build deps into .deps/ (git-ignored)
 #   there: scripts/gpu.sh run          (device tool, carry [".deps"]); results in $OUT (or ./gpu-out)
@@ -10,11 +10,16 @@ cd "$(dirname "$0")/.."
 case ${1:-} in
 prepare)
   shared=${SHARED:-../shared}
-  "$shared/tools/carry-debs.sh" download -o .deps
+  # carry-debs.sh's default set, plus the Gloo headers backend_gloo.cpp compiles with.
+  "$shared/tools/carry-debs.sh" download -o .deps \
+    libturbojpeg0 libturbojpeg0-dev libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev \
+    libspng0 libspng-dev nlohmann-json3-dev libcli11-dev libfmt9 libfmt-dev libgtest-dev libgmock-dev \
+    libbenchmark1debian libbenchmark-dev libopencv-core406 libopencv-core-dev libopencv-imgproc406 \
+    libopencv-imgproc-dev libtbb12 libgloo-dev
   cp "$shared/tools/carry-debs.sh" .deps/
   # The ImageNet-like set's source photographs (python3-skimage is not there).
   mkdir -p .deps/photos
-  skdata=$(/usr/bin/python3 -c 'import os, skimage.data; print(os.path.dirname(skimage.data.__file__))')
+  skdata=/usr/lib/python3/dist-packages/skimage/data  # Debian's python3-skimage
   for f in astronaut.png chelsea.png coffee.png rocket.jpg hubble_deep_field.jpg retina.jpg motorcycle_left.png ihc.png \
            camera.png coins.png; do cp "$skdata/$f" .deps/photos/; done
   echo "now: device run, carry [\".deps\"], command: scripts/gpu.sh run"
@@ -37,7 +42,8 @@ python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda",
 log "build"
 start=$SECONDS
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps;$torch_prefix" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+  -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+  -DCONVNETS_PYTHON="$(command -v python3)" \
   >"$out/cmake.log" 2>&1 || { tail -40 "$out/cmake.log"; exit 1; }
 ninja -C build-gpu convnets unit_tests data_tests >"$out/build.log" 2>&1 || { grep -A5 -m5 "error" "$out/build.log"; tail -20 "$out/build.log"; exit 1; }
 log "built in $((SECONDS - start)) s: $(./build-gpu/convnets --version)"

@@ -7,7 +7,7 @@ way ImageNet's files mostly are (baseline, 4:2:0), with a few grayscale and
 progressive files mixed in. Output: OUT/train/<class>/*.JPEG and OUT/val/...
 Deterministic for a given --seed.
 
-    /usr/bin/python3 scripts/make_imagenet_like.py OUT [--train-per-class 32] [--val-per-class 8] [--sources DIR]
+    .venv/bin/python scripts/make_imagenet_like.py OUT [--train-per-class 32] [--val-per-class 8] [--sources DIR]
 """
 import argparse
 import os
@@ -19,14 +19,16 @@ from PIL import Image
 # Bundled with the Debian package (no download): photographs, not charts.
 SOURCES = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "hubble_deep_field.jpg",
            "retina.jpg", "motorcycle_left.png", "ihc.png", "camera.png", "coins.png"]
+# Read as files, so any interpreter with Pillow will do (the project's .venv has no skimage).
+DEBIAN_SKIMAGE_DATA = "/usr/lib/python3/dist-packages/skimage/data"
 
 
 def skimage_data_dir():
-    try:
-        import skimage.data
-    except ImportError:
-        sys.exit("make_imagenet_like.py: python3-skimage is not installed (scripts/setup.sh installs it)")
-    return os.path.dirname(skimage.data.__file__)
+    missing = [n for n in SOURCES if not os.path.isfile(os.path.join(DEBIAN_SKIMAGE_DATA, n))]
+    if missing:
+        sys.exit("make_imagenet_like.py: %s not found in %s: install Debian's python3-skimage "
+                 "(scripts/setup.sh does), or give --sources DIR" % (", ".join(missing), DEBIAN_SKIMAGE_DATA))
+    return DEBIAN_SKIMAGE_DATA
 
 
 def make_image(src, rng):

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# Install every Debian package convnets needs (idempotent: quiet when all are
-# present) and build it into ./build. Run as root or with sudo available.
+# Set up everything convnets needs and build it into ./build (idempotent;
+# quiet when everything is present). Run as root or with sudo available.
+#   1. Debian packages: compilers, the libraries convnets links, the test data.
+#   2. .venv (git-ignored): the pinned engine from PyPI (torch's CUDA wheel,
+#      whose LibTorch convnets links, and nvcc of the same CUDA version) and
+#      the Python references and peers of the tests (scripts/requirements.txt).
+#   3. CMake + Ninja against that LibTorch, CUDA compiled and linked in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev                       # LibTorch 1.13 (CPU), the tensor engine
-  libgloo-dev                        # Gloo headers: the c10d process group of data-parallel runs
+  python3 python3-venv               # the interpreter of .venv
+  python3-dev                        # Python.h: torch.compile (a peer in bench/) compiles its CPU kernels against it
+  libgloo-dev                        # Gloo headers for c10d's ProcessGroupGloo.hpp (src/dist/backend_gloo.cpp says why these fit)
   nlohmann-json3-dev libcli11-dev    # JSON headers (safetensors, reports), the CLI
   libjpeg62-turbo-dev libpng-dev zlib1g-dev  # JPEG (region + DCT-scaled decode), PNG, gzip IDX
   libonnx-dev libprotobuf-dev        # ONNX export: ONNX's protobuf schema and checker
   dataset-fashion-mnist              # the default training data (IDX, read in place)
   libgtest-dev libgmock-dev          # the C++ test suite
-  python3 python3-torch python3-torchvision  # reference implementations the tests compare with
-  python3-pil python3-numpy python3-skimage  # PIL decode reference; skimage's photos feed the JPEG test set
-  python3-opencv python3-onnx        # OpenCV's DNN runs the exported ONNX graphs in the tests
+  python3-skimage                    # real photographs (its data folder) for the ImageNet-like JPEG set
 )
 
 missing=()
@@ -30,6 +34,41 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Debian's interpreter, not whichever python3 comes first on PATH.
+venv=$PWD/.venv
+requirements=scripts/requirements.txt
+if [[ ! -x $venv/bin/python ]] || ! cmp -s "$requirements" "$venv/requirements.installed"; then
+  echo "setup: installing the Python environment .venv ($requirements; about 5.5 GB the first time)"
+  [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  cp "$requirements" "$venv/requirements.installed"
+fi
+
+# The wheels' CUDA (nvidia/cu13) laid out as a toolkit, for CMake and nvcc:
+# lib64/ with the unversioned names a linker looks for (the wheels ship only
+# libcudart.so.13 and the like), and nvcc itself a hard link (a copy across
+# file systems) rather than a symbolic one, because nvcc finds its profile,
+# headers and lib64/ relative to the path it runs from once links are resolved.
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+wheel_cuda=$site/nvidia/cu13
+cuda=$venv/cuda
+if [[ ! -x $cuda/bin/nvcc || ! -e $cuda/lib64/libcudart.so || $cuda/bin/nvcc -ot $wheel_cuda/bin/nvcc ]]; then
+  rm -rf "$cuda"
+  mkdir -p "$cuda/bin" "$cuda/lib64"
+  for d in include nvvm; do ln -s "$wheel_cuda/$d" "$cuda/$d"; done
+  for f in "$wheel_cuda"/bin/*; do ln -s "$f" "$cuda/bin/"; done
+  rm "$cuda/bin/nvcc"
+  ln "$wheel_cuda/bin/nvcc" "$cuda/bin/nvcc" 2>/dev/null || cp "$wheel_cuda/bin/nvcc" "$cuda/bin/nvcc"
+  for f in "$wheel_cuda"/lib/*.so.* "$wheel_cuda"/lib/*.a; do
+    b=$(basename "$f")
+    ln -s "$f" "$cuda/lib64/$b"
+    if [[ $b == *.so.* ]]; then ln -sf "$f" "$cuda/lib64/${b%%.so.*}.so"; fi
+  done
+fi
+
+torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 build_type=${CONVNETS_BUILD_TYPE:-Release}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_PATH="$torch_prefix" \
+  -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" \
+  -DCONVNETS_PYTHON="$venv/bin/python" >/dev/null
 cmake --build build

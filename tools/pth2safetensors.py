@@ -7,6 +7,13 @@ wrap the weights (`{"state_dict": ...}`, `{"model": ...}`) and DataParallel's
 
     python3 tools/pth2safetensors.py resnet50.pth resnet50.safetensors
     python3 tools/pth2safetensors.py ckpt.pth out.safetensors --key model
+    python3 tools/pth2safetensors.py timm_ckpt.pth.tar out.safetensors --allow-pickle
+
+Files are read as torch.load(weights_only=True) does by default since PyTorch
+2.6: tensors and plain containers only. A checkpoint that also pickles other
+objects (timm's training checkpoints keep their argparse arguments) needs
+--allow-pickle, which unpickles everything: it runs code from the file, so
+only for files you trust.
 
 Also importable: write_safetensors(path, tensors, metadata) and
 read_safetensors(path) -> (OrderedDict of tensors, metadata).
@@ -15,6 +22,7 @@ import argparse
 import collections
 import json
 import os
+import pickle
 import struct
 import sys
 
@@ -105,8 +113,17 @@ def main(argv=None):
     p.add_argument("output", help="safetensors file to write")
     p.add_argument("--key", help="entry of the checkpoint dict that holds the state_dict")
     p.add_argument("--arch", help="recorded as metadata (e.g. resnet50)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="unpickle objects other than tensors and containers (runs code from the file: trusted files only)")
     a = p.parse_args(argv)
-    obj = torch.load(a.input, map_location="cpu")
+    try:
+        obj = torch.load(a.input, map_location="cpu", weights_only=not a.allow_pickle)
+    except pickle.UnpicklingError as e:
+        lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+        # torch's message is a page long; the line naming the object is the useful one.
+        first = next((l for l in lines if "Unsupported global" in l), lines[0] if lines else type(e).__name__)
+        raise SystemExit("%s: holds objects other than tensors and containers (%s); if you trust the file, "
+                         "convert it with --allow-pickle" % (a.input, first))
     tensors = extract_state_dict(obj, a.key)
     meta = {"format": "pt"}
     if a.arch:

@@ -1,5 +1,6 @@
 #include "bench/model_bench.h"
 
+#include "core/autocast.h"
 #include "core/compat.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -15,10 +16,8 @@
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
-#if CONVNETS_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -39,9 +38,7 @@ void release_cached_memory() {
   // Without this the trimmed-never heap (core/memory.h) keeps the failed
   // attempt's pages and the bisection under-reports what fits.
   release_host_memory();
-#if CONVNETS_CUDA
   c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
 }
 
 int input_size(const ModelBenchOptions& o) {
@@ -195,7 +192,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     model->eval();
     c10::InferenceMode inference;
     auto iteration = [&] {
-      compat::AutocastGuard autocast(rt.device, rt.autocast);
+      AutocastGuard autocast(rt.device, rt.autocast);
       model->forward(train::network_input(images, pre, rt));
     };
     // Latency: each batch from input to logits, synchronised.
@@ -229,9 +226,7 @@ bool fits(const ModelBenchOptions& o, std::int64_t batch) {
 }
 
 std::string device_description(const c10::Device& device) {
-#if CONVNETS_CUDA
   if (device.is_cuda()) return device.str() + " (" + at::cuda::getCurrentDeviceProperties()->name + ")";
-#endif
   return device.str() + " (" + std::to_string(at::get_num_threads()) + " threads)";
 }
 
@@ -305,8 +300,8 @@ std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>
   std::string out = std::string("convnets bench ") + (o.train ? "train" : "infer") + ": " + o.arch + ", " +
                     rt.precision + (!o.train && o.fold_bn ? ", BN folded" : "") + ", " +
                     (rt.channels_last ? "nhwc" : "nchw") + ", " + std::to_string(size) + "x" +
-                    std::to_string(size) + ", " + device_description(rt.device) + ", LibTorch " +
-                    compat::torch_version() + "\n\n";
+                    std::to_string(size) + ", " + device_description(rt.device) + ", " +
+                    compat::engine_versions() + "\n\n";
   if (o.train) {
     out += "| Batch | Throughput (img/s) | Step (ms) | CUDA graph |\n|---:|---:|---:|:---|\n";
   } else {
@@ -365,7 +360,8 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
                               {"memory_format", rt.channels_last ? "nhwc" : "nchw"},
                               {"image_size", input_size(o)},
                               {"device", device_description(rt.device)},
-                              {"torch_version", compat::torch_version()},
+                              {"torch_version", TORCH_VERSION},
+                              {"engine", compat::engine_versions()},
                               {"convnets_version", CONVNETS_VERSION},
                               {"warmup", o.warmup},
                               {"iterations", o.iterations},

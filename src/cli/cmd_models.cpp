@@ -34,8 +34,13 @@ struct ModelsArgs {
 };
 
 std::string with_commas(int64_t n) {
-  std::string s = std::to_string(n);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  // Built front to back: GCC 12 at -O3 warns falsely (-Wstringop-overflow) about string::insert here.
+  const std::string digits = std::to_string(n);
+  std::string s;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') s += ',';
+    s += digits[i];
+  }
   return s;
 }
 

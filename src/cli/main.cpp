@@ -23,9 +23,7 @@ int main(int argc, char** argv) {
     }
   }
   CLI::App app{"convnets: train, evaluate, benchmark and deploy image-classification ConvNets"};
-  app.set_version_flag("--version", std::string("convnets " CONVNETS_VERSION " (LibTorch ") +
-                                        convnets::compat::torch_version() +
-                                        (CONVNETS_CUDA ? ", CUDA build)" : ", CPU-only build)"));
+  app.set_version_flag("--version", std::string("convnets " CONVNETS_VERSION " (") + convnets::compat::engine_versions() + ")");
   int threads = 0;
   app.add_option("--threads", threads, "CPU threads for tensor kernels (default: OMP_NUM_THREADS, else all CPUs)")
       ->check(CLI::Range(0, 4096));

@@ -3,9 +3,7 @@
 #include "core/error.h"
 
 #include <ATen/ATen.h>
-#if CONVNETS_CUDA
 #include <c10/cuda/CUDAStream.h>
-#endif
 
 #include <algorithm>
 #include <chrono>
@@ -317,13 +315,9 @@ at::Tensor decode_on_device(const EncodedBatch& batch, at::Device device, at::Sc
     kj::run_batch_cpu(arena.data_ptr<std::uint8_t>(), a, out.data_ptr());
     if (host_fp32) out = out.to(dtype);
   } else {
-#if CONVNETS_CUDA
     const int rc = kj::launch_batch(arena.data_ptr<std::uint8_t>(), a, out.data_ptr(),
                                     c10::cuda::getCurrentCUDAStream(device.index()).stream());
     if (rc != 0) throw Error("device decode: CUDA kernel launch failed (error " + std::to_string(rc) + ")");
-#else
-    throw Error("device decode: this build has no CUDA kernels (LibTorch without CUDA)");
-#endif
   }
   if (dtype == at::kByte) return out;
   return out.permute({0, 3, 1, 2});

@@ -1,11 +1,9 @@
 #include "data/loader.h"
 
 #include "core/error.h"
-#if CONVNETS_CUDA
 #include "kernels/normalize.h"
 
 #include <c10/cuda/CUDAStream.h>
-#endif
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -229,7 +227,6 @@ at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>
   const at::Tensor src = images.to(device, /*non_blocking=*/true).contiguous();
   at::Tensor out = at::empty({src.size(0), 3, src.size(1), src.size(2)},
                              at::TensorOptions().dtype(dtype).device(device), format);
-#if CONVNETS_CUDA
   if (device.is_cuda()) {
     kernels::NormalizeArgs k;
     k.src = src.data_ptr<std::uint8_t>();
@@ -245,7 +242,6 @@ at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>
     if (rc != 0) throw Error(std::string("normalize: CUDA kernel launch failed: ") + kernels::cuda_error_name(rc));
     return out;
   }
-#endif
   // The CPU's elementwise loops cast only outside the kernel: convert first.
   // A grayscale batch feeds a 3-channel model as R = G = B, as JPEG decoding does.
   at::Tensor x = src.size(3) == 1 ? src.expand({src.size(0), src.size(1), src.size(2), 3}) : src;

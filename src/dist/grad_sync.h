@@ -1,6 +1,7 @@
 // Gradient all-reduce in buckets of the flat gradient buffer, launched from autograd hooks while backward runs (DDP's Reducer).
 #pragma once
 
+#include "core/compat.h"
 #include "dist/group.h"
 #include "train/flat_params.h"
 #include "train/step.h"
@@ -62,7 +63,7 @@ class GradientReducer : public train::GradientSync {
   train::FlatParameters& flat_;
   bool broadcast_buffers_;
   std::vector<Bucket> buckets_;
-  std::vector<std::shared_ptr<void>> accumulators_;  // keeps the hooked AccumulateGrad nodes alive
+  std::vector<compat::NodePtr> accumulators_;  // keeps the hooked AccumulateGrad nodes alive
   std::mutex mutex_;
   bool armed_ = false;
   std::size_t next_launch_ = 0;

@@ -1,7 +1,8 @@
 #include "dist/group.h"
 
+#include "dist/backend.h"
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
@@ -21,7 +22,7 @@ namespace convnets::dist {
 namespace {
 
 using clock = std::chrono::steady_clock;
-using WorkPtr = decltype(std::declval<c10d::ProcessGroupGloo&>().allreduce(std::declval<std::vector<at::Tensor>&>()));
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -84,30 +85,19 @@ bool is_local(const Addresses& a) {
   return false;
 }
 
-// Each backend behind one interface; Work types differ across LibTorch versions, WorkPtr follows them.
-struct Backend {
-  virtual ~Backend() = default;
-  virtual WorkPtr allreduce(std::vector<at::Tensor>& t) = 0;
-  virtual WorkPtr allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) = 0;
-  virtual WorkPtr broadcast(std::vector<at::Tensor>& t, int root) = 0;
-};
-
-template <class PG>
-struct BackendOf : Backend {
-  explicit BackendOf(c10::intrusive_ptr<PG> p) : pg(std::move(p)) {}
-  WorkPtr allreduce(std::vector<at::Tensor>& t) override { return pg->allreduce(t); }
-  WorkPtr allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) override {
-    return pg->allgather(out, in);
-  }
-  WorkPtr broadcast(std::vector<at::Tensor>& t, int root) override {
-    c10d::BroadcastOptions o;
-    o.rootRank = root;
-    return pg->broadcast(t, o);
-  }
-  c10::intrusive_ptr<PG> pg;
-};
-
 }  // namespace
+
+std::string resolve_backend(const std::string& backend, const c10::Device& device) {
+  if (backend == "auto") return device.is_cuda() ? "nccl" : "gloo";
+  if (backend == "gloo") return backend;
+  if (backend == "nccl") {
+    if (device.is_cuda()) return backend;
+    throw Error("--dist-backend nccl: no CUDA device: NCCL moves tensors between GPUs, and this run is on the CPU" +
+                    std::string(torch::cuda::is_available() ? " (--device cpu)" : " (no GPU is visible)"),
+                "use --dist-backend gloo (or auto) on the CPU");
+  }
+  throw Error("--dist-backend " + backend + ": expected auto, gloo or nccl");
+}
 
 bool check_master_address(const WorkerEnv& env, bool serves_store) {
   const Addresses addr = resolve_host(env);
@@ -124,12 +114,14 @@ class Group::Pending {
  public:
   WorkPtr work;
   std::string what;
+  at::Tensor staged, target;  // a copy on the backend's device, and where its result goes back
 };
 
 struct Group::Impl {
   std::string prefix;  // convnets/<attempt>/
   c10::intrusive_ptr<c10d::Store> store;
-  std::unique_ptr<Backend> backend;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  c10::Device device{c10::kCPU};  // where the backend's collectives run (NCCL: this rank's GPU)
   std::string key(const std::string& k) const { return prefix + k; }
 };
 
@@ -161,12 +153,8 @@ c10::intrusive_ptr<c10d::TCPStore> open_store(const WorkerEnv& env, bool server,
 Group::Group(const WorkerEnv& env, const c10::Device& device, const std::string& backend)
     : env_(env), impl_(new Impl) {
   impl_->prefix = "convnets/" + env.attempt + "/";
-  backend_ = backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : backend;
-  if (backend_ == "nccl") {
-    // ProcessGroupNCCL needs the GPU machine's NCCL headers and a GPU to test on; neither was available here.
-    throw Error("--dist-backend nccl: this convnets build has no NCCL backend", "use --dist-backend gloo (it also moves CUDA tensors, through host memory)");
-  }
-  if (backend_ != "gloo") throw Error("--dist-backend " + backend + ": expected auto, gloo or nccl");
+  backend_ = resolve_backend(backend, device);
+  impl_->device = backend_ == "nccl" ? device : c10::Device(c10::kCPU);
   const bool serve = env.rank == 0 && !env.agent_store;
   const bool loopback = check_master_address(env, serve);
   impl_->store = open_store(env, serve, env.timeout);
@@ -210,19 +198,10 @@ Group::Group(const WorkerEnv& env, const c10::Device& device, const std::string&
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    auto opts = c10d::ProcessGroupGloo::Options::create(env.timeout);
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    } else if (loopback) {
-      // Every rank is on this machine: stay on loopback whatever the host name resolves to.
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    } else {
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    }
-    opts->threads = 2;
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(impl_->key("gloo"), impl_->store);
-    impl_->backend = std::make_unique<BackendOf<c10d::ProcessGroupGloo>>(
-        c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, r, w, opts));
+    // Each backend connects through its own prefix of the same store.
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(impl_->key(backend_), impl_->store);
+    impl_->backend = backend_ == "nccl" ? make_nccl_backend(prefixed, r, w, env.timeout, device)
+                                        : make_gloo_backend(prefixed, r, w, env.timeout, loopback);
   } catch (const DistributedError&) {
     throw;
   } catch (const std::exception& e) {
@@ -338,9 +317,16 @@ std::shared_ptr<Group::Pending> Group::start(const char* what, const std::functi
   return p;
 }
 
+at::Tensor Group::on_backend_device(const at::Tensor& t) const {
+  // NCCL moves CUDA tensors only; Gloo takes host and CUDA tensors alike.
+  return backend_ == "nccl" && t.device() != impl_->device ? t.to(impl_->device) : t;
+}
+
 std::shared_ptr<Group::Pending> Group::all_reduce_async(const at::Tensor& t, const char* what) {
   return start(what, [&](Pending& p) {
-    std::vector<at::Tensor> v{t};
+    p.staged = on_backend_device(t);
+    if (!p.staged.is_same(t)) p.target = t;
+    std::vector<at::Tensor> v{p.staged};
     p.work = impl_->backend->allreduce(v);
   });
 }
@@ -351,21 +337,28 @@ void Group::wait(Pending& p) {
   } catch (const std::exception& e) {
     fail(p.what, message_of(e));
   }
+  if (p.target.defined()) p.target.copy_(p.staged);
 }
 
 void Group::all_reduce_sum(at::Tensor& t) { wait(*all_reduce_async(t, "all-reduce")); }
 
 at::Tensor Group::all_gather(const at::Tensor& t) {
-  std::vector<at::Tensor> in{t.contiguous()};
+  std::vector<at::Tensor> in{on_backend_device(t.contiguous())};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int i = 0; i < world_size(); ++i) out[0].push_back(torch::empty_like(in[0]));
   wait(*start("all-gather", [&](Pending& p) { p.work = impl_->backend->allgather(out, in); }));
-  return torch::stack(out[0]);
+  return torch::stack(out[0]).to(t.device());
 }
 
 void Group::broadcast(at::Tensor& t, int root) {
-  std::vector<at::Tensor> v{t};
-  wait(*start("broadcast", [&](Pending& p) { p.work = impl_->backend->broadcast(v, root); }));
+  wait(*start("broadcast", [&](Pending& p) {
+    p.staged = on_backend_device(t);
+    if (!p.staged.is_same(t)) p.target = t;
+    std::vector<at::Tensor> v{p.staged};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    p.work = impl_->backend->broadcast(v, o);
+  }));
 }
 
 bool Group::any(bool flag) {

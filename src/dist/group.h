@@ -25,6 +25,10 @@ class DistributedError : public Error {
   using Error::Error;
 };
 
+// The backend a run uses: "auto" is NCCL for a CUDA device, else Gloo. Throws
+// for NCCL without a CUDA device, naming the flag, before any rendezvous.
+std::string resolve_backend(const std::string& backend, const c10::Device& device);
+
 // Fails at once when MASTER_ADDR does not resolve, or, for the process that
 // serves the store (rank 0 / node 0), when it is not an address of this
 // machine. The launcher checks it before starting workers; so does each rank.
@@ -78,6 +82,7 @@ class Group : public layers::BatchNormSync {
   // Issues a collective through `launch` (which fills in the Pending's work); a failure to issue it goes through fail().
   std::shared_ptr<Pending> start(const char* what, const std::function<void(Pending&)>& launch);
   void heartbeat_loop();
+  at::Tensor on_backend_device(const at::Tensor& t) const;
   std::string diagnose();
 
   WorkerEnv env_;

@@ -1,6 +1,5 @@
 #include "export/onnx_export.h"
 
-#include "core/compat.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "models/graph.h"
@@ -85,7 +84,7 @@ class OnnxEmitter : public GraphEmitter {
   Value conv_node(const Value& x, const layers::Conv2dImpl& c, const std::string& name, const at::Tensor& w,
                   const at::Tensor& b) {
     const auto& opt = c.options;
-    const auto* pad = compat::variant_get_if<torch::ExpandingArray<2>>(opt.padding());
+    const auto* pad = std::get_if<torch::ExpandingArray<2>>(&opt.padding());
     if (!pad) throw Error("export: layer " + name + " uses 'same'/'valid' padding by name, which is not exported");
     if (opt.padding_mode().index() != 0) throw Error("export: layer " + name + " pads other than with zeros");
     std::vector<Value> inputs{x, initializer(name + ".weight", w)};

@@ -1,6 +1,5 @@
 #include "models/layers.h"
 
-#include "core/compat.h"
 #include "models/network.h"
 
 #include <torch/torch.h>
@@ -30,10 +29,10 @@ torch::Tensor Conv2dImpl::forward(const torch::Tensor& input) {
   const auto& d = *o.dilation();
   std::array<int64_t, 2> pad{0, 0};
   std::array<int64_t, 2> out{};
-  if (const auto* p = compat::variant_get_if<torch::ExpandingArray<2>>(o.padding())) {
+  if (const auto* p = std::get_if<torch::ExpandingArray<2>>(&o.padding())) {
     pad = **p;
   }
-  const bool same = compat::variant_get_if<torch::enumtype::kSame>(o.padding()) != nullptr;
+  const bool same = std::get_if<torch::enumtype::kSame>(&o.padding()) != nullptr;
   for (int i = 0; i < 2; ++i) {
     const int64_t in = input.size(2 + i);
     out[i] = same ? in : conv_out_size(in, k[i], s[i], pad[i], d[i]);

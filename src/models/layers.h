@@ -49,9 +49,9 @@ class BatchNormSync {
   virtual int world_size() const = 0;
 };
 
-// nn.BatchNorm2d, written out (LibTorch 1.13 exports no BatchNormImplBase
-// members a subclass could link against): the same parameters and buffers,
-// registered in PyTorch's order (weight, bias, running_mean, running_var,
+// nn.BatchNorm2d, written out, so that it can be synchronized across ranks
+// and folded into its conv: the same parameters and buffers, registered in
+// PyTorch's order (weight, bias, running_mean, running_var,
 // num_batches_tracked), the same initialisation and forward.
 //
 // Once given a BatchNormSync it normalises training batches with the

@@ -1,6 +1,6 @@
 #include "train/evaluate.h"
 
-#include "core/compat.h"
+#include "core/autocast.h"
 #include "train/progress.h"
 
 #include <torch/cuda.h>
@@ -69,7 +69,7 @@ EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt,
     const auto t0 = clock::now();
     at::Tensor logits;
     {
-      compat::AutocastGuard autocast(rt.device, rt.autocast);
+      AutocastGuard autocast(rt.device, rt.autocast);
       logits = model.forward(input);
     }
     if (rt.device.is_cuda()) torch::cuda::synchronize();

@@ -4,21 +4,20 @@
 #include "io/state_dict.h"
 
 #include <torch/torch.h>
-#if CONVNETS_CUDA
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#endif
+
+#include <optional>
 
 namespace convnets::train {
 
 struct GraphedStep::Graph {
-#if CONVNETS_CUDA
-  at::cuda::CUDAGraph graph;
-#endif
+  // Made only for CUDA steps: constructing one touches the CUDA runtime,
+  // which a CPU-only machine does not have.
+  std::optional<at::cuda::CUDAGraph> graph;
   bool warmed_up = false;
-  bool captured = false;
 };
 
 std::string GraphedStep::unsupported_reason(const StepOptions& options) {
@@ -45,7 +44,7 @@ GraphedStep::GraphedStep(NetworkImpl& model, Optimizer& optimizer, LossScaler* s
 
 GraphedStep::~GraphedStep() = default;
 
-bool GraphedStep::captured() const { return graph_->captured; }
+bool GraphedStep::captured() const { return graph_->graph.has_value(); }
 
 void GraphedStep::eager_step() {
   // Step number 0: only mixup reads it, and mixup is not capturable.
@@ -81,7 +80,6 @@ at::Tensor GraphedStep::run(const std::vector<MicroBatch>& micro, double lr) {
     std::vector<at::Tensor> saved;
     for (const auto& t : state) saved.push_back(t.detach().clone());
     const bool cuda = static_[0].images.is_cuda();
-#if CONVNETS_CUDA
     if (cuda) {
       torch::cuda::synchronize();
       // Capture happens on a side stream, never the legacy default one.
@@ -91,25 +89,22 @@ at::Tensor GraphedStep::run(const std::vector<MicroBatch>& micro, double lr) {
       // A cached fp16 copy of a weight made outside the graph would be stale inside it.
       const bool cache = at::autocast::is_autocast_cache_enabled();
       at::autocast::set_autocast_cache_enabled(false);
-      graph_->graph.capture_begin();
+      graph_->graph.emplace();
+      graph_->graph->capture_begin();
       eager_step();  // recorded, not executed: loss_ now names the graph's output
-      graph_->graph.capture_end();
+      graph_->graph->capture_end();
       at::autocast::set_autocast_cache_enabled(cache);
       torch::cuda::synchronize();
-      graph_->captured = true;
     }
-#endif
     if (!cuda) eager_step();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < state.size(); ++i) state[i].copy_(saved[i]);
     graph_->warmed_up = true;
   }
-#if CONVNETS_CUDA
-  if (graph_->captured) {
-    graph_->graph.replay();
+  if (graph_->graph) {
+    graph_->graph->replay();
     return loss_;
   }
-#endif
   eager_step();
   return loss_;
 }

@@ -15,9 +15,8 @@ namespace convnets::train {
 // copied into static tensors, the learning rate is a device tensor, the loss
 // lands in a static tensor, and every replay is one launch instead of
 // hundreds. Needs static shapes and no host-side per-step values, so mixup
-// (a host draw per step) is excluded. On the CPU, or in a build without CUDA,
-// the same static-buffer step runs eagerly: that path is what the CPU tests
-// compare with train_step.
+// (a host draw per step) is excluded. On the CPU the same static-buffer step
+// runs eagerly: that path is what the CPU tests compare with train_step.
 class GraphedStep {
  public:
   // Why whole-step capture cannot be used for these options, or "" if it can.

@@ -6,10 +6,8 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
-#if CONVNETS_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
-#endif
 
 namespace convnets::train {
 
@@ -18,8 +16,7 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
   if (device == "cuda" && !cuda) {
-    throw Error("--device cuda: no CUDA device is available",
-                CONVNETS_CUDA ? "check the driver and CUDA_VISIBLE_DEVICES" : "this convnets build is CPU-only");
+    throw Error("--device cuda: no CUDA device is available", "check the driver and CUDA_VISIBLE_DEVICES");
   }
   const bool on_cuda = device == "cuda" || (device == "auto" && cuda);
   if (on_cuda && cuda_index >= static_cast<int>(torch::cuda::device_count())) {
@@ -35,12 +32,10 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
                 "use --precision fp32 on the CPU");
   }
   int major = 0;
-#if CONVNETS_CUDA
   if (rt.device.is_cuda()) {
     c10::cuda::set_device(rt.device.index());  // kernels, cuDNN handles and graphs of this process go there
     major = at::cuda::getDeviceProperties(rt.device.index())->major;
   }
-#endif
   if ((precision == "bf16" || precision == "tf32") && major < 8) {
     throw Error("--precision " + precision + " needs a GPU of compute capability 8.0 or newer; this one is " +
                     std::to_string(major) + ".x",

@@ -1,6 +1,6 @@
 #include "train/step.h"
 
-#include "core/compat.h"
+#include "core/autocast.h"
 #include "data/rng.h"
 
 #include <torch/torch.h>
@@ -94,7 +94,7 @@ StepOutput step_impl(NetworkImpl& model, Optimizer& optimizer, LossScaler* scale
     }
     at::Tensor loss;
     {
-      compat::AutocastGuard autocast(images.device(), options.autocast);
+      AutocastGuard autocast(images.device(), options.autocast);
       at::Tensor teacher_logits, student_in = images;
       if (options.teacher) {
         torch::NoGradGuard no_grad;

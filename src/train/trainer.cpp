@@ -164,6 +164,7 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   const auto& c = config;
   const dist::WorkerEnv* denv = options.dist && options.dist->world_size > 1 ? &*options.dist : nullptr;
   const Runtime rt = resolve_runtime(c.device, c.precision, c.memory_format, denv ? denv->local_rank : 0);
+  dist::resolve_backend(c.dist_backend, rt.device);  // a --dist-backend this machine cannot run fails every run
   // Connect first: a rank that fails later (bad data, an occupied workspace)
   // then reaches the others as a named failure instead of a rendezvous timeout.
   if (denv) group = std::make_unique<dist::Group>(*denv, rt.device, c.dist_backend);

@@ -2,6 +2,7 @@
 
 Run by CTest with CONVNETS_BIN (the executable) and CONVNETS_SOURCE_DIR set.
 """
+import argparse
 import collections
 import json
 import os
@@ -71,10 +72,15 @@ class ModelsCommand(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("logits [2,1000]", r.stdout)
 
-    def test_version_names_libtorch_and_the_build_kind(self):
+    def test_version_names_the_torch_cuda_and_cudnn_it_was_built_with(self):
+        # The engine is the LibTorch of the torch these tests import (.venv).
         r = convnets("--version")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertRegex(r.stdout, r"^convnets \d+\.\d+\.\d+ \(LibTorch \d+\.\d+\.\d+, (CUDA|CPU-only) build\)")
+        cudnn = torch.backends.cudnn.version()
+        expected = "(LibTorch %s, CUDA %s, cuDNN %d.%d.%d)" % (
+            torch.__version__.split("+")[0], torch.version.cuda, cudnn // 10000, cudnn % 10000 // 100, cudnn % 100)
+        self.assertRegex(r.stdout, r"^convnets \d+\.\d+\.\d+ ")
+        self.assertIn(expected, r.stdout)
 
     def test_help_on_the_command(self):
         r = convnets("models", "--help")
@@ -190,6 +196,22 @@ class WeightExchange(unittest.TestCase):
         st = self.convert(dle, "dle")
         out = self.path("out2.safetensors")
         r = convnets("models", "--arch", "resnet18", "--num-classes", "10", "--weights", st, "--save", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_same_state_dict(out)
+
+    def test_a_checkpoint_with_pickled_objects_needs_allow_pickle(self):
+        # timm's training checkpoints keep their argparse arguments beside the weights.
+        ckpt = {"state_dict": self.sd, "args": argparse.Namespace(lr=0.1)}
+        pth = self.path("timm.pth")
+        torch.save(ckpt, pth)
+        out = self.path("timm.safetensors")
+        tool = [sys.executable, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out]
+        r = subprocess.run(tool, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("timm.pth: holds objects other than tensors", r.stderr)
+        self.assertIn("--allow-pickle", r.stderr)
+        self.assertFalse(os.path.exists(out))
+        r = subprocess.run(tool + ["--allow-pickle"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assert_same_state_dict(out)
 

@@ -1,7 +1,7 @@
-"""`convnets export --format onnx` checked by an implementation no one here wrote: OpenCV's DNN
-module (Debian python3-opencv) runs the exported graph, and its logits must equal convnets' own on
-the same weights and input, with and without BN folding, static and dynamic batch. The GPU
-machine's onnxruntime would be the second runtime; none was lent.
+"""`convnets export --format onnx` checked by two implementations no one here wrote: OpenCV's DNN
+module and ONNX Runtime (opencv-python-headless and onnxruntime in .venv) run the exported graph, and
+their logits must equal convnets' own on the same weights and input, with and without BN folding,
+static and dynamic batch.
 """
 import json
 import os
@@ -14,6 +14,7 @@ import unittest
 import cv2
 import numpy as np
 import onnx
+import onnxruntime
 import torch
 from onnx import numpy_helper
 
@@ -39,6 +40,13 @@ def opencv_logits(path, x):
     net = cv2.dnn.readNetFromONNX(path)
     net.setInput(x)
     return net.forward()
+
+
+def onnxruntime_logits(path, x):
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
 
 
 class OnnxAgainstOpenCv(unittest.TestCase):
@@ -80,7 +88,7 @@ class OnnxAgainstOpenCv(unittest.TestCase):
         t, _ = pth2safetensors.read_safetensors(io)
         return t["input"].numpy(), t["logits"].numpy()
 
-    def test_every_arch_matches_opencv_with_and_without_bn_folding(self):
+    def test_every_arch_matches_opencv_and_onnxruntime_with_and_without_bn_folding(self):
         for arch in ARCHS:
             with self.subTest(arch):
                 w = self.weights_with_real_bn(arch)
@@ -96,6 +104,9 @@ class OnnxAgainstOpenCv(unittest.TestCase):
                 # OpenCV 4.6 infers shapes with a symbolic batch as 1 (a batch of 2 fails or broadcasts
                 # SE gates wrongly), so the dynamic graph runs one image there.
                 self.assertLess(relative_error(opencv_logits(folded, x[:1]), ours[:1]), 1e-4)
+                # ONNX Runtime takes the symbolic batch as it is: both images through the dynamic graph.
+                self.assertLess(relative_error(onnxruntime_logits(plain, x), ours), 1e-4)
+                self.assertLess(relative_error(onnxruntime_logits(folded, x), ours), 1e-4)
                 m = onnx.load(folded)
                 self.assertNotIn("BatchNormalization", {n.op_type for n in m.graph.node})
                 self.assertIn("BatchNormalization", {n.op_type for n in onnx.load(plain).graph.node})

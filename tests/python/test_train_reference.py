@@ -1,4 +1,4 @@
-"""convnets' training step against torch.optim.SGD (Debian python3-torch, CPU).
+"""convnets' training step against torch.optim.SGD (the .venv's torch, CPU).
 
 The probe (tests/train_probe.cpp) runs convnets' train_step on weights and
 batches written here; this file recomputes the same steps with torchvision's
