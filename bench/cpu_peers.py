@@ -6,8 +6,9 @@ eager and torch.compile. Inference at 224x224 (batch 1 and 16): `convnets bench
 infer`, plain and with --fold-bn, against torch_peer.py eager and ONNX Runtime
 running convnets' own exported graph (bench/onnx_peer.py). Every side is its
 own process with the same intra-op thread count; the sides alternate, --repeat
-rounds, and the median of each cell is shown (this VM's speed drifts by 20%
-within minutes, so only same-round ratios mean anything).
+rounds; each cell shows the median, each ratio the median of the per-round
+ratios (this VM's speed drifts by 20% within minutes, so only same-round
+ratios mean anything).
 
     .venv/bin/python bench/cpu_peers.py --convnets build/convnets [--threads 2] [--repeat 3]
 """
@@ -89,26 +90,30 @@ def main():
     def med(mode, name, batch, key):
         return statistics.median(r[batch][key] for r in results[mode][name])
 
+    # Ratios are taken within each round (sides back to back), then the median:
+    # a ratio of medians would mix the VM's fast and slow phases.
+    def ratio(mode, num, den, batch):
+        return statistics.median(a[batch]["images_per_s"] / b[batch]["images_per_s"]
+                                 for a, b in zip(results[mode][num], results[mode][den]))
+
     names = list(sides["train"])
     print("\nResNet-50 training step, 64x64, batch 32, fp32")
     print("| side | img/s | runs | convnets / side |\n|---|---:|---|---:|")
-    base = med("train", "convnets", 32, "images_per_s")
     for n in names:
         v = med("train", n, 32, "images_per_s")
         runs = ", ".join("%.1f" % r[32]["images_per_s"] for r in results["train"][n])
-        print("| %s | %.1f | %s | %.2fx |" % (n, v, runs, base / v))
+        print("| %s | %.1f | %s | %.2fx |" % (n, v, runs, ratio("train", "convnets", n, 32)))
     names = list(sides["infer"])
     for b in (1, 16):
         print("\nResNet-50 inference, 224x224, batch %d, fp32" % b)
         print("| side | img/s | mean ms | p50 ms | p90 ms | runs (img/s) | convnets / side | folded / side |")
         print("|---|---:|---:|---:|---:|---|---:|---:|")
-        plain, folded = med("infer", "convnets", b, "images_per_s"), med("infer", "convnets --fold-bn", b, "images_per_s")
         for n in names:
             v = med("infer", n, b, "images_per_s")
             runs = ", ".join("%.1f" % r[b]["images_per_s"] for r in results["infer"][n])
             print("| %s | %.1f | %.1f | %.1f | %.1f | %s | %.2fx | %.2fx |" % (
                 n, v, med("infer", n, b, "mean_ms"), med("infer", n, b, "p50_ms"), med("infer", n, b, "p90_ms"),
-                runs, plain / v, folded / v))
+                runs, ratio("infer", "convnets", n, b), ratio("infer", "convnets --fold-bn", n, b)))
 
 
 if __name__ == "__main__":

@@ -34,13 +34,18 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iterations", type=int, default=50)
     p.add_argument("--arch", default="resnet50", help="recorded in the JSON")
+    p.add_argument("--opt-level", choices=["disable", "basic", "extended", "all"], default="all",
+                   help="ONNX Runtime graph optimisation (to see how much of its lead is graph fusion)")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = a.threads
     so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.graph_optimization_level = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                                   "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                   "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                   "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[a.opt_level]
     sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
     shape = inp.shape  # [batch, 3, H, W], batch symbolic
@@ -69,7 +74,7 @@ def main(argv=None):
         print("onnxruntime infer fp32 batch %d: %.1f img/s, %.2f ms" % (b, row["images_per_s"], row["mean_ms"]))
     result = {"tool": "onnxruntime", "mode": "infer", "arch": a.arch, "precision": "fp32",
               "memory_format": "nchw", "image_size": shape[2], "device": "cpu (%d threads)" % a.threads,
-              "onnxruntime_version": ort.__version__, "warmup": a.warmup, "iterations": a.iterations, "rows": rows}
+              "onnxruntime_version": ort.__version__, "opt_level": a.opt_level, "warmup": a.warmup, "iterations": a.iterations, "rows": rows}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)

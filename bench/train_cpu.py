@@ -16,7 +16,8 @@ PyTorch is measured two ways, and the faster one is the peer:
     (Inductor's CPU code; compiling happens in the warm-up steps).
 convnets: `convnets train --recipe fashion-mnist-resnet8 --prof STEPS --training-only`.
 Every side times steps [warmup, warmup + steps) from its own per-step clock
-(convnets: DLLogger timestamps); runs alternate, median of --repeat.
+(convnets: DLLogger timestamps); runs alternate, median of --repeat; the ratio is the median of the
+per-round ratios.
 
     .venv/bin/python bench/train_cpu.py --convnets build/convnets [--steps 200] [--repeat 3]
 """
@@ -162,6 +163,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--compile", action="store_true", help="also time PyTorch with torch.compile(model)")
     a = ap.parse_args()
+    if a.steps % 10 or a.warmup % 10:
+        ap.error("--steps and --warmup must be multiples of 10 (convnets logs every 10th step: --print-freq 10)")
     rates = {"convnets": [], "pytorch dataloader": [], "pytorch in-memory": []}
     if a.compile:
         rates["pytorch compile"] = []
@@ -178,10 +181,19 @@ def main():
     print(f"# ResNet-8 on Fashion-MNIST, batch 128, {a.steps} timed steps after {a.warmup}, median of {a.repeat}")
     for k, v in rates.items():
         print(f"{k:20s} {med[k]:8.0f} img/s   runs: {', '.join(f'{x:.0f}' for x in v)}")
-    peer = max(med["pytorch dataloader"], med["pytorch in-memory"])
-    print(f"ratio convnets / fastest PyTorch eager: {med['convnets'] / peer:.2f}x")
+    # The VM's speed drifts by tens of percent within minutes, so a ratio of
+    # medians taken minutes apart mixes phases; the ratio within each round
+    # (sides run back to back) is the figure to trust, its median the summary.
+    eager = [max(d, m) for d, m in zip(rates["pytorch dataloader"], rates["pytorch in-memory"])]
+    per_round = [c / e for c, e in zip(rates["convnets"], eager)]
+    print(f"ratio convnets / fastest PyTorch eager: median of rounds {statistics.median(per_round):.2f}x "
+          f"(rounds: {', '.join(f'{r:.2f}' for r in per_round)}); of medians "
+          f"{med['convnets'] / max(med['pytorch dataloader'], med['pytorch in-memory']):.2f}x")
     if a.compile:
-        print(f"ratio convnets / PyTorch torch.compile: {med['convnets'] / med['pytorch compile']:.2f}x")
+        per_round = [c / k for c, k in zip(rates["convnets"], rates["pytorch compile"])]
+        print(f"ratio convnets / PyTorch torch.compile: median of rounds {statistics.median(per_round):.2f}x "
+              f"(rounds: {', '.join(f'{r:.2f}' for r in per_round)}); of medians "
+              f"{med['convnets'] / med['pytorch compile']:.2f}x")
 
 
 if __name__ == "__main__":
