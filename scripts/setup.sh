@@ -13,7 +13,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   python3 python3-venv               # the interpreter of .venv
   python3-dev                        # Python.h: torch.compile (a peer in bench/) compiles its CPU kernels against it
-  libgloo-dev                        # Gloo headers for c10d's ProcessGroupGloo.hpp (src/dist/backend_gloo.cpp says why these fit)
+  libgloo-dev                        # Gloo headers for c10d's ProcessGroupGloo.hpp (src/distributed/backend_gloo.cpp says why these fit)
   nlohmann-json3-dev libcli11-dev    # JSON headers (safetensors, reports), the CLI
   libjpeg62-turbo-dev libpng-dev zlib1g-dev  # JPEG (region + DCT-scaled decode), PNG, gzip IDX
   libonnx-dev libprotobuf-dev        # ONNX export: ONNX's protobuf schema and checker

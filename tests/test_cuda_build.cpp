@@ -1,8 +1,8 @@
 // The CUDA build on a machine without a GPU: what it links, how it picks the device, and what it refuses, naming the flag.
 #include "core/compat.h"
 #include "core/error.h"
-#include "dist/env.h"
-#include "dist/group.h"
+#include "distributed/env.h"
+#include "distributed/group.h"
 #include "kernels/normalize.h"
 #include "models/registry.h"
 #include "train/graph_step.h"
@@ -71,25 +71,25 @@ TEST(CudaBuild, DeviceSelectionFallsBackToTheCpuAndRefusesWhatNeedsAGpu) {
 
 TEST(CudaBuild, NcclNeedsACudaDeviceAndAutoPicksTheBackendByDevice) {
   const c10::Device cpu(c10::kCPU), gpu(c10::kCUDA, 0);
-  EXPECT_EQ(dist::resolve_backend("auto", cpu), "gloo");
-  EXPECT_EQ(dist::resolve_backend("auto", gpu), "nccl");
-  EXPECT_EQ(dist::resolve_backend("gloo", gpu), "gloo");
-  EXPECT_EQ(dist::resolve_backend("nccl", gpu), "nccl");
-  const auto nccl = error_of([&] { dist::resolve_backend("nccl", cpu); });
+  EXPECT_EQ(distributed::resolve_backend("auto", cpu), "gloo");
+  EXPECT_EQ(distributed::resolve_backend("auto", gpu), "nccl");
+  EXPECT_EQ(distributed::resolve_backend("gloo", gpu), "gloo");
+  EXPECT_EQ(distributed::resolve_backend("nccl", gpu), "nccl");
+  const auto nccl = error_of([&] { distributed::resolve_backend("nccl", cpu); });
   EXPECT_NE(nccl.find("--dist-backend nccl: no CUDA device"), std::string::npos) << nccl;
-  const auto other = error_of([&] { dist::resolve_backend("mpi", cpu); });
+  const auto other = error_of([&] { distributed::resolve_backend("mpi", cpu); });
   EXPECT_NE(other.find("--dist-backend mpi: expected auto, gloo or nccl"), std::string::npos) << other;
 }
 
 TEST(CudaBuild, AGroupAskedForNcclOnTheCpuFailsBeforeTheRendezvous) {
-  dist::WorkerEnv e;
+  distributed::WorkerEnv e;
   e.rank = 0;
   e.world_size = 2;  // rank 1 never comes: a rendezvous would wait out the timeout
   e.master_addr = "127.0.0.1";
   e.master_port = 1;
   e.timeout = std::chrono::milliseconds(60000);
   const auto start = std::chrono::steady_clock::now();
-  const auto err = error_of([&] { dist::Group g(e, c10::Device(c10::kCPU), "nccl"); });
+  const auto err = error_of([&] { distributed::Group g(e, c10::Device(c10::kCPU), "nccl"); });
   EXPECT_NE(err.find("--dist-backend nccl: no CUDA device"), std::string::npos) << err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "data/loader.h"
-#include "dist/grad_sync.h"
+#include "distributed/grad_sync.h"
 #include "models/graph.h"
 #include "models/registry.h"
 #include "train/evaluate.h"
@@ -132,9 +132,9 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     so.label_smoothing = o.label_smoothing;
     so.autocast = rt.autocast;
     so.random_layers = model->random_in_training();
-    std::unique_ptr<dist::GradientReducer> reducer;
+    std::unique_ptr<distributed::GradientReducer> reducer;
     if (o.group) {
-      reducer = std::make_unique<dist::GradientReducer>(*o.group, sgd.flat(), o.bucket_mb, true);
+      reducer = std::make_unique<distributed::GradientReducer>(*o.group, sgd.flat(), o.bucket_mb, true);
       so.sync = reducer.get();
     }
     train::StepRunner stepper(*model, sgd, scaler ? &*scaler : nullptr, nullptr, so, rt.device, o.cuda_graph);

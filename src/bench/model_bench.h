@@ -1,7 +1,7 @@
 // `bench train|infer`: images/s and per-batch latency of a model on synthetic data, per batch size, with out-of-memory probing.
 #pragma once
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "train/runtime.h"
 
 #include <nlohmann/json.hpp>
@@ -25,7 +25,7 @@ struct ModelBenchOptions {
   // DLE's ResNet-50 recipe pieces, so the step does what training does.
   double label_smoothing = 0.1, momentum = 0.875, weight_decay = 3.0517578125e-05;
   // Data-parallel training: gradients all-reduced in buckets as `train` does.
-  dist::Group* group = nullptr;
+  distributed::Group* group = nullptr;
   double bucket_mb = 25;
   // Training from files: for each backend, a row per batch size whose input
   // comes from `data` (synthetic: a device-resident random batch, no loader;

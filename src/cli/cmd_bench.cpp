@@ -4,9 +4,9 @@
 #include "bench/model_bench.h"
 #include "core/error.h"
 #include "data/loader.h"
-#include "dist/env.h"
-#include "dist/group.h"
-#include "dist/launcher.h"
+#include "distributed/env.h"
+#include "distributed/group.h"
+#include "distributed/launcher.h"
 #include "io/atomic_file.h"
 #include "models/registry.h"
 
@@ -132,7 +132,7 @@ struct BenchModelArgs {
   bench::ModelBenchOptions options;
   std::string device = "auto", precision = "fp32", memory_format = "nhwc", json;
   bool no_cuda_graph = false;
-  dist::LaunchOptions launch;
+  distributed::LaunchOptions launch;
 };
 
 // Where a bench worker started by the scaling launcher leaves its JSON.
@@ -146,7 +146,7 @@ nlohmann::json read_json(const std::string& path) {
 
 // `bench train --nproc-per-node N`: one process alone, then N together, on
 // the same synthetic step; scaling efficiency = total / (N x one alone).
-void run_scaling(BenchModelArgs& a, const dist::WorkerEnv& plan) {
+void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
   if (plan.world_size != plan.local_world_size) {
     throw Error("bench train measures one machine: leave out --nnodes", "run `convnets train` across machines");
   }
@@ -155,7 +155,7 @@ void run_scaling(BenchModelArgs& a, const dist::WorkerEnv& plan) {
   const std::string dir = pattern;
   const std::string one = dir + "/one.json", many = dir + "/many.json";
   const double grace = a.launch.timeout_s + 15;
-  dist::WorkerEnv single = plan;
+  distributed::WorkerEnv single = plan;
   single.local_world_size = single.world_size = 1;
   // The lone process gets one worker's share of the CPU threads (as each GPU
   // process has its own GPU), so the efficiency measures what communication costs.
@@ -164,8 +164,8 @@ void run_scaling(BenchModelArgs& a, const dist::WorkerEnv& plan) {
     const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
     env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, cpus / static_cast<unsigned>(plan.world_size))));
   }
-  int rc = dist::launch_workers(single, dist::program_args(), grace, env);
-  if (rc == 0) rc = dist::launch_workers(plan, dist::program_args(), grace, {{kBenchOut, many}});
+  int rc = distributed::launch_workers(single, distributed::program_args(), grace, env);
+  if (rc == 0) rc = distributed::launch_workers(plan, distributed::program_args(), grace, {{kBenchOut, many}});
   if (rc != 0) {
     std::filesystem::remove_all(dir);
     throw Error("bench train: a worker failed (exit code " + std::to_string(rc) + "); its error is above");
@@ -202,14 +202,14 @@ void run_scaling(BenchModelArgs& a, const dist::WorkerEnv& plan) {
 
 void run_bench_model(BenchModelArgs& a) {
   auto& o = a.options;
-  const auto role = o.train ? dist::resolve(a.launch) : dist::Resolved{};
-  if (role.role == dist::Role::Launcher) return run_scaling(a, role.worker);
-  const dist::WorkerEnv* worker = role.role == dist::Role::Worker ? &role.worker : nullptr;
+  const auto role = o.train ? distributed::resolve(a.launch) : distributed::Resolved{};
+  if (role.role == distributed::Role::Launcher) return run_scaling(a, role.worker);
+  const distributed::WorkerEnv* worker = role.role == distributed::Role::Worker ? &role.worker : nullptr;
   o.runtime = train::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
   o.cuda_graph = !a.no_cuda_graph;
-  std::unique_ptr<dist::Group> group;
+  std::unique_ptr<distributed::Group> group;
   if (worker && worker->world_size > 1) {
-    group = std::make_unique<dist::Group>(*worker, o.runtime.device, "auto");
+    group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");
     o.group = group.get();
   }
   const auto rows = bench::run_model_bench(o);

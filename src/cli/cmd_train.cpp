@@ -20,7 +20,7 @@ struct TrainArgs {
   std::string data, recipe, resume, fine_tune;
   std::map<std::string, std::string> values;  // field -> text of the flag given
   nlohmann::json flags = nlohmann::json::object();
-  dist::LaunchOptions launch;
+  distributed::LaunchOptions launch;
 };
 
 // The flag's text parsed as the field's type (that of its default value).
@@ -74,7 +74,7 @@ int run(TrainArgs& a) {
   train::apply_json(config, overrides, "flags");
   options.fine_tune = a.fine_tune;
   train::validate(config);  // once, in the launcher, rather than once per worker
-  return launch_or_run(a.launch, [&](const dist::WorkerEnv* worker) {
+  return launch_or_run(a.launch, [&](const distributed::WorkerEnv* worker) {
     if (worker) options.dist = *worker;
     return train::run_training(config, options);
   });

@@ -1,12 +1,12 @@
 #include "cli/launch.h"
 
-#include "dist/launcher.h"
+#include "distributed/launcher.h"
 
 #include <CLI/CLI.hpp>
 
 namespace convnets::cli {
 
-void add_launch_flags(CLI::App* cmd, dist::LaunchOptions& o) {
+void add_launch_flags(CLI::App* cmd, distributed::LaunchOptions& o) {
   const auto last = CLI::MultiOptionPolicy::TakeLast;
   const std::string group = "Data-parallel launch (torchrun's flags)";
   cmd->add_option("--nproc-per-node", o.nproc_per_node, "worker processes on this machine (one per GPU)")
@@ -25,15 +25,15 @@ void add_launch_flags(CLI::App* cmd, dist::LaunchOptions& o) {
       ->group(group)->multi_option_policy(last);
 }
 
-int launch_or_run(const dist::LaunchOptions& options, const std::function<int(const dist::WorkerEnv*)>& work) {
-  const auto resolved = dist::resolve(options);
+int launch_or_run(const distributed::LaunchOptions& options, const std::function<int(const distributed::WorkerEnv*)>& work) {
+  const auto resolved = distributed::resolve(options);
   switch (resolved.role) {
-    case dist::Role::Launcher:
+    case distributed::Role::Launcher:
       // Survivors of a failed rank need up to the timeout to diagnose it and exit on their own.
-      return dist::launch_workers(resolved.worker, dist::program_args(), options.timeout_s + 15);
-    case dist::Role::Worker:
+      return distributed::launch_workers(resolved.worker, distributed::program_args(), options.timeout_s + 15);
+    case distributed::Role::Worker:
       return work(&resolved.worker);
-    case dist::Role::Single:
+    case distributed::Role::Single:
       break;
   }
   return work(nullptr);

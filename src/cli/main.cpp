@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/threads.h"
-#include "dist/launcher.h"
+#include "distributed/launcher.h"
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
@@ -14,7 +14,7 @@
 
 int main(int argc, char** argv) {
   convnets::configure_host_allocator();
-  convnets::dist::set_program_args(argc, argv);
+  convnets::distributed::set_program_args(argc, argv);
   // Which worker of a data-parallel job speaks: every rank prints its own errors.
   std::string who;
   if (const char* rank = std::getenv("RANK")) {

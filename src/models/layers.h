@@ -38,7 +38,7 @@ class LinearImpl : public torch::nn::LinearImpl {
 TORCH_MODULE(Linear);
 
 // The collectives synchronized BatchNorm needs, implemented by the process
-// group (dist::Group); the model code stays free of communication.
+// group (distributed::Group); the model code stays free of communication.
 class BatchNormSync {
  public:
   virtual ~BatchNormSync() = default;

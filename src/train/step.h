@@ -34,7 +34,7 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
 // loss: mean over the batch of sum_c -softmax(teacher)_c * log_softmax(student)_c.
 at::Tensor soft_target_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits);
 
-// Data-parallel hooks around a step's micro-batches (dist::GradientReducer):
+// Data-parallel hooks around a step's micro-batches (distributed::GradientReducer):
 // gradients are all-reduced during the last micro-batch's backward only.
 class GradientSync {
  public:

@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
-#include "dist/grad_sync.h"
-#include "dist/group.h"
+#include "distributed/grad_sync.h"
+#include "distributed/group.h"
 #include "data/loader.h"
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
@@ -158,16 +158,16 @@ std::string last_checkpoint_path(const std::string& workspace) {
 
 namespace {
 
-int train_impl(const TrainConfig& config, const RunOptions& options, std::unique_ptr<dist::Group>& group) {
+int train_impl(const TrainConfig& config, const RunOptions& options, std::unique_ptr<distributed::Group>& group) {
   using clock = std::chrono::steady_clock;
   validate(config);
   const auto& c = config;
-  const dist::WorkerEnv* denv = options.dist && options.dist->world_size > 1 ? &*options.dist : nullptr;
+  const distributed::WorkerEnv* denv = options.dist && options.dist->world_size > 1 ? &*options.dist : nullptr;
   const Runtime rt = resolve_runtime(c.device, c.precision, c.memory_format, denv ? denv->local_rank : 0);
-  dist::resolve_backend(c.dist_backend, rt.device);  // a --dist-backend this machine cannot run fails every run
+  distributed::resolve_backend(c.dist_backend, rt.device);  // a --dist-backend this machine cannot run fails every run
   // Connect first: a rank that fails later (bad data, an occupied workspace)
   // then reaches the others as a named failure instead of a rendezvous timeout.
-  if (denv) group = std::make_unique<dist::Group>(*denv, rt.device, c.dist_backend);
+  if (denv) group = std::make_unique<distributed::Group>(*denv, rt.device, c.dist_backend);
   const int world = group ? group->world_size() : 1;
   const int rank = group ? group->rank() : 0;
   const bool writer = rank == 0;  // checkpoints, logs, reports and progress
@@ -240,9 +240,9 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
   oo.alpha = c.rmsprop_alpha;
   oo.eps = c.opt_eps;
   const auto optimizer = make_optimizer(*model, oo);
-  std::unique_ptr<dist::GradientReducer> reducer;
+  std::unique_ptr<distributed::GradientReducer> reducer;
   if (group) {
-    reducer = std::make_unique<dist::GradientReducer>(*group, optimizer->flat(), c.bucket_mb,
+    reducer = std::make_unique<distributed::GradientReducer>(*group, optimizer->flat(), c.bucket_mb,
                                                       /*broadcast_buffers=*/!c.sync_bn);
     reducer->broadcast_state(*model);  // ranks start bit-identical whatever they loaded
   }
@@ -644,10 +644,10 @@ int train_impl(const TrainConfig& config, const RunOptions& options, std::unique
 }  // namespace
 
 int run_training(const TrainConfig& config, const RunOptions& options) {
-  std::unique_ptr<dist::Group> group;
+  std::unique_ptr<distributed::Group> group;
   try {
     return train_impl(config, options, group);
-  } catch (const dist::DistributedError&) {
+  } catch (const distributed::DistributedError&) {
     throw;  // already the diagnosis; the failed rank published its own
   } catch (const std::exception& e) {
     // The other ranks name this one and its reason instead of a lost connection.

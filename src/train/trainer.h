@@ -1,7 +1,7 @@
 // `convnets train`: the training run (setup, epochs, validation, checkpoints, logs, interruption and resume).
 #pragma once
 
-#include "dist/env.h"
+#include "distributed/env.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 
@@ -14,7 +14,7 @@ struct RunOptions {
   std::optional<Checkpoint> resume;  // continue this run (config already merged by the caller)
   std::string fine_tune;             // weights to start from, classifier re-initialised if the classes differ
   std::string command;               // how to re-run, for the resume hint
-  std::optional<dist::WorkerEnv> dist;  // a data-parallel worker (world size > 1)
+  std::optional<distributed::WorkerEnv> dist;  // a data-parallel worker (world size > 1)
 };
 
 // Exit code: 0 finished, 128 + signal when SIGINT/SIGTERM interrupted it

@@ -1,10 +1,10 @@
-#include "dist/env.h"
+#include "distributed/env.h"
 
 #include "core/error.h"
 
 #include <cstdlib>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 namespace {
 
 using Getenv = std::function<std::optional<std::string>(const std::string&)>;
@@ -165,4 +165,4 @@ Resolved resolve(const LaunchOptions& flags, const Getenv& getenv_in) {
   return r;
 }
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

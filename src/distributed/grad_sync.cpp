@@ -1,4 +1,4 @@
-#include "dist/grad_sync.h"
+#include "distributed/grad_sync.h"
 
 #include "core/error.h"
 
@@ -11,7 +11,7 @@
 #include <chrono>
 #include <functional>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 namespace {
 
 // Runs after an AccumulateGrad node has added a parameter's gradient to .grad.
@@ -156,4 +156,4 @@ void GradientReducer::after_backward(bool last_micro) {
   ++stats_.steps;
 }
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "core/error.h"
-#include "dist/env.h"
+#include "distributed/env.h"
 #include "models/layers.h"
 
 #include <ATen/core/Tensor.h>
@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 
 // A distributed failure: a lost, hung or failed rank, or a rendezvous that
 // could not complete. Its message names the rank (or the address) at fault.
@@ -93,4 +93,4 @@ class Group : public layers::BatchNormSync {
   std::thread heartbeat_;
 };
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

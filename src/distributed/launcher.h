@@ -1,13 +1,13 @@
 // The local launcher: starts this node's worker processes with torchrun's environment and watches them.
 #pragma once
 
-#include "dist/env.h"
+#include "distributed/env.h"
 
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 
 // The command line this process was started with (main() records it), which
 // the launcher runs again once per worker.
@@ -25,4 +25,4 @@ const std::vector<std::string>& program_args();
 int launch_workers(const WorkerEnv& plan, const std::vector<std::string>& argv, double grace_s,
                    const std::vector<std::pair<std::string, std::string>>& extra_env = {});
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

@@ -8,7 +8,7 @@
 
 #include <chrono>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 
 // Each factory lives in a file of its own: the process-group headers pull in
 // their library's headers (gloo/*.h, nccl.h), which no other file needs.
@@ -27,4 +27,4 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
                                                     int world_size, std::chrono::milliseconds timeout,
                                                     const c10::Device& device);
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

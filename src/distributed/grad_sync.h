@@ -2,7 +2,7 @@
 #pragma once
 
 #include "core/compat.h"
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "train/flat_params.h"
 #include "train/step.h"
 
@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 
 struct ReducerStats {
   std::int64_t buckets = 0;
@@ -70,4 +70,4 @@ class GradientReducer : public train::GradientSync {
   ReducerStats stats_;
 };
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

@@ -1,4 +1,4 @@
-#include "dist/backend.h"
+#include "distributed/backend.h"
 
 // PyPI's torch wheel has Gloo compiled into libtorch_cpu but ships no gloo
 // headers; these come from Debian's libgloo-dev, an older snapshot. That is
@@ -13,7 +13,7 @@
 
 #include <cstdlib>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int world_size, std::chrono::milliseconds timeout, bool loopback) {
@@ -29,4 +29,4 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts);
 }
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

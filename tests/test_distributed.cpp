@@ -1,9 +1,9 @@
 // Data-parallel pieces with two ranks as threads of one process over real Gloo/TCPStore: equivalence, SyncBN, sharding, launch environment.
 #include "core/error.h"
 #include "data/sampler.h"
-#include "dist/env.h"
-#include "dist/grad_sync.h"
-#include "dist/group.h"
+#include "distributed/env.h"
+#include "distributed/grad_sync.h"
+#include "distributed/group.h"
 #include "models/layers.h"
 #include "models/registry.h"
 #include "train/sgd.h"
@@ -35,8 +35,8 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-dist::WorkerEnv worker(int rank, int world, int port) {
-  dist::WorkerEnv e;
+distributed::WorkerEnv worker(int rank, int world, int port) {
+  distributed::WorkerEnv e;
   e.rank = rank;
   e.world_size = world;
   e.local_rank = rank;
@@ -110,14 +110,14 @@ std::vector<std::map<std::string, at::Tensor>> data_parallel(const Batches& data
   std::vector<Network> models{make_model(), make_model()};
   auto rank_main = [&](int r) {
     try {
-      dist::Group group(worker(r, 2, port), c10::kCPU, "gloo");
+      distributed::Group group(worker(r, 2, port), c10::kCPU, "gloo");
       auto& model = models[static_cast<std::size_t>(r)];
       if (sync_bn) {
         EXPECT_EQ(layers::enable_sync_batchnorm(*model, std::shared_ptr<layers::BatchNormSync>(&group, [](auto*) {})),
                   9);  // resnet8: stem, 3 blocks x 2, 2 downsample
       }
       train::Sgd sgd(*model, kSgd);
-      dist::GradientReducer reducer(group, sgd.flat(), 1.0 / 16, !sync_bn);  // 64 KiB buckets: several
+      distributed::GradientReducer reducer(group, sgd.flat(), 1.0 / 16, !sync_bn);  // 64 KiB buckets: several
       reducer.broadcast_state(*model);
       for (std::size_t k = 0; k < data.images.size(); ++k) {
         const auto x = data.images[k].chunk(2)[static_cast<std::size_t>(r)];
@@ -179,7 +179,7 @@ std::string join_error(int rank, int world, int port) {
   try {
     auto e = worker(rank, world, port);
     e.timeout = std::chrono::milliseconds(8000);
-    dist::Group g(e, c10::kCPU, "gloo");
+    distributed::Group g(e, c10::kCPU, "gloo");
   } catch (const std::exception& ex) {
     return ex.what();
   }
@@ -224,8 +224,8 @@ TEST(Sampler, DealingWholeBatchesGivesEachRankTheGlobalMicroBatchesInTurn) {
 }
 
 using Env = std::map<std::string, std::string>;
-dist::Resolved resolve_with(const Env& env, dist::LaunchOptions flags = {}) {
-  return dist::resolve(flags, [&](const std::string& k) -> std::optional<std::string> {
+distributed::Resolved resolve_with(const Env& env, distributed::LaunchOptions flags = {}) {
+  return distributed::resolve(flags, [&](const std::string& k) -> std::optional<std::string> {
     auto it = env.find(k);
     if (it == env.end()) return std::nullopt;
     return it->second;
@@ -235,29 +235,29 @@ dist::Resolved resolve_with(const Env& env, dist::LaunchOptions flags = {}) {
 TEST(LaunchEnv, TorchrunAndSlurmVariablesGiveTheWorkerItsPlace) {
   auto t = resolve_with({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
                          {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}});
-  EXPECT_EQ(t.role, dist::Role::Worker);
+  EXPECT_EQ(t.role, distributed::Role::Worker);
   EXPECT_EQ(t.worker.rank, 3);
   EXPECT_EQ(t.worker.local_rank, 1);
   EXPECT_EQ(t.worker.master_addr, "node0");
   EXPECT_EQ(t.worker.master_port, 29400);
   auto s = resolve_with({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
                          {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}, {"SLURM_JOB_NODELIST", "gpu[007-008]"}});
-  EXPECT_EQ(s.role, dist::Role::Worker);
+  EXPECT_EQ(s.role, distributed::Role::Worker);
   EXPECT_EQ(s.worker.rank, 5);
   EXPECT_EQ(s.worker.world_size, 8);
   EXPECT_EQ(s.worker.local_world_size, 4);
   EXPECT_EQ(s.worker.master_addr, "gpu007");
-  EXPECT_EQ(dist::first_slurm_host("a1,b[1-3]"), "a1");
-  EXPECT_EQ(dist::first_slurm_host("n[09,12-14]x"), "n09x");
+  EXPECT_EQ(distributed::first_slurm_host("a1,b[1-3]"), "a1");
+  EXPECT_EQ(distributed::first_slurm_host("n[09,12-14]x"), "n09x");
   // A single-task Slurm job stays a single process.
-  EXPECT_EQ(resolve_with({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).role, dist::Role::Single);
-  dist::LaunchOptions f;
+  EXPECT_EQ(resolve_with({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).role, distributed::Role::Single);
+  distributed::LaunchOptions f;
   f.nproc_per_node = 2;
-  EXPECT_EQ(resolve_with({}, f).role, dist::Role::Launcher);
+  EXPECT_EQ(resolve_with({}, f).role, distributed::Role::Launcher);
 }
 
 TEST(LaunchEnv, InconsistentLaunchesAreRefusedNamingTheVariable) {
-  auto expect_error = [](const Env& env, dist::LaunchOptions flags, const std::string& part) {
+  auto expect_error = [](const Env& env, distributed::LaunchOptions flags, const std::string& part) {
     try {
       resolve_with(env, flags);
       ADD_FAILURE() << "no error, expected: " << part;
@@ -268,7 +268,7 @@ TEST(LaunchEnv, InconsistentLaunchesAreRefusedNamingTheVariable) {
   expect_error({{"RANK", "2"}, {"WORLD_SIZE", "2"}}, {}, "rank 2 is outside WORLD_SIZE 2");
   expect_error({{"RANK", "0"}, {"WORLD_SIZE", "two"}}, {}, "WORLD_SIZE=two");
   expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}, {}, "MASTER_PORT=70000");
-  dist::LaunchOptions f;
+  distributed::LaunchOptions f;
   f.nproc_per_node = 2;
   expect_error({{"RANK", "0"}, {"WORLD_SIZE", "3"}}, f, "but WORLD_SIZE is 3");
   f.master_port = 0;

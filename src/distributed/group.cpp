@@ -1,6 +1,6 @@
-#include "dist/group.h"
+#include "distributed/group.h"
 
-#include "dist/backend.h"
+#include "distributed/backend.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -18,7 +18,7 @@
 #include <sstream>
 #include <vector>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 namespace {
 
 using clock = std::chrono::steady_clock;
@@ -367,4 +367,4 @@ bool Group::any(bool flag) {
   return t.item<std::int64_t>() > 0;
 }
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

@@ -1,7 +1,7 @@
-#include "dist/launcher.h"
+#include "distributed/launcher.h"
 
 #include "core/error.h"
-#include "dist/group.h"
+#include "distributed/group.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -17,7 +17,7 @@
 #include <iostream>
 #include <thread>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 namespace {
 
 std::vector<std::string> g_args;
@@ -152,4 +152,4 @@ int launch_workers(const WorkerEnv& plan, const std::vector<std::string>& argv, 
   return first_failure;
 }
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

@@ -1,4 +1,4 @@
-#include "dist/backend.h"
+#include "distributed/backend.h"
 
 #include "core/error.h"
 
@@ -7,7 +7,7 @@
 
 #include <cstdlib>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int world_size, std::chrono::milliseconds timeout,
@@ -28,4 +28,4 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts);
 }
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed

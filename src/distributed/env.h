@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-namespace convnets::dist {
+namespace convnets::distributed {
 
 // The launch flags shared by `train` and `bench train` (torchrun's names).
 struct LaunchOptions {
@@ -52,4 +52,4 @@ Resolved resolve(const LaunchOptions& flags,
 // The first host of a Slurm node list: "gpu[003-005,9],cpu1" -> "gpu003".
 std::string first_slurm_host(const std::string& nodelist);
 
-}  // namespace convnets::dist
+}  // namespace convnets::distributed
