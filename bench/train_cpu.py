@@ -20,6 +20,7 @@ Every side times steps [warmup, warmup + steps) from its own per-step clock
 per-round ratios.
 
     .venv/bin/python bench/train_cpu.py --convnets build/convnets [--steps 200] [--repeat 3]
+    .venv/bin/python bench/train_cpu.py --convnets build/convnets --baseline OLD/convnets --no-pytorch --repeat 5
 """
 import argparse
 import gzip
@@ -162,18 +163,28 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--compile", action="store_true", help="also time PyTorch with torch.compile(model)")
+    ap.add_argument("--baseline", help="another convnets binary (e.g. the commit before a change), timed in each round")
+    ap.add_argument("--no-pytorch", action="store_true", help="time the convnets binaries only")
     a = ap.parse_args()
     if a.steps % 10 or a.warmup % 10:
         ap.error("--steps and --warmup must be multiples of 10 (convnets logs every 10th step: --print-freq 10)")
-    rates = {"convnets": [], "pytorch dataloader": [], "pytorch in-memory": []}
-    if a.compile:
-        rates["pytorch compile"] = []
-    for _ in range(a.repeat):
-        rates["convnets"].append(convnets_rate(a.convnets, a.steps, a.warmup))
-        rates["pytorch dataloader"].append(pytorch_rate("dataloader", a.steps, a.warmup))
-        rates["pytorch in-memory"].append(pytorch_rate("in-memory", a.steps, a.warmup))
+    rates = {"convnets": []}
+    if a.baseline:
+        rates["convnets baseline"] = []
+    if not a.no_pytorch:
+        rates.update({"pytorch dataloader": [], "pytorch in-memory": []})
         if a.compile:
-            rates["pytorch compile"].append(pytorch_rate("compile", a.steps, a.warmup))
+            rates["pytorch compile"] = []
+    for r in range(a.repeat):
+        # Which build goes first alternates, so neither always gets the warmer machine.
+        builds = [("convnets", a.convnets)] + ([("convnets baseline", a.baseline)] if a.baseline else [])
+        for name, binary in (builds if r % 2 == 0 else builds[::-1]):
+            rates[name].append(convnets_rate(binary, a.steps, a.warmup))
+        if not a.no_pytorch:
+            rates["pytorch dataloader"].append(pytorch_rate("dataloader", a.steps, a.warmup))
+            rates["pytorch in-memory"].append(pytorch_rate("in-memory", a.steps, a.warmup))
+            if a.compile:
+                rates["pytorch compile"].append(pytorch_rate("compile", a.steps, a.warmup))
     med = {k: statistics.median(v) for k, v in rates.items()}
     version = subprocess.run([a.convnets, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -184,6 +195,12 @@ def main():
     # The VM's speed drifts by tens of percent within minutes, so a ratio of
     # medians taken minutes apart mixes phases; the ratio within each round
     # (sides run back to back) is the figure to trust, its median the summary.
+    if a.baseline:
+        per_round = [n / b for n, b in zip(rates["convnets"], rates["convnets baseline"])]
+        print(f"ratio convnets / baseline: median of rounds {statistics.median(per_round):.3f}x "
+              f"(rounds: {', '.join(f'{r:.3f}' for r in per_round)})")
+    if a.no_pytorch:
+        return
     eager = [max(d, m) for d, m in zip(rates["pytorch dataloader"], rates["pytorch in-memory"])]
     per_round = [c / e for c, e in zip(rates["convnets"], eager)]
     print(f"ratio convnets / fastest PyTorch eager: median of rounds {statistics.median(per_round):.2f}x "

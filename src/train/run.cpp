@@ -1,0 +1,433 @@
+#include "train/run.h"
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "io/atomic_file.h"
+#include "io/state_dict.h"
+#include "train/evaluate.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+namespace convnets::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The classifier's module path ("fc.", "network. layer15.net.6."): every
+// arch registers its Linear classifier last.
+std::string classifier_prefix(const NetworkImpl& model) {
+  const auto params = model.named_parameters();
+  const auto& last = params.keys().back();
+  return last.substr(0, last.rfind('.') + 1);
+}
+
+// --fine-tune: every tensor must fit except the classifier, which is kept
+// freshly initialised when its shape differs (another class count).
+void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo& arch) {
+  const auto ckpt = load_checkpoint(path);
+  if (ckpt.is_training_checkpoint() && !same_architecture(arch, ckpt.meta)) {
+    throw Error("--fine-tune " + path + " holds a " + ckpt.meta.value("arch", "?") + ", this run trains " + arch.name);
+  }
+  auto report = load_state_dict(model, ckpt.section("model."), path, arch.import_key, /*strict=*/false);
+  std::vector<std::string> problems;
+  std::vector<std::string> reinitialised;
+  const auto classifier = classifier_prefix(model);
+  for (const auto& m : report.mismatched) {
+    (m.name.rfind(classifier, 0) == 0 ? reinitialised : problems).push_back(m.name);
+  }
+  for (const auto& m : report.missing) problems.push_back("missing " + m);
+  for (const auto& u : report.unexpected) problems.push_back("unexpected " + u);
+  if (!problems.empty()) {
+    throw Error("--fine-tune " + path + " does not fit " + arch.name + ": " + join(problems),
+                report.describe());
+  }
+  std::cout << "fine-tune: weights from " << path
+            << (reinitialised.empty() ? "" : "; new classifier (" + join(reinitialised) + ")") << '\n';
+}
+
+// The frozen teacher of knowledge distillation: its arch, the model weights
+// of a convnets checkpoint (or a plain weights file), eval mode, no gradients.
+Network load_teacher(const TrainConfig& c, std::int64_t num_classes, const Runtime& rt) {
+  const auto ckpt = load_checkpoint(c.teacher_checkpoint);
+  const ArchInfo& tarch = find_architecture(c.teacher);
+  if (ckpt.is_training_checkpoint()) {
+    if (!same_architecture(tarch, ckpt.meta)) {
+      throw Error("--teacher-checkpoint " + c.teacher_checkpoint + " holds a " + ckpt.meta.value("arch", "?") +
+                  ", not the --teacher " + c.teacher);
+    }
+    const auto classes = ckpt.meta.value("num_classes", std::int64_t{0});
+    if (classes != num_classes) {
+      throw Error("--teacher-checkpoint " + c.teacher_checkpoint + " predicts " + std::to_string(classes) +
+                  " classes, the training data has " + std::to_string(num_classes));
+    }
+  }
+  ModelOptions to;
+  to.num_classes = num_classes;
+  auto teacher = build_model(tarch, to);
+  load_weights(*teacher, ckpt, "model.", tarch.import_key);
+  prepare_model(*teacher, rt);
+  teacher->eval();
+  for (auto& p : teacher->parameters()) p.set_requires_grad(false);
+  return teacher;
+}
+
+void check_same_classes(const data::Dataset& train, const data::Dataset& val) {
+  if (train.classes() != val.classes()) {
+    throw Error("validation data has " + std::to_string(val.num_classes()) + " classes (" + val.description() +
+                    "), training data " + std::to_string(train.num_classes()) + "; the class names must match",
+                "pass --val-data with the same class folders, or --training-only");
+  }
+}
+
+// The datasets (bad paths and empty class sets fail here) and the step size.
+void open_data(TrainingRun& run) {
+  const auto& c = run.config;
+  run.train_data = data::head(data::open_dataset(c.data, "train"), static_cast<std::size_t>(c.max_train_images));
+  if (!c.training_only) {
+    run.val_data = data::head(data::open_dataset(c.val_data.empty() ? c.data : c.val_data, "val"),
+                              static_cast<std::size_t>(c.max_val_images));
+    check_same_classes(*run.train_data, *run.val_data);
+  }
+  run.num_classes = static_cast<std::int64_t>(run.train_data->num_classes());
+  const std::int64_t per_round = c.batch_size * run.world;
+  if (c.optimizer_batch_size > 0 && c.optimizer_batch_size % per_round != 0) {
+    throw Error("--optimizer-batch-size " + std::to_string(c.optimizer_batch_size) + " is not a multiple of --batch-size " +
+                    std::to_string(c.batch_size) + " x " + std::to_string(run.world) + " processes",
+                "the optimizer batch counts all processes' images; use a multiple of " + std::to_string(per_round));
+  }
+  run.micro_per_step = c.optimizer_batch_size > 0 ? c.optimizer_batch_size / per_round : 1;
+  run.optimizer_batch = per_round * run.micro_per_step;
+}
+
+ModelOptions model_options(const TrainingRun& run) {
+  const auto& c = run.config;
+  ModelOptions mo;
+  mo.num_classes = run.num_classes;
+  mo.conv_init = c.init == "fan_out" ? ConvInit::FanOut : ConvInit::FanIn;
+  mo.zero_init_residual = c.zero_init_residual;
+  mo.dropout = c.dropout;
+  mo.drop_path = c.drop_path;
+  return mo;
+}
+
+// A checkpoint can only continue the run it came from.
+void check_resumable(const TrainingRun& run) {
+  const auto& m = run.resume->meta;
+  const auto& path = run.resume->path;
+  if (!same_architecture(run.arch, m)) {
+    throw Error("--resume " + path + " was trained as " + m.at("arch").get<std::string>() +
+                    (m.contains("arch_definition") ? " (its layer list is in the checkpoint)" : "") +
+                    ", but this run is " + run.arch.name,
+                "resume with the same --arch (and the same layer list), or use --fine-tune to start anew");
+  }
+  const auto trained_with = m.at("config").value("optimizer", std::string("sgd"));
+  if (trained_with != run.config.optimizer) {
+    throw Error("--resume " + path + " was trained with --optimizer " + trained_with + ", this run uses " +
+                    run.config.optimizer,
+                "resume with the same --optimizer, or use --fine-tune to start a new optimizer from its weights");
+  }
+  if (m.at("num_classes").get<std::int64_t>() != run.num_classes) {
+    throw Error("--resume " + path + " has " + std::to_string(m.at("num_classes").get<std::int64_t>()) +
+                " classes, the data " + std::to_string(run.num_classes));
+  }
+}
+
+// The model with its starting weights, on the device, SyncBN wired in.
+void build_network(TrainingRun& run) {
+  const auto& c = run.config;
+  torch::manual_seed(static_cast<std::uint64_t>(c.seed));
+  run.model = build_model(run.arch, model_options(run));
+  if (run.resume) {
+    check_resumable(run);
+    load_weights(*run.model, *run.resume, "model.", run.arch.import_key);
+  } else if (!run.options.fine_tune.empty()) {
+    load_fine_tune(*run.model, run.options.fine_tune, run.arch);
+  } else if (c.evaluate) {
+    throw Error("--evaluate needs weights", "add --resume CHECKPOINT or --fine-tune WEIGHTS (or use convnets eval)");
+  }
+  prepare_model(*run.model, run.rt);
+  if (run.group && c.sync_bn) {
+    // The group outlives the model's use of it: run_training owns both ends.
+    layers::enable_sync_batchnorm(*run.model, std::shared_ptr<layers::BatchNormSync>(run.group, [](auto*) {}));
+  }
+}
+
+// Optimizer, gradient reducer, loss scaler, teacher and EMA.
+void build_training_state(TrainingRun& run) {
+  const auto& c = run.config;
+  OptimizerOptions oo;
+  oo.kind = c.optimizer;
+  oo.momentum = c.momentum;
+  oo.nesterov = c.nesterov;
+  oo.weight_decay = c.weight_decay;
+  oo.decay_all = c.bn_weight_decay;
+  oo.alpha = c.rmsprop_alpha;
+  oo.eps = c.opt_eps;
+  run.optimizer = make_optimizer(*run.model, oo);
+  if (run.group) {
+    run.reducer = std::make_unique<distributed::GradientReducer>(*run.group, run.optimizer->flat(), c.bucket_mb,
+                                                                 /*broadcast_buffers=*/!c.sync_bn);
+    run.reducer->broadcast_state(*run.model);  // ranks start bit-identical whatever they loaded
+  }
+  if (run.rt.loss_scaling) run.scaler = std::make_unique<LossScaler>(run.rt.device);
+  if (!c.teacher.empty()) run.teacher = load_teacher(c, run.num_classes, run.rt);
+  if (c.ema > 0) {
+    auto shadow = build_model(run.arch, model_options(run));
+    prepare_model(*shadow, run.rt);
+    run.ema = std::make_unique<Ema>(shadow, *run.model, c.ema);
+  }
+}
+
+// Optimizer, loss-scale and EMA state and the position of a resumed run.
+void restore_resumed_state(TrainingRun& run) {
+  const Checkpoint& r = *run.resume;
+  run.optimizer->load_state(r.file, r.path);
+  if (run.scaler) {
+    // Switching to amp on resume starts a fresh scale; the reverse drops it.
+    if (r.file.find("loss_scale.scale")) run.scaler->load_state(r.file, r.path);
+  }
+  if (run.ema) {
+    if (r.section("ema.").tensors.empty()) {
+      std::cout << "resume: " << r.path << " has no EMA; the EMA starts from the current weights\n";
+    } else {
+      load_weights(*run.ema->model(), r, "ema.", run.arch.import_key);
+    }
+  }
+  const auto& m = r.meta;
+  run.position.epoch = m.at("epoch").get<std::int64_t>();
+  run.position.step_in_epoch = m.value("step_in_epoch", std::int64_t{0});
+  run.position.global_step = m.at("step").get<std::int64_t>();
+  run.position.best_top1 = m.value("best_top1", -1.0);
+  run.position.best_epoch = m.value("best_epoch", std::int64_t{-1});
+}
+
+void make_loaders(TrainingRun& run) {
+  const auto& c = run.config;
+  // With a teacher at another resolution, images load at the teacher's and
+  // the student gets them resized (DLE's GPUNet train.py, useTwoRes).
+  run.load_size = c.teacher_img_size > 0 ? static_cast<int>(c.teacher_img_size) : run.pre.input_size;
+  data::TransformOptions train_t = data::TransformOptions::train(run.load_size);
+  train_t.crop.scale_min = c.crop_scale_min;
+  train_t.flip = c.flip;
+  data::LoaderOptions lo;
+  lo.batch_size = c.batch_size;
+  lo.workers = static_cast<int>(c.workers);
+  if (lo.workers == 0 && run.worker && run.worker->local_world_size > 1) {
+    lo.workers = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / run.worker->local_world_size);
+  }
+  lo.shard.rank = run.rank;
+  lo.shard.world_size = run.world;
+  lo.drop_last = true;
+  lo.shard.shuffle = true;
+  lo.shard.seed = static_cast<std::uint64_t>(c.seed);
+  lo.bad_images = data::parse_bad_image_policy(c.bad_images);
+  if (!c.evaluate) {
+    data::LoaderOptions tlo = lo;
+    tlo.shard.block = c.batch_size;  // whole micro-batches per rank: see ShardOptions::block
+    tlo.shard.drop_tail = true;
+    tlo.device_decode = use_device_decode(c.data_backend, run.rt);
+    run.train_loader =
+        std::make_unique<data::Loader>(run.train_data, std::make_shared<data::Transform>(train_t), tlo);
+  }
+  if (run.val_data) run.val_loader = make_eval_loader(run.val_data, run.pre, lo);
+}
+
+nlohmann::ordered_json derived_values(const TrainingRun& run) {
+  const auto& c = run.config;
+  return {{"optimizer_batch", run.optimizer_batch},
+          {"micro_batches_per_step", run.micro_per_step},
+          {"world_size", run.world},
+          {"sync_bn", c.sync_bn && run.world > 1},
+          {"base_lr_scaled", run.base_lr},
+          {"steps_per_epoch", run.steps_per_epoch},
+          {"warmup_steps", run.schedule->warmup_steps()},
+          {"num_classes", run.num_classes},
+          {"preprocessing", to_json(run.pre)},
+          {"device", run.rt.device.str()},
+          {"train_data", run.train_data->description()},
+          {"val_data", run.val_data ? run.val_data->description() : ""}};
+}
+
+nlohmann::json checkpoint_meta(const TrainingRun& run) {
+  nlohmann::json m;
+  m["format"] = kCheckpointFormat;
+  m.update(architecture_meta(run.arch));
+  m["num_classes"] = run.num_classes;
+  m["class_names"] = run.train_data->classes();
+  m["preprocessing"] = to_json(run.pre);
+  m["config"] = run.resolved_config;
+  m["epoch"] = run.position.epoch;
+  m["step_in_epoch"] = run.position.step_in_epoch;
+  m["step"] = run.position.global_step;
+  m["best_top1"] = run.position.best_top1;
+  m["best_epoch"] = run.position.best_epoch;
+  m["seed"] = run.config.seed;
+  // Augmentation, data order and mixup draw from counter-based streams of
+  // (seed, epoch, index) and (seed, step): the position is the RNG state.
+  m["rng"] = "splitmix64(seed, epoch, sample) for data; splitmix64(seed, step, micro-batch) for mixup";
+  m["loss_scale"] = run.scaler ? run.scaler->value() : 1.0;
+  m["world_size"] = run.world;
+  m["images_per_step"] = run.optimizer_batch;
+  return m;
+}
+
+}  // namespace
+
+std::string last_checkpoint_path(const std::string& workspace) {
+  return (fs::path(workspace) / "last.safetensors").string();
+}
+
+TrainingRun build_run(const TrainConfig& config, const RunOptions& options,
+                      std::unique_ptr<distributed::Group>& group) {
+  validate(config);
+  const auto& c = config;
+  const distributed::WorkerEnv* worker = options.dist && options.dist->world_size > 1 ? &*options.dist : nullptr;
+  const Runtime rt = resolve_runtime(c.device, c.precision, c.memory_format, worker ? worker->local_rank : 0);
+  distributed::resolve_backend(c.dist_backend, rt.device);  // a --dist-backend this machine cannot run fails every run
+  // Connect first: a rank that fails later (bad data, an occupied workspace)
+  // then reaches the others as a named failure instead of a rendezvous timeout.
+  if (worker) group = std::make_unique<distributed::Group>(*worker, rt.device, c.dist_backend);
+  TrainingRun run(config, options, find_architecture(c.arch));
+  run.resume = options.resume ? &*options.resume : nullptr;
+  run.worker = worker;
+  run.rt = rt;
+  run.group = group.get();
+  run.world = group ? group->world_size() : 1;
+  run.rank = group ? group->rank() : 0;
+  run.writer = run.rank == 0;
+  run.pre = resolve_preprocessing(run.arch, c);
+  open_data(run);
+  build_network(run);
+  build_training_state(run);
+  if (run.resume) restore_resumed_state(run);
+  make_loaders(run);
+  return run;
+}
+
+void plan_steps(TrainingRun& run) {
+  const auto& c = run.config;
+  run.steps_per_epoch = run.train_loader->batches_per_epoch() / run.micro_per_step;
+  if (run.steps_per_epoch < 1) {
+    throw Error("an epoch of " + std::to_string(run.train_loader->samples_per_epoch()) +
+                " images is smaller than one optimizer batch of " + std::to_string(run.optimizer_batch),
+                "lower --batch-size or --optimizer-batch-size");
+  }
+  ScheduleOptions so;
+  so.kind = c.lr_schedule;
+  run.base_lr = scaled_lr(c.lr, run.optimizer_batch, c.lr_reference_batch);
+  so.base_lr = run.base_lr;
+  so.warmup_epochs = c.warmup;
+  so.steps = c.lr_steps;
+  so.step_factor = c.lr_step_factor;
+  so.end_lr = c.end_lr;
+  so.warmup_lr = c.warmup_lr;
+  so.decay_epochs = c.lr_decay_epochs;
+  so.steps_per_epoch = run.steps_per_epoch;
+  so.epochs = c.epochs;
+  run.schedule.emplace(so);
+  if (!run.resume) return;
+  auto& pos = run.position;
+  // A different world size (or batch, or accumulation) changes the images
+  // per step; the checkpoint's position is converted through the images
+  // consumed, which the batch-dealing sampler orders the same for any split.
+  const auto& m = run.resume->meta;
+  const auto& old = m.at("config");
+  const std::int64_t old_batch = old.value("batch_size", std::int64_t{0});
+  const std::int64_t old_obs = old.value("optimizer_batch_size", std::int64_t{0});
+  const std::int64_t old_world = m.value("world_size", std::int64_t{1});
+  const std::int64_t old_step_images = m.value("images_per_step", old_obs > 0 ? old_obs : old_batch * old_world);
+  if (old_step_images != run.optimizer_batch) {
+    const std::int64_t consumed = pos.step_in_epoch * old_step_images;
+    if (consumed % run.optimizer_batch != 0) {
+      throw Error("--resume " + run.resume->path + " stopped " + std::to_string(consumed) + " images into epoch " +
+                      std::to_string(pos.epoch + 1) + ", not a whole number of this run's steps of " +
+                      std::to_string(run.optimizer_batch) + " images",
+                  "resume with a step size (--batch-size x processes x micro-batches) that divides it, or from an "
+                  "epoch-end checkpoint");
+    }
+    pos.step_in_epoch = consumed / run.optimizer_batch;
+    pos.global_step = pos.epoch * run.steps_per_epoch + pos.step_in_epoch;
+    if (run.writer) {
+      std::cout << "resume: " << old_world << " process(es) x " << old_step_images / old_world << " -> " << run.world
+                << " x " << run.optimizer_batch / run.world << " images per step; continuing at image " << consumed
+                << " of epoch " << pos.epoch + 1 << '\n';
+    }
+  }
+  if (pos.step_in_epoch >= run.steps_per_epoch) {
+    throw Error("--resume " + run.resume->path + " stopped at step " + std::to_string(pos.step_in_epoch) +
+                " of an epoch that now has " + std::to_string(run.steps_per_epoch) + " steps",
+                "resume with the same data, --batch-size and --optimizer-batch-size");
+  }
+}
+
+void open_workspace(TrainingRun& run) {
+  const auto& c = run.config;
+  run.last_path = last_checkpoint_path(c.workspace);
+  run.resolved_config = to_json(c);
+  if (!run.writer) return;
+  if (!run.resume && fs::exists(run.last_path)) {
+    throw Error("--workspace " + c.workspace + " already holds a run (" + run.last_path + ")",
+                "continue it with --resume " + run.last_path + ", or pick another --workspace");
+  }
+  fs::create_directories(c.workspace);
+  const auto derived = derived_values(run);
+  write_file_atomically((fs::path(c.workspace) / "config.json").string(),
+                        nlohmann::ordered_json{{"config", run.resolved_config}, {"derived", derived}}.dump(2) + "\n");
+  run.log = std::make_unique<DlLogger>((fs::path(c.workspace) / "log.json").string(), /*append=*/run.resume != nullptr);
+  nlohmann::ordered_json params = run.resolved_config;
+  params.update(derived);
+  params["resumed_from"] = run.resume ? run.resume->path : "";
+  run.log->log("PARAMETER", params);
+  for (const char* m : {"train.loss", "val.loss"}) run.log->metadata(m, {{"unit", ""}, {"format", ":>.5f"}});
+  for (const char* m : {"train.total_ips", "train.compute_ips", "val.total_ips", "val.compute_ips"}) {
+    run.log->metadata(m, {{"unit", "images/s"}, {"format", ":>.2f"}});
+  }
+  for (const char* m : {"val.top1", "val.top5"}) run.log->metadata(m, {{"unit", "%"}, {"format", ":>.2f"}});
+}
+
+void print_run_summary(const TrainingRun& run) {
+  if (!run.writer) return;
+  const auto& c = run.config;
+  std::cout << "train: " << run.arch.name << ", " << run.train_data->description() << '\n'
+            << "       " << run.steps_per_epoch << " steps/epoch of " << run.optimizer_batch << " images"
+            << (run.world > 1 ? " (" + std::to_string(run.world) + " processes x " + std::to_string(c.batch_size) + ")"
+                              : "")
+            << (run.micro_per_step > 1 ? " (" + std::to_string(run.micro_per_step) + " micro-batches)" : "")
+            << ", lr " << run.base_lr << " " << c.lr_schedule << ", "
+            << run.rt.device.str() << " " << c.precision << ", " << run.train_loader->workers() << " loader threads\n";
+  if (run.teacher) {
+    std::cout << "       distillation: teacher " << c.teacher << " from " << c.teacher_checkpoint << " at "
+              << run.load_size << " px, student at " << run.pre.input_size << " px\n";
+  }
+  if (run.group) {
+    std::cout << "       data-parallel: " << run.world << " ranks over " << run.group->backend() << " ("
+              << run.worker->source << ", store " << run.worker->master_addr << ":" << run.worker->master_port
+              << "), " << run.reducer->stats().buckets << " gradient buckets of <= " << c.bucket_mb << " MiB"
+              << (c.sync_bn ? ", synchronized BN" : "") << '\n';
+  }
+  if (run.resume) {
+    std::cout << "resume: " << run.resume->path << " at epoch " << run.position.epoch + 1 << ", step "
+              << run.position.step_in_epoch << "/" << run.steps_per_epoch << '\n';
+  }
+}
+
+void save_run(const TrainingRun& run, const std::string& path) {
+  if (!run.writer) return;
+  NamedTensors tensors;
+  for (auto& [k, t] : state_dict(*run.model)) tensors.emplace_back("model." + k, t);
+  if (run.ema) {
+    for (auto& [k, t] : state_dict(*run.ema->model())) tensors.emplace_back("ema." + k, t);
+  }
+  for (auto& e : run.optimizer->state()) tensors.push_back(e);
+  if (run.scaler) {
+    for (auto& e : run.scaler->state()) tensors.push_back(e);
+  }
+  tensors.emplace_back("rng.torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  save_checkpoint(path, tensors, checkpoint_meta(run));
+}
+
+}  // namespace convnets::train

@@ -1,0 +1,116 @@
+// A training run's state that outlives a step (data, model, optimizer, position, outputs) and how it is built from a config.
+#pragma once
+
+#include "data/loader.h"
+#include "distributed/grad_sync.h"
+#include "distributed/group.h"
+#include "models/network.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/dllogger.h"
+#include "train/ema.h"
+#include "train/loss_scale.h"
+#include "train/optimizer.h"
+#include "train/runtime.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace convnets::train {
+
+// Where a run stands: the next step to run. Every checkpoint records it and
+// --resume restores it.
+struct RunPosition {
+  std::int64_t epoch = 0;          // 0-based
+  std::int64_t step_in_epoch = 0;  // steps of that epoch already done
+  std::int64_t global_step = 0;    // optimizer steps since the run began
+  double best_top1 = -1;           // best validation top-1 so far, percent
+  std::int64_t best_epoch = -1;    // its epoch (1-based); -1: none yet
+};
+
+// Everything a run keeps from setup to its last checkpoint. Built in three
+// phases so that bad input fails before the workspace is touched:
+// build_run (flags, data, weights, resume state), plan_steps (epoch length,
+// LR schedule, the resumed position), open_workspace (the first write).
+struct TrainingRun {
+  TrainingRun(const TrainConfig& config, const RunOptions& options, const ArchInfo& arch)
+      : config(config), options(options), arch(arch) {}
+
+  const TrainConfig& config;
+  const RunOptions& options;
+  const ArchInfo& arch;
+  const Checkpoint* resume = nullptr;  // options.resume, when resuming
+
+  // Processes: a data-parallel group (owned by run_training, so it can name a
+  // failed rank to the others after this run is gone) or none.
+  Runtime rt;
+  distributed::Group* group = nullptr;
+  const distributed::WorkerEnv* worker = nullptr;
+  int world = 1;
+  int rank = 0;
+  bool writer = true;  // rank 0 writes checkpoints, logs and progress
+
+  // Data: DLE's --optimizer-batch-size counts every process's images.
+  Preprocessing pre;
+  data::DatasetPtr train_data, val_data;  // val_data null with --training-only
+  std::unique_ptr<data::Loader> train_loader, val_loader;  // train_loader null with --evaluate
+  std::int64_t micro_per_step = 1;
+  std::int64_t optimizer_batch = 0;  // images per optimizer step, all processes
+  int load_size = 0;                 // the loader's output size (the teacher's with --teacher-img-size)
+
+  // Model and the state of its training.
+  std::int64_t num_classes = 0;
+  Network model;
+  Network teacher;  // null without distillation
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<distributed::GradientReducer> reducer;  // data-parallel runs
+  std::unique_ptr<LossScaler> scaler;                     // amp
+  std::unique_ptr<Ema> ema;                               // --ema
+  RunPosition position;
+
+  // Set by plan_steps.
+  std::int64_t steps_per_epoch = 0;
+  double base_lr = 0;  // --lr after linear scaling to the optimizer batch
+  std::optional<LrSchedule> schedule;
+
+  // Set by open_workspace.
+  std::string last_path;                  // WORKSPACE/last.safetensors
+  nlohmann::ordered_json resolved_config;  // the config as run, in every checkpoint
+  std::unique_ptr<DlLogger> log;          // rank 0
+};
+
+// Validates the config, connects the data-parallel group (first, so a rank
+// that fails later reaches the others as a named failure), opens the data,
+// builds the model with its weights (--resume, --fine-tune), optimizer,
+// reducer, loss scaler, teacher and EMA, restores a resumed run's state, and
+// makes the loaders. Writes nothing. Throws Error naming the flag or file.
+TrainingRun build_run(const TrainConfig& config, const RunOptions& options,
+                      std::unique_ptr<distributed::Group>& group);
+
+// Steps per epoch and the LR schedule; a resumed position is converted to
+// this run's step size (another world size or batch) through the images
+// consumed. Throws Error when the epoch is shorter than one step or the
+// position falls between this run's steps.
+void plan_steps(TrainingRun& run);
+
+// Refuses a workspace that holds another run, then writes config.json and
+// opens log.json (appending when resuming) with the parameters and metric
+// metadata. Rank 0 only; other ranks get the paths alone.
+void open_workspace(TrainingRun& run);
+
+// The lines that say what is about to be trained (rank 0).
+void print_run_summary(const TrainingRun& run);
+
+// Model, EMA, optimizer, loss-scale and RNG state plus the run's metadata at
+// run.position; rank 0 writes, the others hold the same state.
+void save_run(const TrainingRun& run, const std::string& path);
+
+}  // namespace convnets::train
