@@ -1,6 +1,7 @@
 // GPUNet's training pieces: RMSpropTF against its formula, the staircase schedule, warmup from a small LR, distillation loss.
 #include "core/error.h"
 #include "models/network.h"
+#include "train/config.h"
 #include "train/rmsprop.h"
 #include "train/schedule.h"
 #include "train/step.h"
@@ -107,6 +108,7 @@ TEST(LrSchedule, StaircaseDecaysEveryFractionOfAnEpochAfterWarmupFromASmallLr) {
   o.warmup_lr = 1e-6;
   o.steps_per_epoch = 10;
   o.epochs = 10;
+  o.per_epoch = false;
   const LrSchedule s(o);
   EXPECT_DOUBLE_EQ(s.at(0), 1e-6);
   EXPECT_NEAR(s.at(5), 1e-6 + (0.06 - 1e-6) * 0.5, 1e-15);
@@ -116,6 +118,75 @@ TEST(LrSchedule, StaircaseDecaysEveryFractionOfAnEpochAfterWarmupFromASmallLr) {
   EXPECT_NEAR(s.at(47), 0.06 * 0.97, 1e-15);
   EXPECT_NEAR(s.at(48), 0.06 * 0.97 * 0.97, 1e-15); // epoch 4.8
   EXPECT_NEAR(s.at(99), 0.06 * std::pow(0.97, 4), 1e-15);
+}
+
+// GPUNet's train.params (--sched step --decay-epochs 2.4 --decay-rate .97
+// --warmup-lr 1e-6 --lr .06, timm's default --warmup-epochs 3) through the
+// built-in recipe: the LR of epochs 0-15 as timm 0.5.4's StepLRScheduler sets
+// it, worked out by hand (e // 2.4 = 0,0,0,1,1,2,2,2,3,3,4,4,5,5,5,6).
+TEST(LrSchedule, GpunetRecipeChangesTheLrAtEpochStartsAsTimm) {
+  TrainConfig c;
+  apply_json(c, load_recipe("gpunet-0-450ep"), "gpunet-0-450ep");
+  ASSERT_EQ(c.lr_granularity, "epoch");
+  ScheduleOptions o;
+  o.kind = c.lr_schedule;
+  o.per_epoch = true;
+  o.base_lr = scaled_lr(c.lr, 8 * 192, c.lr_reference_batch);  // the recipe's 8 GPUs x 192
+  o.warmup_epochs = c.warmup;
+  o.warmup_lr = c.warmup_lr;
+  o.decay_epochs = c.lr_decay_epochs;
+  o.step_factor = c.lr_step_factor;
+  o.steps_per_epoch = 7;
+  o.epochs = c.epochs;
+  const LrSchedule s(o);
+  const double expected[] = {1e-6,     0.020000666666666667, 0.040000333333333333, 0.0582,     0.0582,
+                             0.056454, 0.056454,             0.056454,             0.05476038, 0.05476038,
+                             0.0531175686, 0.0531175686,     0.051524041542,       0.051524041542,
+                             0.051524041542, 0.04997832029574};
+  for (int e = 0; e < 16; ++e) {
+    for (int i = 0; i < 7; ++i) EXPECT_NEAR(s.at(e * 7 + i), expected[e], 1e-15) << "epoch " << e << " step " << i;
+  }
+}
+
+TEST(LrSchedule, PythonFloorDivisionAsTimmUsesIt) {
+  EXPECT_EQ(python_floordiv(12, 2.4), 5);  // 12 / 2.4 rounds to 4.999...; CPython says 5
+  EXPECT_EQ(python_floordiv(7, 2.4), 2);
+  EXPECT_EQ(python_floordiv(2, 2.4), 0);
+  EXPECT_EQ(python_floordiv(24, 2.4), 10);
+}
+
+// DLE's lr_{cosine,linear,step}_policy: the epoch decides, warmup (e + 1) / W.
+TEST(LrSchedule, DlePoliciesPerEpoch) {
+  ScheduleOptions o;
+  o.base_lr = 2.048;
+  o.warmup_epochs = 8;
+  o.epochs = 250;
+  o.steps_per_epoch = 10;
+  o.steps = {30, 60, 80};
+  o.step_factor = 0.1;
+  o.kind = "cosine";
+  const LrSchedule cosine(o);
+  EXPECT_DOUBLE_EQ(cosine.at(0), 2.048 / 8);
+  EXPECT_DOUBLE_EQ(cosine.at(9), 2.048 / 8);      // the whole first epoch
+  EXPECT_DOUBLE_EQ(cosine.at(79), 2.048);         // epoch 7: (7 + 1) / 8
+  EXPECT_DOUBLE_EQ(cosine.at(80), 2.048);         // epoch 8: cos(0)
+  EXPECT_NEAR(cosine.at(1290), 0.5 * (1 + std::cos(M_PI * 121 / 242)) * 2.048, 1e-12);  // epoch 129
+  o.kind = "linear";
+  EXPECT_NEAR(LrSchedule(o).at(2495), 2.048 * (1 - 241.0 / 242), 1e-12);  // epoch 249
+  o.kind = "step";
+  const LrSchedule step(o);
+  EXPECT_DOUBLE_EQ(step.at(299), 2.048);
+  EXPECT_NEAR(step.at(300), 0.2048, 1e-12);
+  EXPECT_NEAR(step.at(805), 0.002048, 1e-12);
+}
+
+TEST(TrainConfig, EpochGranularityNeedsWholeWarmupEpochs) {
+  TrainConfig c;
+  c.data = "synthetic";
+  c.warmup = 0.5;
+  EXPECT_THROW(validate(c), Error);
+  c.lr_granularity = "step";
+  EXPECT_NO_THROW(validate(c));
 }
 
 // A network that returns fixed logits (plus 0 * a parameter, for a gradient)

@@ -30,6 +30,7 @@ ScheduleOptions schedule(const std::string& kind) {
   o.epochs = 5;
   o.steps = {2, 4};
   o.step_factor = 0.1;
+  o.per_epoch = false;
   return o;
 }
 
@@ -222,6 +223,28 @@ TEST(Ema, FollowsTheDecayOverParametersAndBnStatistics) {
     const double shift = name.find("running_") != std::string::npos ? 2.0 : 1.0;
     EXPECT_TRUE(torch::allclose(after[i].second, before[i].second + 0.25 * shift, 1e-5, 1e-6)) << name;
   }
+}
+
+// DLE's EMA (ConvNets models/common.py): mu = min(decay, (1 + t) / (10 + t)).
+TEST(Ema, WarmupFollowsDleDecayAtEachStep) {
+  const auto& arch = find_architecture("resnet8");
+  ModelOptions o;
+  o.num_classes = 3;
+  auto model = build_model(arch, o);
+  Ema ema(build_model(arch, o), *model, 0.9999, /*warmup=*/true);
+  EXPECT_DOUBLE_EQ(ema.decay_at(0), 0.1);
+  EXPECT_DOUBLE_EQ(ema.decay_at(10), 11.0 / 20.0);
+  EXPECT_DOUBLE_EQ(ema.decay_at(1000000), 0.9999);
+  EXPECT_DOUBLE_EQ(Ema(build_model(arch, o), *model, 0.9999).decay_at(0), 0.9999);  // timm: no warm-up
+  const auto before = state_dict(*ema.model()).front().second.clone();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(1.0);
+  }
+  ema.set_step(10);  // decay 0.55: the shadow moves 0.45 of the way
+  ema.update(*model);
+  const auto after = state_dict(*ema.model()).front().second;
+  EXPECT_TRUE(torch::allclose(after, before + 0.45, 1e-5, 1e-6));
 }
 
 TEST(Mixup, DrawsAreReproducibleAndBetaDistributed) {

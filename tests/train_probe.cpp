@@ -5,7 +5,7 @@
 // ".labels" (int64), metadata "probe" = JSON {arch, num_classes, steps,
 // micro_batches, first_step, momentum, nesterov, weight_decay,
 // bn_weight_decay, label_smoothing, mixup, seed, memory_format, schedule:
-// {kind, base_lr, warmup_epochs, steps_per_epoch, epochs, end_lr}}.
+// {kind, base_lr, warmup_epochs, steps_per_epoch, epochs, end_lr, per_epoch}}.
 // OUT: "param.<name>", "momentum.<name>", "buffer.<name>", metadata "result" =
 // {lrs: [...], losses: [...], mixup: [[{lam, perm}...]...]}.
 #include "io/safetensors.h"
@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     so.steps_per_epoch = s.at("steps_per_epoch").get<std::int64_t>();
     so.epochs = s.at("epochs").get<std::int64_t>();
     so.end_lr = s.value("end_lr", 0.0);
+    so.per_epoch = s.at("per_epoch").get<bool>();
     const train::LrSchedule schedule(so);
     train::StepOptions opts{p.at("label_smoothing").get<double>(), p.at("mixup").get<double>(),
                             p.at("seed").get<std::uint64_t>(), at::kFloat};

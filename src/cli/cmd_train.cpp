@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -18,6 +19,7 @@ namespace {
 
 struct TrainArgs {
   std::string data, recipe, resume, fine_tune;
+  bool print_config = false;
   std::map<std::string, std::string> values;  // field -> text of the flag given
   nlohmann::json flags = nlohmann::json::object();
   distributed::LaunchOptions launch;
@@ -71,8 +73,18 @@ int run(TrainArgs& a) {
   nlohmann::json overrides = a.flags;
   for (const auto& [field, text] : a.values) overrides[field] = parse_value(field, defaults.at(field), text);
   if (!a.data.empty()) overrides["data"] = a.data;
+  // DLE's --lr is absolute: a recipe's per-reference-batch LR does not scale
+  // an LR given on the command line unless --lr-reference-batch is given too.
+  if (overrides.contains("lr") && !overrides.contains("lr_reference_batch")) overrides["lr_reference_batch"] = 0;
   train::apply_json(config, overrides, "flags");
   options.fine_tune = a.fine_tune;
+  if (a.print_config) {
+    train::TrainConfig checked = config;
+    if (checked.data.empty()) checked.data = "-";  // the data is only read by the run
+    train::validate(checked);
+    std::cout << train::to_json(config).dump(2) << '\n';
+    return 0;
+  }
   train::validate(config);  // once, in the launcher, rather than once per worker
   return launch_or_run(a.launch, [&](const distributed::WorkerEnv* worker) {
     if (worker) options.dist = *worker;
@@ -95,6 +107,32 @@ void add_train_command(CLI::App& app) {
       ->multi_option_policy(last);
   cmd->add_option("--fine-tune", args->fine_tune, "start from these weights, a new classifier for another class count")
       ->multi_option_policy(last);
+  cmd->add_flag("--print-config", args->print_config,
+               "print the resolved configuration (recipe, resume and flags) as JSON and exit; DATA may be left out");
+  // DLE's main.py spellings beside convnets' own (the same field, DLE's meaning).
+  cmd->add_flag_callback("--amp", [args] { args->flags["precision"] = "amp"; }, "DLE: --precision amp");
+  cmd->add_option_function<std::int64_t>(
+      "--gather-checkpoints",
+      [args](std::int64_t n) {
+        // DLE writes checkpoint_NNNN every epoch and keeps the last N (0: all;
+        // -1: none survive).
+        args->flags["save_every"] = n < 0 ? 0 : 1;
+        args->flags["keep"] = n < 0 ? 0 : n;
+      },
+      "DLE: keep an epoch-N checkpoint of every epoch, the last N of them (0: all; -1: none)");
+  cmd->add_option_function<std::string>(
+      "--gpu-affinity",
+      [](const std::string& mode) {
+        if (mode != "none") {
+          throw Error("--gpu-affinity " + mode + ": convnets does not pin CPU cores to GPUs (DLE's NVML-based modes)",
+                      "leave the flag out or pass none; pin processes with numactl or taskset");
+        }
+      },
+      "DLE: CPU affinity per GPU; only none (no pinning) is available");
+  static const std::map<std::string, std::string> dle_aliases = {
+      {"arch", "-a"},           {"batch_size", "-b"}, {"workers", "-j"},     {"print_freq", "-p"},
+      {"weight_decay", "--wd"}, {"lr", "--learning-rate"}, {"ema", "--use-ema"}, {"top_k", "--topk"},
+      {"num_classes", "--num_classes"}, {"opt_eps", "--rmsprop-eps"}};
   add_launch_flags(cmd, args->launch);
   const auto defaults = train::to_json(train::TrainConfig{});
   for (auto it = defaults.begin(); it != defaults.end(); ++it) {
@@ -108,7 +146,8 @@ void add_train_command(CLI::App& app) {
                              "turn off " + flag);
     } else {
       const auto& v = it.value();
-      cmd->add_option(flag, args->values[field], help)
+      const auto alias = dle_aliases.find(field);
+      cmd->add_option(alias == dle_aliases.end() ? flag : alias->second + "," + flag, args->values[field], help)
           ->expected(1)
           ->multi_option_policy(last)
           ->type_name(v.is_number_integer() ? "INT" : v.is_number() ? "NUMBER" : v.is_array() ? "N,N,.." : "TEXT");

@@ -23,9 +23,10 @@ namespace {
   X(epochs, "training epochs")                                                                               \
   X(batch_size, "images per step and process")                                                              \
   X(optimizer_batch_size, "images per optimizer step over all processes; a multiple of --batch-size x processes accumulates gradients (0: no accumulation)") \
-  X(lr, "learning rate per --lr-reference-batch images of optimizer batch")                                  \
-  X(lr_reference_batch, "batch the --lr refers to; the LR scales linearly with the optimizer batch (0: no scaling)") \
-  X(lr_schedule, "step | linear | cosine | staircase (per iteration)")                                       \
+  X(lr, "learning rate, absolute as in DLE (per --lr-reference-batch images when that is set)")             \
+  X(lr_reference_batch, "batch a recipe's --lr refers to; the LR scales linearly with the optimizer batch (0: absolute). A --lr flag without this flag sets it to 0") \
+  X(lr_schedule, "step | linear | cosine | staircase (timm's --sched step: decay every --lr-decay-epochs)")   \
+  X(lr_granularity, "epoch: the LR changes once per epoch, as DLE and timm | step: every optimizer step")    \
   X(warmup, "epochs of linear LR warmup")                                                                    \
   X(warmup_lr, "LR at the first warmup step, rising linearly to --lr (0: --lr / warmup steps, as DLE)")      \
   X(lr_decay_epochs, "staircase schedule: multiply the LR by --lr-step-factor every this many epochs (fractions allowed)") \
@@ -41,13 +42,16 @@ namespace {
   X(bn_weight_decay, "also decay BN parameters and biases")                                                  \
   X(label_smoothing, "label smoothing factor")                                                               \
   X(mixup, "mixup alpha (0: off)")                                                                           \
-  X(ema, "decay of the weight EMA evaluated beside the model (0: off)")                                      \
+  X(ema, "decay of the weight EMA evaluated beside the model (0: off; DLE's --use-ema)")                     \
+  X(ema_warmup, "EMA decay min(--ema, (1 + step) / (10 + step)) as DLE's EMA (--no-ema-warmup: constant, as timm)") \
+  X(best_by, "the top-1 that picks best.safetensors: model (DLE) | ema (timm with --model-ema) | auto: ema when --ema is on") \
   X(dropout, "dropout before the classifier (negative: the arch's; GPUNet 0.2)")                             \
   X(drop_path, "drop-path (stochastic depth) rate of the deepest block, linear in depth (negative: the arch's; GPUNet 0.2)") \
   X(teacher, "knowledge distillation: the teacher's arch (a name or a GPUNet .json); adds a soft-target loss") \
   X(teacher_checkpoint, "knowledge distillation: the teacher's weights (checkpoint or safetensors)")       \
   X(teacher_img_size, "knowledge distillation: the image size the teacher sees; images load at it and the student gets them resized (0: the student's)") \
-  X(precision, "fp32 | tf32 | amp | bf16")                                                                   \
+  X(precision, "fp32 | tf32 | amp | bf16 (--amp: amp)")                                                      \
+  X(static_loss_scale, "amp: the initial loss scale, doubled after 100 clean steps and halved on overflow, as DLE's GradScaler (0: from 65536, doubled after 2000)") \
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
   X(cuda_graph, "on CUDA, capture the whole training step in a CUDA graph and replay it (off with mixup)")                                                            \
   X(device, "auto | cpu | cuda")                                                                             \
@@ -56,15 +60,20 @@ namespace {
   X(dist_backend, "data-parallel runs: auto | gloo | nccl (auto: nccl for CUDA, gloo for CPU)")             \
   X(seed, "seed of initialisation, data order, augmentation and mixup")                                      \
   X(workers, "data loader threads (0: one per CPU)")                                                         \
-  X(data_backend, "auto | cpu | gpu: decode on the loader threads, or entropy-decode there and finish on the GPU (auto: cpu)") \
+  X(prefetch, "batches each loader thread prepares ahead")                                                   \
+  X(data_backend, "auto | cpu | gpu: decode on the loader threads, or entropy-decode there and finish on the GPU (auto: cpu; DLE's pytorch and dali-cpu are cpu, dali-gpu is gpu)") \
   X(prof, "stop after this many optimizer steps (0: full run)")                                              \
+  X(run_epochs, "stop after this many epochs of this invocation, the schedule still spanning --epochs (DLE; 0 or -1: all)") \
   X(training_only, "skip validation")                                                                        \
   X(evaluate, "only validate the weights of --resume or --fine-tune")                                        \
   X(print_freq, "steps between progress lines when stdout is not a terminal")                                \
-  X(save_every, "also save epoch-N checkpoints every N epochs (0: off)")                                     \
+  X(checkpoints, "save checkpoints (--no-checkpoints: none, as DLE; an interrupted run then cannot resume)")   \
+  X(raport_file, "the DLLogger JSON log's file name in the workspace (DLE's --raport-file)")                 \
+  X(save_every, "also save epoch-N checkpoints every N epochs (0: off; --gather-checkpoints: every epoch)")   \
   X(keep, "how many epoch-N checkpoints to keep (0: all)")                                                   \
   X(image_size, "training and eval crop size (0: the arch's)")                                               \
   X(crop_ratio, "eval: resize to size / ratio, then centre-crop (0: the arch's)")                            \
+  X(interpolation, "resizing filter of training and eval: bilinear (PIL's antialiased, as DLE's default)")   \
   X(mean, "normalisation mean, RGB on the 0..1 scale (default: the arch's)")                                 \
   X(std, "normalisation std, RGB (default: the arch's)")                                                     \
   X(crop_scale_min, "RandomResizedCrop: smallest area fraction (1: no crop)")                                 \
@@ -72,6 +81,7 @@ namespace {
   X(init, "conv init: fan_in (DLE) | fan_out (torchvision)")                                                 \
   X(zero_init_residual, "zero the last BN of each residual branch")                                          \
   X(top_k, "report top-k accuracy besides top-1")                                                            \
+  X(num_classes, "classes of the classifier; must equal the data's (0: the data's)")                         \
   X(bad_images, "skip | fail: what an undecodable image does")                                               \
   X(max_train_images, "use only the first N training samples (0: all)")                                      \
   X(max_val_images, "use only the first N validation samples (0: all)")
@@ -135,6 +145,13 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
   }
   CONVNETS_TRAIN_FIELDS(CONVNETS_FROM_JSON)
 #undef CONVNETS_FROM_JSON
+  // DLE's spellings, so its command lines and configs.yml values read as is.
+  static const std::map<std::string, std::string> dle_archs = {{"resnext101-32x4d", "resnext101_32x4d"},
+                                                               {"se-resnext101-32x4d", "se_resnext101_32x4d"}};
+  if (auto it = dle_archs.find(c.arch); it != dle_archs.end()) c.arch = it->second;
+  static const std::map<std::string, std::string> dle_backends = {
+      {"pytorch", "cpu"}, {"dali-cpu", "cpu"}, {"dali-gpu", "gpu"}};
+  if (auto it = dle_backends.find(c.data_backend); it != dle_backends.end()) c.data_backend = it->second;
 }
 
 void validate(const TrainConfig& c) {
@@ -148,6 +165,11 @@ void validate(const TrainConfig& c) {
   check(std::isfinite(c.lr) && c.lr >= 0, "lr", "a non-negative number", str(c.lr));
   check(c.lr_reference_batch >= 0, "lr_reference_batch", "0 or positive", std::to_string(c.lr_reference_batch));
   check_choice("lr_schedule", c.lr_schedule, {"step", "linear", "cosine", "staircase"});
+  check_choice("lr_granularity", c.lr_granularity, {"epoch", "step"});
+  if (c.lr_granularity == "epoch" && c.warmup != std::floor(c.warmup)) {
+    throw Error("--warmup " + str(c.warmup) + " is not a whole number of epochs, which --lr-granularity epoch needs",
+                "pass whole epochs, or --lr-granularity step for a warmup of part of an epoch");
+  }
   check(c.warmup_lr >= 0, "warmup_lr", "non-negative", str(c.warmup_lr));
   check(c.lr_decay_epochs > 0, "lr_decay_epochs", "positive epochs", str(c.lr_decay_epochs));
   check_choice("optimizer", c.optimizer, {"sgd", "rmsproptf"});
@@ -163,7 +185,7 @@ void validate(const TrainConfig& c) {
   if (!(std::isfinite(c.warmup) && c.warmup >= 0 && c.warmup < c.epochs)) {
     throw Error("--warmup must be at least 0 and less than --epochs (" + std::to_string(c.epochs) + "), got " +
                     str(c.warmup),
-                "short runs: pass --warmup 0 (or a fraction of an epoch)");
+                "short runs: pass --warmup 0 (or a fraction of an epoch with --lr-granularity step)");
   }
   for (double s : c.lr_steps) check(s > 0, "lr_steps", "positive epochs", str(s));
   check(c.lr_step_factor >= 0, "lr_step_factor", "non-negative", str(c.lr_step_factor));
@@ -174,13 +196,24 @@ void validate(const TrainConfig& c) {
   check(c.label_smoothing >= 0 && c.label_smoothing < 1, "label_smoothing", "in [0, 1)", str(c.label_smoothing));
   check(std::isfinite(c.mixup) && c.mixup >= 0, "mixup", "alpha >= 0 (0 disables mixup)", str(c.mixup));
   check(c.ema >= 0 && c.ema < 1, "ema", "a decay in [0, 1) (0 disables the EMA)", str(c.ema));
+  check_choice("best_by", c.best_by, {"auto", "model", "ema"});
+  check(c.best_by != "ema" || c.ema > 0, "best_by", "used with --ema", "no EMA");
   check_choice("precision", c.precision, {"fp32", "tf32", "amp", "bf16"});
   check_choice("memory_format", c.memory_format, {"nhwc", "nchw"});
   check_choice("device", c.device, {"auto", "cpu", "cuda"});
   check(std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "a positive size in MiB", str(c.bucket_mb));
   check_choice("dist_backend", c.dist_backend, {"auto", "gloo", "nccl"});
   check(c.workers >= 0, "workers", "0 or positive", std::to_string(c.workers));
-  check(c.prof >= 0, "prof", "0 or positive", std::to_string(c.prof));
+  check(c.prof >= -1, "prof", "-1, 0 (full run) or positive", std::to_string(c.prof));
+  check(c.run_epochs >= -1, "run_epochs", "-1, 0 (all) or positive", std::to_string(c.run_epochs));
+  check(!c.raport_file.empty() && c.raport_file.find('/') == std::string::npos && c.raport_file != "config.json" &&
+            c.raport_file.find(".safetensors") == std::string::npos,
+        "raport_file", "a file name inside --workspace other than config.json and the checkpoints",
+        "'" + c.raport_file + "'");
+  check(std::isfinite(c.static_loss_scale) && c.static_loss_scale >= 0, "static_loss_scale",
+        "0 (dynamic) or a positive scale", str(c.static_loss_scale));
+  check(c.prefetch >= 1, "prefetch", "at least 1", std::to_string(c.prefetch));
+  check(c.num_classes >= 0, "num_classes", "0 (the data's) or positive", std::to_string(c.num_classes));
   check(!(c.training_only && c.evaluate), "evaluate", "used without --training-only", "both");
   check(c.print_freq >= 1, "print_freq", "at least 1", std::to_string(c.print_freq));
   check(c.save_every >= 0, "save_every", "0 or positive", std::to_string(c.save_every));
@@ -191,6 +224,10 @@ void validate(const TrainConfig& c) {
   check(c.std.empty() || c.std.size() == 3, "std", "3 values (R,G,B)", std::to_string(c.std.size()) + " values");
   for (double s : c.std) check(s > 0, "std", "positive", str(s));
   check(c.crop_scale_min > 0 && c.crop_scale_min <= 1, "crop_scale_min", "in (0, 1]", str(c.crop_scale_min));
+  if (c.interpolation != "bilinear") {
+    throw Error("--interpolation " + c.interpolation + " is not available: convnets resizes with PIL's bilinear only",
+                "leave --interpolation out, or pass bilinear (DLE's default)");
+  }
   check_choice("init", c.init, {"fan_in", "fan_out"});
   check(c.top_k >= 1, "top_k", "at least 1", std::to_string(c.top_k));
   check_choice("bad_images", c.bad_images, {"skip", "fail"});

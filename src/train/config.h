@@ -11,8 +11,9 @@ namespace convnets::train {
 
 // Field names follow NVIDIA DeepLearningExamples' ConvNets main.py flags
 // (--lr, --warmup, --label-smoothing, --mixup, --optimizer-batch-size, ...);
-// each field `a_b` is also the flag `--a-b`. Defaults are DLE's ResNet-50 v1.5
-// recipe (README "Default configuration").
+// each field `a_b` is also the flag `--a-b`, with DLE's meaning (--lr is the
+// absolute learning rate). Defaults are DLE's ResNet-50 v1.5 recipe (README
+// "Default configuration").
 struct TrainConfig {
   std::string arch = "resnet50";
   std::string data;       // training data: image folder, list file, IDX folder or synthetic[:N]
@@ -21,9 +22,10 @@ struct TrainConfig {
   std::int64_t epochs = 90;
   std::int64_t batch_size = 256;            // per process
   std::int64_t optimizer_batch_size = 0;    // over all processes (DLE); 0: batch_size x processes; a multiple accumulates
-  double lr = 0.256;                        // per `lr_reference_batch` images of optimizer batch
-  std::int64_t lr_reference_batch = 256;    // linear scaling (Goyal et al. 2017); 0 disables it
+  double lr = 0.256;                        // absolute, as DLE's --lr; per `lr_reference_batch` images when that is set
+  std::int64_t lr_reference_batch = 0;      // > 0: linear scaling (Goyal et al. 2017) from this batch; 0: none (DLE)
   std::string lr_schedule = "cosine";       // step | linear | cosine | staircase
+  std::string lr_granularity = "epoch";     // epoch: the LR changes at epoch starts (DLE, timm) | step
   double warmup = 8;                        // epochs of linear warmup (fractions allowed)
   double warmup_lr = 0;                     // LR at the first warmup step; 0: DLE's base / warmup steps
   double lr_decay_epochs = 2.4;             // staircase: epochs between multiplications by lr_step_factor
@@ -40,12 +42,15 @@ struct TrainConfig {
   double label_smoothing = 0.1;
   double mixup = 0;                         // Beta(alpha, alpha); 0 disables
   double ema = 0;                           // decay of the weight EMA; 0 disables
+  bool ema_warmup = true;                   // DLE's decay min(ema, (1 + t) / (10 + t)) at step t; timm has none
+  std::string best_by = "auto";             // which top-1 picks best.safetensors: model | ema | auto (ema when on, as timm)
   double dropout = -1;                      // before the classifier; negative: the arch's (GPUNet 0.2)
   double drop_path = -1;                    // stochastic depth of the deepest block; negative: the arch's
   std::string teacher;                      // knowledge distillation: the teacher's arch (name or .json)
   std::string teacher_checkpoint;           // its weights (a convnets checkpoint or weights file)
   std::int64_t teacher_img_size = 0;        // the resolution the teacher sees; 0: the student's
   std::string precision = "fp32";           // fp32 | tf32 | amp | bf16
+  double static_loss_scale = 0;             // amp, DLE: the initial loss scale, grown after 100 clean steps (0: GradScaler's defaults)
   std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw
   std::string device = "auto";              // auto | cpu | cuda
   bool cuda_graph = true;                   // CUDA: replay the whole step as one graph (not with mixup)
@@ -54,14 +59,19 @@ struct TrainConfig {
   std::string dist_backend = "auto";        // auto | gloo | nccl
   std::int64_t seed = 0;
   std::int64_t workers = 0;                 // loader threads; 0: one per CPU
+  std::int64_t prefetch = 2;                // batches prepared ahead per loader thread (DLE's --prefetch)
   std::int64_t prof = 0;                    // stop after this many optimizer steps; 0: full run
+  std::int64_t run_epochs = 0;              // DLE: stop after this many epochs of this invocation; 0 (or -1): all
   bool training_only = false;               // skip validation
   bool evaluate = false;                    // validate only (needs --resume or --fine-tune weights)
   std::int64_t print_freq = 50;             // steps between progress lines when not on a terminal
+  bool checkpoints = true;                  // false: DLE's --no-checkpoints, no checkpoint is written
+  std::string raport_file = "log.json";     // the DLLogger log in the workspace (DLE's --raport-file)
   std::int64_t save_every = 0;              // also keep epoch-N checkpoints every N epochs
   std::int64_t keep = 0;                    // how many of those to keep; 0: all
   std::int64_t image_size = 0;              // 0: the arch's input size
   double crop_ratio = 0;                    // eval resize = size / crop_ratio; 0: the arch's
+  std::string interpolation = "bilinear";   // resizing filter (PIL's antialiased bilinear; bicubic not built yet)
   std::vector<double> mean;                 // RGB, 0..1 scale; empty: the arch's
   std::vector<double> std;
   double crop_scale_min = 0.08;             // RandomResizedCrop area fraction lower bound
@@ -69,6 +79,7 @@ struct TrainConfig {
   std::string init = "fan_in";              // fan_in (DLE) | fan_out (torchvision)
   bool zero_init_residual = false;
   std::int64_t top_k = 5;                   // reported besides top-1 (capped at the class count)
+  std::int64_t num_classes = 0;             // the classifier's size, checked against the data (DLE); 0: the data's
   std::string bad_images = "skip";
   std::string data_backend = "auto";  // auto | cpu | gpu (train/runtime.h use_device_decode)
   std::int64_t max_train_images = 0;        // use only the first N samples; 0: all
@@ -78,7 +89,9 @@ struct TrainConfig {
 nlohmann::ordered_json to_json(const TrainConfig& c);
 
 // Fields absent from `j` keep their current value in `c`; an unknown field or a
-// value of the wrong type throws Error naming the field and `source`.
+// value of the wrong type throws Error naming the field and `source`. DLE's
+// names for values are read as convnets' (arch resnext101-32x4d, data backend
+// pytorch / dali-cpu / dali-gpu).
 void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& source);
 
 // Every range and choice; the error names the flag (--batch-size ...).

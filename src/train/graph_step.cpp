@@ -119,6 +119,7 @@ StepRunner::StepRunner(NetworkImpl& model, Optimizer& optimizer, LossScaler* sca
       use_graph_(cuda_graph && device.is_cuda() && GraphedStep::unsupported_reason(options).empty()) {}
 
 at::Tensor StepRunner::run(const std::vector<MicroBatch>& micro, double lr, std::int64_t step) {
+  if (ema_) ema_->set_step(step);
   if (!use_graph_) return train_step(model_, optimizer_, scaler_, ema_, micro, lr, step, options_).loss;
   // Static shapes hold: train's loader drops the last partial batch, bench's batch is fixed.
   if (!graph_) graph_ = std::make_unique<GraphedStep>(model_, optimizer_, scaler_, ema_, micro, options_);

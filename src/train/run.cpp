@@ -93,6 +93,11 @@ void open_data(TrainingRun& run) {
     check_same_classes(*run.train_data, *run.val_data);
   }
   run.num_classes = static_cast<std::int64_t>(run.train_data->num_classes());
+  if (c.num_classes > 0 && c.num_classes != run.num_classes) {
+    throw Error("--num-classes " + std::to_string(c.num_classes) + ", but the training data has " +
+                    std::to_string(run.num_classes) + " classes (" + run.train_data->description() + ")",
+                "pass --num-classes " + std::to_string(run.num_classes) + " or leave it out");
+  }
   const std::int64_t per_round = c.batch_size * run.world;
   if (c.optimizer_batch_size > 0 && c.optimizer_batch_size % per_round != 0) {
     throw Error("--optimizer-batch-size " + std::to_string(c.optimizer_batch_size) + " is not a multiple of --batch-size " +
@@ -173,12 +178,21 @@ void build_training_state(TrainingRun& run) {
                                                                  /*broadcast_buffers=*/!c.sync_bn);
     run.reducer->broadcast_state(*run.model);  // ranks start bit-identical whatever they loaded
   }
-  if (run.rt.loss_scaling) run.scaler = std::make_unique<LossScaler>(run.rt.device);
+  if (run.rt.loss_scaling) {
+    if (c.static_loss_scale > 0) {
+      // DLE's main.py: GradScaler(init_scale=static_loss_scale, growth_factor=2,
+      // backoff_factor=0.5, growth_interval=100) (a fixed scale until its 2022
+      // change; the name stayed).
+      run.scaler = std::make_unique<LossScaler>(run.rt.device, c.static_loss_scale, 2.0, 0.5, 100);
+    } else {
+      run.scaler = std::make_unique<LossScaler>(run.rt.device);
+    }
+  }
   if (!c.teacher.empty()) run.teacher = load_teacher(c, run.num_classes, run.rt);
   if (c.ema > 0) {
     auto shadow = build_model(run.arch, model_options(run));
     prepare_model(*shadow, run.rt);
-    run.ema = std::make_unique<Ema>(shadow, *run.model, c.ema);
+    run.ema = std::make_unique<Ema>(shadow, *run.model, c.ema, c.ema_warmup);
   }
 }
 
@@ -225,6 +239,7 @@ void make_loaders(TrainingRun& run) {
   lo.shard.shuffle = true;
   lo.shard.seed = static_cast<std::uint64_t>(c.seed);
   lo.bad_images = data::parse_bad_image_policy(c.bad_images);
+  lo.prefetch = static_cast<int>(c.prefetch);
   if (!c.evaluate) {
     data::LoaderOptions tlo = lo;
     tlo.shard.block = c.batch_size;  // whole micro-batches per rank: see ShardOptions::block
@@ -318,6 +333,7 @@ void plan_steps(TrainingRun& run) {
   }
   ScheduleOptions so;
   so.kind = c.lr_schedule;
+  so.per_epoch = c.lr_granularity == "epoch";
   run.base_lr = scaled_lr(c.lr, run.optimizer_batch, c.lr_reference_batch);
   so.base_lr = run.base_lr;
   so.warmup_epochs = c.warmup;
@@ -369,15 +385,21 @@ void open_workspace(TrainingRun& run) {
   run.last_path = last_checkpoint_path(c.workspace);
   run.resolved_config = to_json(c);
   if (!run.writer) return;
+  const auto log_path = (fs::path(c.workspace) / c.raport_file).string();
   if (!run.resume && fs::exists(run.last_path)) {
     throw Error("--workspace " + c.workspace + " already holds a run (" + run.last_path + ")",
                 "continue it with --resume " + run.last_path + ", or pick another --workspace");
+  }
+  if (!run.resume && fs::exists(log_path)) {
+    // A run without checkpoints (or stopped before its first) leaves only its log.
+    throw Error("--workspace " + c.workspace + " already holds a run's log (" + log_path + ")",
+                "pick another --workspace or --raport-file");
   }
   fs::create_directories(c.workspace);
   const auto derived = derived_values(run);
   write_file_atomically((fs::path(c.workspace) / "config.json").string(),
                         nlohmann::ordered_json{{"config", run.resolved_config}, {"derived", derived}}.dump(2) + "\n");
-  run.log = std::make_unique<DlLogger>((fs::path(c.workspace) / "log.json").string(), /*append=*/run.resume != nullptr);
+  run.log = std::make_unique<DlLogger>(log_path, /*append=*/run.resume != nullptr);
   nlohmann::ordered_json params = run.resolved_config;
   params.update(derived);
   params["resumed_from"] = run.resume ? run.resume->path : "";
@@ -409,14 +431,23 @@ void print_run_summary(const TrainingRun& run) {
               << "), " << run.reducer->stats().buckets << " gradient buckets of <= " << c.bucket_mb << " MiB"
               << (c.sync_bn ? ", synchronized BN" : "") << '\n';
   }
+  if (run.val_loader) {
+    std::cout << "       best checkpoint by " << (best_by_ema(run) ? "EMA" : "model") << " top-1"
+              << (run.ema ? ", EMA decay " + std::to_string(c.ema) + (c.ema_warmup ? " with DLE's warm-up" : "") : "")
+              << '\n';
+  }
   if (run.resume) {
     std::cout << "resume: " << run.resume->path << " at epoch " << run.position.epoch + 1 << ", step "
               << run.position.step_in_epoch << "/" << run.steps_per_epoch << '\n';
   }
 }
 
+bool best_by_ema(const TrainingRun& run) {
+  return run.ema && (run.config.best_by == "ema" || run.config.best_by == "auto");
+}
+
 void save_run(const TrainingRun& run, const std::string& path) {
-  if (!run.writer) return;
+  if (!run.writer || !run.config.checkpoints) return;
   NamedTensors tensors;
   for (auto& [k, t] : state_dict(*run.model)) tensors.emplace_back("model." + k, t);
   if (run.ema) {

@@ -106,11 +106,15 @@ void plan_steps(TrainingRun& run);
 // metadata. Rank 0 only; other ranks get the paths alone.
 void open_workspace(TrainingRun& run);
 
+// Whether best.safetensors follows the EMA's top-1 (--best-by, with an EMA).
+bool best_by_ema(const TrainingRun& run);
+
 // The lines that say what is about to be trained (rank 0).
 void print_run_summary(const TrainingRun& run);
 
 // Model, EMA, optimizer, loss-scale and RNG state plus the run's metadata at
-// run.position; rank 0 writes, the others hold the same state.
+// run.position; rank 0 writes, the others hold the same state; nothing with
+// --no-checkpoints.
 void save_run(const TrainingRun& run, const std::string& path);
 
 }  // namespace convnets::train

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace convnets::train {
 namespace fs = std::filesystem;
@@ -74,9 +75,13 @@ int pending_signal(const TrainingRun& run, bool agree) {
 
 // Called with `last` saved; the exit code and message say how to go on.
 int interrupted(const TrainingRun& run, int sig, const std::string& where) {
-  if (run.writer) {
-    std::cerr << "convnets: interrupted by " << signal_name(sig) << " " << where << "; saved " << run.last_path
-              << "\n  resume with: " << run.options.command << " --resume " << run.last_path << '\n';
+  if (!run.writer) return 128 + sig;
+  std::cerr << "convnets: interrupted by " << signal_name(sig) << " " << where;
+  if (run.config.checkpoints) {
+    std::cerr << "; saved " << run.last_path << "\n  resume with: " << run.options.command << " --resume "
+              << run.last_path << '\n';
+  } else {
+    std::cerr << "; no checkpoint saved (--no-checkpoints), the run cannot resume\n";
   }
   return 128 + sig;
 }
@@ -214,20 +219,28 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
 
 // ---- validation: the model, and the EMA when there is one
 
-EvalResult validate_epoch(TrainingRun& run, std::int64_t epoch, nlohmann::ordered_json& entry) {
+struct Validation {
+  EvalResult model;
+  std::optional<EvalResult> ema;
+  // The result that picks the best checkpoint (--best-by).
+  const EvalResult& deciding(const TrainingRun& run) const { return best_by_ema(run) ? *ema : model; }
+};
+
+Validation validate_epoch(TrainingRun& run, std::int64_t epoch, nlohmann::ordered_json& entry) {
   const auto& c = run.config;
   std::function<void(at::Tensor&)> sum_over_ranks;
   if (run.group) sum_over_ranks = [&run](at::Tensor& t) { run.group->all_reduce_sum(t); };
   const std::string tag = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs);
-  auto r = evaluate(*run.model, *run.val_loader, run.rt, run.pre, c.top_k, run.writer ? tag + " val" : "",
-                    c.print_freq, sum_over_ranks);
-  entry.update(r.to_dllogger("val"));
+  Validation v;
+  v.model = evaluate(*run.model, *run.val_loader, run.rt, run.pre, c.top_k, run.writer ? tag + " val" : "",
+                     c.print_freq, sum_over_ranks);
+  entry.update(v.model.to_dllogger("val"));
   if (run.ema) {
-    auto e = evaluate(*run.ema->model(), *run.val_loader, run.rt, run.pre, c.top_k,
-                      run.writer ? tag + " val (EMA)" : "", c.print_freq, sum_over_ranks);
-    entry.update(e.to_dllogger("val_ema"));
+    v.ema = evaluate(*run.ema->model(), *run.val_loader, run.rt, run.pre, c.top_k,
+                     run.writer ? tag + " val (EMA)" : "", c.print_freq, sum_over_ranks);
+    entry.update(v.ema->to_dllogger("val_ema"));
   }
-  return r;
+  return v;
 }
 
 // ---- end of an epoch: log, `last`, `best`, `epoch-N` and their pruning
@@ -253,7 +266,7 @@ void prune_epoch_checkpoints(const std::string& workspace, std::int64_t keep) {
 void save_epoch_checkpoints(TrainingRun& run, std::int64_t epoch, bool complete, bool improved) {
   const auto& c = run.config;
   save_run(run, run.last_path);
-  if (!run.writer || !complete) return;
+  if (!run.writer || !complete || !c.checkpoints) return;
   if (improved) copy_file_atomically(run.last_path, (fs::path(c.workspace) / "best.safetensors").string());
   if (c.save_every > 0 && (epoch + 1) % c.save_every == 0) {
     copy_file_atomically(run.last_path,
@@ -263,26 +276,40 @@ void save_epoch_checkpoints(TrainingRun& run, std::int64_t epoch, bool complete,
 }
 
 // The run's summary line in the log and on stdout (rank 0).
-int finish_run(TrainingRun& run, const EvalResult& last_val) {
+int finish_run(TrainingRun& run, const std::optional<Validation>& last_val) {
   const auto& pos = run.position;
+  const bool by_ema = best_by_ema(run);
   nlohmann::ordered_json summary{{"train.steps", pos.global_step}};
   if (pos.best_epoch > 0) {
-    summary["val.best_top1"] = pos.best_top1;
+    summary["val.best_top1"] = pos.best_top1;  // of the model or the EMA, as val.best_by says
     summary["val.best_epoch"] = pos.best_epoch;
-    summary.update(last_val.to_dllogger("val"));
+    summary["val.best_by"] = by_ema ? "ema" : "model";
+  }
+  if (last_val) {
+    summary.update(last_val->model.to_dllogger("val"));
+    if (last_val->ema) summary.update(last_val->ema->to_dllogger("val_ema"));
   }
   if (!run.writer) return 0;
   run.log->log(nlohmann::json::array(), summary);
   std::cout << "done: " << pos.global_step << " steps";
-  if (pos.best_epoch > 0) std::cout << ", best top-1 " << fmt("%.2f", pos.best_top1) << "% (epoch " << pos.best_epoch << ")";
-  std::cout << "; checkpoints in " << run.config.workspace << '\n';
+  if (pos.best_epoch > 0) {
+    std::cout << ", best " << (by_ema ? "EMA " : "") << "top-1 " << fmt("%.2f", pos.best_top1) << "% (epoch "
+              << pos.best_epoch << ")";
+  }
+  if (run.config.checkpoints) std::cout << "; checkpoints in " << run.config.workspace;
+  std::cout << '\n';
+  if (pos.epoch < run.config.epochs && run.config.prof <= 0 && run.config.checkpoints) {
+    std::cout << "stopped after --run-epochs " << run.config.run_epochs << " at epoch " << pos.epoch << "/"
+              << run.config.epochs << "; continue with: " << run.options.command << " --resume " << run.last_path
+              << '\n';
+  }
   return 0;
 }
 
 // --evaluate: validate the loaded weights and print the figures; no workspace.
 int evaluate_only(TrainingRun& run) {
   nlohmann::ordered_json entry;
-  validate_epoch(run, run.position.epoch > 0 ? run.position.epoch - 1 : 0, entry);
+  (void)validate_epoch(run, run.position.epoch > 0 ? run.position.epoch - 1 : 0, entry);
   if (run.writer) std::cout << entry.dump(2) << '\n';
   return 0;
 }
@@ -304,11 +331,14 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
   print_run_summary(run);
   SignalScope signals;
   StepRunner stepper = make_stepper(run);
-  EvalResult last_val;
+  std::optional<Validation> last_val;
   auto& pos = run.position;
   // The position says which epoch is next: the one after a whole epoch, the
-  // same one after --prof stopped inside it.
-  for (std::int64_t epoch = pos.epoch; epoch < config.epochs; epoch = pos.epoch) {
+  // same one after --prof stopped inside it. --run-epochs ends this
+  // invocation early (a begun epoch counts); the schedule spans --epochs.
+  const std::int64_t end_epoch =
+      config.run_epochs > 0 ? std::min(config.epochs, pos.epoch + config.run_epochs) : config.epochs;
+  for (std::int64_t epoch = pos.epoch; epoch < end_epoch; epoch = pos.epoch) {
     EpochOutcome e = train_one_epoch(run, stepper, epoch);
     if (e.interrupted_by != 0) {
       return interrupted(run, e.interrupted_by, "at epoch " + std::to_string(epoch + 1) + ", step " +
@@ -318,9 +348,10 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
     bool improved = false;
     if (run.val_loader) {
       last_val = validate_epoch(run, epoch, e.log);
-      improved = last_val.top1 > pos.best_top1;
+      const double top1 = last_val->deciding(run).top1;
+      improved = top1 > pos.best_top1;
       if (improved) {
-        pos.best_top1 = last_val.top1;
+        pos.best_top1 = top1;
         pos.best_epoch = epoch + 1;
       }
     }
@@ -331,7 +362,7 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
     }
     save_epoch_checkpoints(run, epoch, e.complete, improved);
     const int sig = pending_signal(run, /*agree=*/true);
-    if (sig != 0 && epoch + 1 < config.epochs) return interrupted(run, sig, "after epoch " + std::to_string(epoch + 1));
+    if (sig != 0 && epoch + 1 < end_epoch) return interrupted(run, sig, "after epoch " + std::to_string(epoch + 1));
     if (e.prof_reached) break;
   }
   return finish_run(run, last_val);

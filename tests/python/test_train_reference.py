@@ -5,7 +5,8 @@ batches written here; this file recomputes the same steps with torchvision's
 resnet18 and torch.optim.SGD and compares parameters, momentum buffers and BN
 statistics (max relative error 1e-5 per tensor, relative to the tensor's
 largest magnitude). The learning rate of each step is recomputed here from the
-schedule's formula (linear warmup, then cosine), independently of convnets.
+schedule's formula (linear warmup, then cosine; per step, or per epoch as DLE's
+lr_cosine_policy), independently of convnets.
 """
 import json
 import math
@@ -26,7 +27,12 @@ PROBE = os.environ["CONVNETS_TRAIN_PROBE"]
 TOLERANCE = 1e-5
 
 
-def warmup_cosine_lr(step, base_lr, warmup_epochs, steps_per_epoch, epochs, end_lr=0.0):
+def warmup_cosine_lr(step, base_lr, warmup_epochs, steps_per_epoch, epochs, end_lr=0.0, per_epoch=False):
+    if per_epoch:  # DLE ConvNets image_classification/optimizers.py, lr_cosine_policy
+        e = step // steps_per_epoch
+        if e < warmup_epochs:
+            return base_lr * (e + 1) / warmup_epochs
+        return end_lr + 0.5 * (1 + math.cos(math.pi * (e - warmup_epochs) / (epochs - warmup_epochs))) * (base_lr - end_lr)
     total = steps_per_epoch * epochs
     warmup = round(warmup_epochs * steps_per_epoch)
     if step < warmup:
@@ -45,7 +51,7 @@ def max_rel(a, b):
 class TrainStepMatchesTorchOptimSGD(unittest.TestCase):
     def run_case(self, *, steps=2, micro=1, batch=4, mixup=0.0, nesterov=True, label_smoothing=0.1,
                  weight_decay=5e-4, bn_weight_decay=False, memory_format="nchw", first_step=5,
-                 reference_decay_all=None):
+                 reference_decay_all=None, schedule=None):
         torch.manual_seed(0)
         torch.set_num_threads(1)
         model = torchvision.models.resnet18(num_classes=10)
@@ -56,7 +62,8 @@ class TrainStepMatchesTorchOptimSGD(unittest.TestCase):
                     m.bias.uniform_(-0.2, 0.2)
                     m.running_mean.uniform_(-0.1, 0.1)
                     m.running_var.uniform_(0.5, 1.5)
-        schedule = dict(kind="cosine", base_lr=0.4, warmup_epochs=1.0, steps_per_epoch=4, epochs=3, end_lr=0.0)
+        schedule = schedule or dict(kind="cosine", base_lr=0.4, warmup_epochs=1.0, steps_per_epoch=4, epochs=3,
+                                    end_lr=0.0, per_epoch=False)
         inputs = {}
         for s in range(steps):
             for m in range(micro):
@@ -138,6 +145,12 @@ class TrainStepMatchesTorchOptimSGD(unittest.TestCase):
 
     def test_label_smoothing_nesterov_no_bn_decay_warmup_cosine(self):
         self.run_case()
+
+    def test_per_epoch_schedule_as_dle(self):
+        # Steps 1..3 of 2-step epochs with 2 warmup epochs: DLE's 0.2, 0.4, 0.4
+        # (the per-step warmup would give 0.2, 0.3, 0.4).
+        self.run_case(first_step=1, steps=3, schedule=dict(kind="cosine", base_lr=0.4, warmup_epochs=2.0,
+                                                           steps_per_epoch=2, epochs=4, end_lr=0.0, per_epoch=True))
 
     def test_channels_last_gives_the_same_step(self):
         self.run_case(memory_format="nhwc", steps=1)

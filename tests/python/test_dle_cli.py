@@ -1,0 +1,187 @@
+"""DLE's command line through `convnets train`: its flags, aliases and values mean what they mean in DLE's main.py.
+
+The configurations of DLE's ConvNets configs.yml (../shared/reference/recipes/
+dle_convnets_configs.json, resolved per model, platform and precision, with
+DLE's absolute lr) go through convnets' flag parser (`train --print-config`)
+and every value is checked against the resolved config. Short Fashion-MNIST
+runs check the flags that change a run: --run-epochs, --no-checkpoints,
+--raport-file, and the best checkpoint chosen by the EMA.
+"""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+BIN = os.environ["CONVNETS_BIN"]
+SHARED = os.environ.get("CONVNETS_SHARED_DIR", "")
+CONFIGS = os.path.join(SHARED, "reference", "recipes", "dle_convnets_configs.json")
+FASHION = "/usr/share/datasets/fashion-mnist"
+TINY = ["--recipe", "fashion-mnist-resnet8", "--max-train-images", "512", "--max-val-images", "256",
+        "--batch-size", "64", "--print-freq", "4", "--epochs", "2", "--warmup", "0"]
+
+
+def convnets(*args, timeout=600):
+    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def resolved(*args):
+    r = convnets("train", "--print-config", *args)
+    if r.returncode != 0:
+        raise AssertionError(f"train --print-config {' '.join(args)}: {r.stderr}")
+    return json.loads(r.stdout)
+
+
+def dllogger(path):
+    with open(path) as f:
+        return [json.loads(line[5:]) for line in f]
+
+
+# configs.yml key -> (DLE's flag, convnets' field, how DLE's value reads in convnets)
+DLE_ARCHS = {"resnet50": "resnet50", "resnext101-32x4d": "resnext101_32x4d",
+             "se-resnext101-32x4d": "se_resnext101_32x4d"}
+DLE_KEYS = {
+    "arch": ("--arch", "arch", DLE_ARCHS.get),
+    "batch_size": ("-b", "batch_size", None),
+    "optimizer_batch_size": ("--optimizer-batch-size", "optimizer_batch_size", None),
+    "lr": ("--lr", "lr", None),
+    "weight_decay": ("--wd", "weight_decay", None),
+    "momentum": ("--momentum", "momentum", None),
+    "warmup": ("--warmup", "warmup", None),
+    "epochs": ("--epochs", "epochs", None),
+    "label_smoothing": ("--label-smoothing", "label_smoothing", None),
+    "mixup": ("--mixup", "mixup", None),
+    "lr_schedule": ("--lr-schedule", "lr_schedule", None),
+    "workers": ("-j", "workers", None),
+    "prefetch": ("--prefetch", "prefetch", None),
+    "data_backend": ("--data-backend", "data_backend", {"pytorch": "cpu", "dali-cpu": "cpu", "dali-gpu": "gpu"}.get),
+    "num_classes": ("--num_classes", "num_classes", None),
+    "image_size": ("--image-size", "image_size", None),
+    "interpolation": ("--interpolation", "interpolation", None),
+    "memory_format": ("--memory-format", "memory_format", None),
+    "static_loss_scale": ("--static-loss-scale", "static_loss_scale", None),
+}
+
+
+def dle_args(values):
+    args = []
+    for key, value in values.items():
+        if key == "amp":
+            args += ["--amp"] if value else []
+        elif key == "gpu_affinity":
+            args += ["--gpu-affinity", value]
+        else:
+            args += [DLE_KEYS[key][0], str(value)]
+    return args
+
+
+@unittest.skipUnless(os.path.isfile(CONFIGS), "../shared/reference/recipes is not beside the clone (CI has it)")
+class DleConfigsReadAsDle(unittest.TestCase):
+    def test_every_configuration_resolves_field_by_field(self):
+        with open(CONFIGS) as f:
+            configs = json.load(f)["configs"]
+        self.assertEqual(len(configs), 32)
+        for entry in configs:
+            name = f"{entry['model']} {entry['platform']} {entry['precision']}"
+            values = dict(entry["values"])
+            values.setdefault("arch", entry["model"])  # the FP32 blocks inherit it from the model block
+            affinity = values.pop("gpu_affinity", "none")
+            with self.subTest(config=name):
+                if affinity != "none":
+                    # DLE pins CPU cores per GPU through NVML; convnets refuses the mode by name.
+                    r = convnets("train", "--print-config", *dle_args(values), "--gpu-affinity", affinity)
+                    self.assertNotEqual(r.returncode, 0)
+                    self.assertIn("--gpu-affinity " + affinity, r.stderr)
+                config = resolved(*dle_args(values))
+                unchecked = set(values) - set(DLE_KEYS) - {"amp"}
+                self.assertEqual(unchecked, set(), "configs.yml keys this test does not map")
+                for key, value in values.items():
+                    if key == "amp":
+                        self.assertEqual(config["precision"], "amp" if value else "fp32")
+                        continue
+                    _, field, convert = DLE_KEYS[key]
+                    self.assertEqual(config[field], convert(value) if convert else value, f"{key} of {name}")
+                # DLE's lr is absolute and its policies change the LR per epoch.
+                self.assertEqual(config["lr_reference_batch"], 0)
+                self.assertEqual(config["lr_granularity"], "epoch")
+
+    def test_a_changed_value_is_seen(self):
+        # The comparison must be able to fail: another --wd is another weight decay.
+        self.assertNotEqual(resolved("--wd", "1e-4")["weight_decay"], 3.0517578125e-05)
+
+
+class DleFlags(unittest.TestCase):
+    def test_lr_is_absolute_unless_a_reference_batch_is_given(self):
+        # DLE's README: --lr 2.048 with --optimizer-batch-size 2048 is the rate, not 8x it.
+        c = resolved("--recipe", "resnet50-90ep", "--lr", "2.048", "--optimizer-batch-size", "2048")
+        self.assertEqual((c["lr"], c["lr_reference_batch"]), (2.048, 0))
+        c = resolved("--recipe", "resnet50-90ep")  # the recipe's per-256 LR stays scaled
+        self.assertEqual((c["lr"], c["lr_reference_batch"]), (0.256, 256))
+        c = resolved("--recipe", "resnet50-90ep", "--lr", "0.1", "--lr-reference-batch", "128")
+        self.assertEqual((c["lr"], c["lr_reference_batch"]), (0.1, 128))
+
+    def test_aliases_and_value_spellings(self):
+        c = resolved("-a", "se-resnext101-32x4d", "-b", "64", "-j", "3", "-p", "7", "--wd", "1e-4",
+                     "--learning-rate", "0.5", "--use-ema", "0.99", "--topk", "3", "--rmsprop-eps", "0.01",
+                     "--data-backend", "dali-gpu", "--amp", "--gather-checkpoints", "2")
+        self.assertEqual(c["arch"], "se_resnext101_32x4d")
+        self.assertEqual((c["batch_size"], c["workers"], c["print_freq"]), (64, 3, 7))
+        self.assertEqual((c["weight_decay"], c["lr"], c["ema"], c["top_k"], c["opt_eps"]), (1e-4, 0.5, 0.99, 3, 0.01))
+        self.assertEqual((c["data_backend"], c["precision"]), ("gpu", "amp"))
+        self.assertEqual((c["save_every"], c["keep"]), (1, 2))  # DLE keeps the last N per-epoch checkpoints
+        self.assertEqual(resolved("--gather-checkpoints", "-1")["save_every"], 0)
+
+    def test_refusals_name_the_flag(self):
+        for args, flag in ((["--interpolation", "bicubic"], "--interpolation"),
+                           (["--raport-file", "config.json"], "--raport-file"),
+                           (["--warmup", "0.5", "--epochs", "2"], "--warmup"),
+                           (["--best-by", "ema"], "--best-by")):
+            r = convnets("train", "--print-config", *args)
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertIn(flag, r.stderr)
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class DleRunFlags(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="convnets-dle-")
+        self.ws = os.path.join(self.tmp.name, "run")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_run_epochs_stops_and_resume_finishes(self):
+        r = convnets("train", *TINY, "--run-epochs", "1", "--raport-file", "raport.json", "--workspace", self.ws)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("stopped after --run-epochs 1 at epoch 1/2", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "log.json")))
+        epochs = [x["step"] for x in dllogger(os.path.join(self.ws, "raport.json")) if len(x.get("step", [])) == 1]
+        self.assertEqual(epochs, [[1]])
+        # Another run may not overwrite this run's log.
+        r = convnets("train", *TINY, "--raport-file", "raport.json", "--workspace", self.ws)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("already holds a run", r.stderr)
+        r = convnets("train", "--resume", os.path.join(self.ws, "last.safetensors"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        epochs = [x["step"] for x in dllogger(os.path.join(self.ws, "raport.json")) if len(x.get("step", [])) == 1]
+        self.assertEqual(epochs, [[1], [2]])
+
+    def test_no_checkpoints_writes_none(self):
+        r = convnets("train", *TINY, "--no-checkpoints", "--workspace", self.ws)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(self.ws)), ["config.json", "log.json"])
+
+    def test_best_checkpoint_follows_the_ema_when_it_is_on(self):
+        r = convnets("train", *TINY, "--ema", "0.5", "--workspace", self.ws)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("best checkpoint by EMA top-1, EMA decay 0.5", r.stdout)
+        log = dllogger(os.path.join(self.ws, "log.json"))
+        summary = [x for x in log if x.get("step") == []][-1]["data"]
+        ema_top1 = [x["data"]["val_ema.top1"] for x in log if len(x.get("step", [])) == 1]
+        self.assertEqual(summary["val.best_by"], "ema")
+        self.assertEqual(summary["val.best_top1"], max(ema_top1))
+        self.assertEqual(summary["val.best_epoch"], ema_top1.index(max(ema_top1)) + 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
