@@ -49,7 +49,9 @@ namespace {
   X(drop_path, "drop-path (stochastic depth) rate of the deepest block, linear in depth (negative: the arch's; GPUNet 0.2)") \
   X(teacher, "knowledge distillation: the teacher's arch (a name or a GPUNet .json); adds a soft-target loss") \
   X(teacher_checkpoint, "knowledge distillation: the teacher's weights (checkpoint or safetensors)")       \
-  X(teacher_img_size, "knowledge distillation: the image size the teacher sees; images load at it and the student gets them resized (0: the student's)") \
+  X(teacher_img_size, "knowledge distillation: the teacher's evaluation size (--test-teacher), as DLE's GPUNet train.py; with --teacher-two-res also its training size (0: the student's)") \
+  X(teacher_two_res, "knowledge distillation: images load at --teacher-img-size for the teacher and the student gets them resized (bicubic); off: the teacher sees the student's batch, as DLE") \
+  X(test_teacher, "knowledge distillation: validate the teacher before training and print its accuracy (GPUNet's --test-teacher)") \
   X(precision, "fp32 | tf32 | amp | bf16 (--amp: amp)")                                                      \
   X(static_loss_scale, "amp: the initial loss scale, doubled after 100 clean steps and halved on overflow, as DLE's GradScaler (0: from 65536, doubled after 2000)") \
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
@@ -182,6 +184,11 @@ void validate(const TrainConfig& c) {
         c.teacher.empty() ? "given with --teacher-checkpoint" : "given with --teacher", "nothing");
   check(c.teacher_img_size >= 0, "teacher_img_size", "0 or positive", std::to_string(c.teacher_img_size));
   check(c.teacher_img_size == 0 || !c.teacher.empty(), "teacher_img_size", "used with --teacher", "no --teacher");
+  check(!c.teacher_two_res || c.teacher_img_size > 0, "teacher_two_res", "used with --teacher-img-size",
+        "no --teacher-img-size");
+  check(!c.test_teacher || !c.teacher.empty(), "test_teacher", "used with --teacher", "no --teacher");
+  check(!c.test_teacher || !c.training_only, "test_teacher", "used without --training-only (it needs validation data)",
+        "--training-only");
   if (!(std::isfinite(c.warmup) && c.warmup >= 0 && c.warmup < c.epochs)) {
     throw Error("--warmup must be at least 0 and less than --epochs (" + std::to_string(c.epochs) + "), got " +
                     str(c.warmup),

@@ -48,7 +48,9 @@ struct TrainConfig {
   double drop_path = -1;                    // stochastic depth of the deepest block; negative: the arch's
   std::string teacher;                      // knowledge distillation: the teacher's arch (name or .json)
   std::string teacher_checkpoint;           // its weights (a convnets checkpoint or weights file)
-  std::int64_t teacher_img_size = 0;        // the resolution the teacher sees; 0: the student's
+  std::int64_t teacher_img_size = 0;        // the teacher's evaluation size (--test-teacher); 0: the student's
+  bool teacher_two_res = false;             // images load at teacher_img_size, the student gets them resized
+  bool test_teacher = false;                // validate the teacher before training (GPUNet's --test-teacher)
   std::string precision = "fp32";           // fp32 | tf32 | amp | bf16
   double static_loss_scale = 0;             // amp, DLE: the initial loss scale, grown after 100 clean steps (0: GradScaler's defaults)
   std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw

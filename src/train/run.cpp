@@ -50,8 +50,9 @@ void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo&
 }
 
 // The frozen teacher of knowledge distillation: its arch, the model weights
-// of a convnets checkpoint (or a plain weights file), eval mode, no gradients.
-Network load_teacher(const TrainConfig& c, std::int64_t num_classes, const Runtime& rt) {
+// of a convnets checkpoint (or a plain weights file), eval mode, no gradients;
+// `pre` gets the preprocessing it was trained with (a plain file: its arch's).
+Network load_teacher(const TrainConfig& c, std::int64_t num_classes, const Runtime& rt, Preprocessing& pre) {
   const auto ckpt = load_checkpoint(c.teacher_checkpoint);
   const ArchInfo& tarch = find_architecture(c.teacher);
   if (ckpt.is_training_checkpoint()) {
@@ -65,6 +66,7 @@ Network load_teacher(const TrainConfig& c, std::int64_t num_classes, const Runti
                   " classes, the training data has " + std::to_string(num_classes));
     }
   }
+  pre = ckpt.is_training_checkpoint() ? preprocessing_from_json(ckpt.meta.at("preprocessing")) : tarch.preprocessing;
   ModelOptions to;
   to.num_classes = num_classes;
   auto teacher = build_model(tarch, to);
@@ -188,7 +190,7 @@ void build_training_state(TrainingRun& run) {
       run.scaler = std::make_unique<LossScaler>(run.rt.device);
     }
   }
-  if (!c.teacher.empty()) run.teacher = load_teacher(c, run.num_classes, run.rt);
+  if (!c.teacher.empty()) run.teacher = load_teacher(c, run.num_classes, run.rt, run.teacher_pre);
   if (c.ema > 0) {
     auto shadow = build_model(run.arch, model_options(run));
     prepare_model(*shadow, run.rt);
@@ -221,9 +223,10 @@ void restore_resumed_state(TrainingRun& run) {
 
 void make_loaders(TrainingRun& run) {
   const auto& c = run.config;
-  // With a teacher at another resolution, images load at the teacher's and
-  // the student gets them resized (DLE's GPUNet train.py, useTwoRes).
-  run.load_size = c.teacher_img_size > 0 ? static_cast<int>(c.teacher_img_size) : run.pre.input_size;
+  // DLE's GPUNet train.py gives the teacher the student's batch (its
+  // useTwoRes is always false); --teacher-two-res loads at the teacher's size
+  // and the step resizes for the student instead.
+  run.load_size = c.teacher_two_res ? static_cast<int>(c.teacher_img_size) : run.pre.input_size;
   data::TransformOptions train_t = data::TransformOptions::train(run.load_size);
   train_t.crop.scale_min = c.crop_scale_min;
   train_t.flip = c.flip;
@@ -249,6 +252,11 @@ void make_loaders(TrainingRun& run) {
         std::make_unique<data::Loader>(run.train_data, std::make_shared<data::Transform>(train_t), tlo);
   }
   if (run.val_data) run.val_loader = make_eval_loader(run.val_data, run.pre, lo);
+  if (c.test_teacher && run.val_data) {
+    // As GPUNet's loader_teacher_eval: the teacher's own preprocessing at --teacher-img-size.
+    run.teacher_pre.input_size = c.teacher_img_size > 0 ? static_cast<int>(c.teacher_img_size) : run.pre.input_size;
+    run.teacher_val_loader = make_eval_loader(run.val_data, run.teacher_pre, lo);
+  }
 }
 
 nlohmann::ordered_json derived_values(const TrainingRun& run) {
@@ -421,9 +429,12 @@ void print_run_summary(const TrainingRun& run) {
             << (run.micro_per_step > 1 ? " (" + std::to_string(run.micro_per_step) + " micro-batches)" : "")
             << ", lr " << run.base_lr << " " << c.lr_schedule << ", "
             << run.rt.device.str() << " " << c.precision << ", " << run.train_loader->workers() << " loader threads\n";
-  if (run.teacher) {
+  if (run.teacher && c.teacher_two_res) {
     std::cout << "       distillation: teacher " << c.teacher << " from " << c.teacher_checkpoint << " at "
-              << run.load_size << " px, student at " << run.pre.input_size << " px\n";
+              << run.load_size << " px, student at " << run.pre.input_size << " px (two resolutions)\n";
+  } else if (run.teacher) {
+    std::cout << "       distillation: teacher " << c.teacher << " from " << c.teacher_checkpoint
+              << " on the student's batch at " << run.pre.input_size << " px\n";
   }
   if (run.group) {
     std::cout << "       data-parallel: " << run.world << " ranks over " << run.group->backend() << " ("

@@ -70,6 +70,8 @@ struct TrainingRun {
   std::int64_t num_classes = 0;
   Network model;
   Network teacher;  // null without distillation
+  Preprocessing teacher_pre;                          // what it was trained with; --teacher-img-size sets the size
+  std::unique_ptr<data::Loader> teacher_val_loader;   // --test-teacher
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<distributed::GradientReducer> reducer;  // data-parallel runs
   std::unique_ptr<LossScaler> scaler;                     // amp

@@ -306,6 +306,19 @@ int finish_run(TrainingRun& run, const std::optional<Validation>& last_val) {
   return 0;
 }
 
+// --test-teacher: the teacher's accuracy on the validation data before training
+// (GPUNet's train.py prints it on rank 0; here every rank evaluates its shard).
+void test_teacher(TrainingRun& run) {
+  std::function<void(at::Tensor&)> sum_over_ranks;
+  if (run.group) sum_over_ranks = [&run](at::Tensor& t) { run.group->all_reduce_sum(t); };
+  const auto r = evaluate(*run.teacher, *run.teacher_val_loader, run.rt, run.teacher_pre, run.config.top_k,
+                          run.writer ? "teacher val" : "", run.config.print_freq, sum_over_ranks);
+  if (!run.writer) return;
+  std::cout << "teacher " << run.config.teacher << " at " << run.teacher_pre.input_size << " px: top-1 "
+            << fmt("%.2f", r.top1) << "%, top-" << r.k << " " << fmt("%.2f", r.topk) << "%, loss "
+            << fmt("%.4f", r.loss) << '\n';
+}
+
 // --evaluate: validate the loaded weights and print the figures; no workspace.
 int evaluate_only(TrainingRun& run) {
   nlohmann::ordered_json entry;
@@ -329,6 +342,7 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
   plan_steps(run);
   open_workspace(run);
   print_run_summary(run);
+  if (run.teacher_val_loader) test_teacher(run);
   SignalScope signals;
   StepRunner stepper = make_stepper(run);
   std::optional<Validation> last_val;

@@ -135,7 +135,9 @@ class DleFlags(unittest.TestCase):
         for args, flag in ((["--interpolation", "bicubic"], "--interpolation"),
                            (["--raport-file", "config.json"], "--raport-file"),
                            (["--warmup", "0.5", "--epochs", "2"], "--warmup"),
-                           (["--best-by", "ema"], "--best-by")):
+                           (["--best-by", "ema"], "--best-by"),
+                           (["--teacher", "resnet8", "--teacher-checkpoint", "t.safetensors", "--teacher-two-res"],
+                            "--teacher-two-res")):
             r = convnets("train", "--print-config", *args)
             self.assertNotEqual(r.returncode, 0, args)
             self.assertIn(flag, r.stderr)

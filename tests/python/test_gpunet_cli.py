@@ -128,15 +128,24 @@ class TrainsOnFashionMnist(unittest.TestCase):
         logged = [x["data"] for x in dllogger(os.path.join(ws, "log.json")) if x.get("step") == [1]][0]
         ckpt = os.path.join(ws, "last.safetensors")
 
-        # Knowledge distillation: a ResNet-8 student at 28 px, the GPUNet teacher at its 32 px.
+        # Knowledge distillation as DLE's GPUNet train.py: a ResNet-8 student at 28 px, the GPUNet teacher on
+        # the same batch; --test-teacher validates the teacher first at --teacher-img-size with the
+        # preprocessing it was trained with, so its top-1 is the one its own run logged.
         kd = os.path.join(self.tmp, "kd")
         r = convnets("train", *common, "--workspace", kd, "--teacher", arch, "--teacher-checkpoint", ckpt,
-                     "--teacher-img-size", "32")
+                     "--teacher-img-size", "32", "--test-teacher")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("distillation: teacher " + arch, r.stdout)
-        self.assertIn("at 32 px, student at 28 px", r.stdout)
+        self.assertIn("on the student's batch at 28 px", r.stdout)
+        self.assertIn("teacher %s at 32 px: top-1 %.2f%%" % (arch, logged["val.top1"]), r.stdout)
         kd_log = dllogger(os.path.join(kd, "log.json"))
         self.assertTrue(all(x["data"]["train.loss"] > 0 for x in kd_log if len(x.get("step") or []) == 2))
+        # The two-resolution mode: images load at the teacher's 32 px, the student gets them resized.
+        kd2 = os.path.join(self.tmp, "kd2")
+        r = convnets("train", *common, "--workspace", kd2, "--teacher", arch, "--teacher-checkpoint", ckpt,
+                     "--teacher-img-size", "32", "--teacher-two-res")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("at 32 px, student at 28 px (two resolutions)", r.stdout)
         bad = convnets("train", *common, "--workspace", os.path.join(self.tmp, "kd-bad"), "--teacher", "resnet20",
                        "--teacher-checkpoint", ckpt)
         self.assertEqual(bad.returncode, 1)
