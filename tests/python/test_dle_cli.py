@@ -105,6 +105,26 @@ class DleConfigsReadAsDle(unittest.TestCase):
                 self.assertEqual(config["lr_reference_batch"], 0)
                 self.assertEqual(config["lr_granularity"], "epoch")
 
+    def test_builtin_recipes_are_the_dgxa100_amp_configurations(self):
+        # The recipes give the LR per 256 images; scaled to configs.yml's optimizer batch it is its lr.
+        with open(CONFIGS) as f:
+            configs = {c["model"]: c["values"] for c in json.load(f)["configs"]
+                       if (c["platform"], c["precision"]) == ("DGXA100", "AMP")}
+        self.assertEqual(set(configs), set(DLE_ARCHS))
+        for model, v in configs.items():
+            for epochs, mixup in ((250, v["mixup"]), (90, 0.0)):  # DLE's README runs 90 epochs with --mixup 0.0
+                with self.subTest(model=model, epochs=epochs):
+                    c = resolved("--recipe", f"{model}-{epochs}ep", "--optimizer-batch-size",
+                                 str(v["optimizer_batch_size"]))
+                    self.assertAlmostEqual(c["lr"] * v["optimizer_batch_size"] / c["lr_reference_batch"], v["lr"],
+                                           places=12)
+                    self.assertEqual((c["arch"], c["batch_size"], c["epochs"], c["mixup"]),
+                                     (DLE_ARCHS[model], v["batch_size"], epochs, mixup))
+                    for key in ("weight_decay", "momentum", "warmup", "label_smoothing", "lr_schedule",
+                                "static_loss_scale", "memory_format"):
+                        self.assertEqual(c[key], v[key], key)
+                    self.assertEqual(c["precision"], "amp")
+
     def test_a_changed_value_is_seen(self):
         # The comparison must be able to fail: another --wd is another weight decay.
         self.assertNotEqual(resolved("--wd", "1e-4")["weight_decay"], 3.0517578125e-05)
