@@ -219,6 +219,12 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
 
 // ---- validation: the model, and the EMA when there is one
 
+// evaluate()'s hook that adds a data-parallel run's per-shard counts up (none alone).
+std::function<void(at::Tensor&)> rank_sum(TrainingRun& run) {
+  if (!run.group) return {};
+  return [&run](at::Tensor& t) { run.group->all_reduce_sum(t); };
+}
+
 struct Validation {
   EvalResult model;
   std::optional<EvalResult> ema;
@@ -228,8 +234,7 @@ struct Validation {
 
 Validation validate_epoch(TrainingRun& run, std::int64_t epoch, nlohmann::ordered_json& entry) {
   const auto& c = run.config;
-  std::function<void(at::Tensor&)> sum_over_ranks;
-  if (run.group) sum_over_ranks = [&run](at::Tensor& t) { run.group->all_reduce_sum(t); };
+  const auto sum_over_ranks = rank_sum(run);
   const std::string tag = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs);
   Validation v;
   v.model = evaluate(*run.model, *run.val_loader, run.rt, run.pre, c.top_k, run.writer ? tag + " val" : "",
@@ -309,10 +314,8 @@ int finish_run(TrainingRun& run, const std::optional<Validation>& last_val) {
 // --test-teacher: the teacher's accuracy on the validation data before training
 // (GPUNet's train.py prints it on rank 0; here every rank evaluates its shard).
 void test_teacher(TrainingRun& run) {
-  std::function<void(at::Tensor&)> sum_over_ranks;
-  if (run.group) sum_over_ranks = [&run](at::Tensor& t) { run.group->all_reduce_sum(t); };
   const auto r = evaluate(*run.teacher, *run.teacher_val_loader, run.rt, run.teacher_pre, run.config.top_k,
-                          run.writer ? "teacher val" : "", run.config.print_freq, sum_over_ranks);
+                          run.writer ? "teacher val" : "", run.config.print_freq, rank_sum(run));
   if (!run.writer) return;
   std::cout << "teacher " << run.config.teacher << " at " << run.teacher_pre.input_size << " px: top-1 "
             << fmt("%.2f", r.top1) << "%, top-" << r.k << " " << fmt("%.2f", r.topk) << "%, loss "
