@@ -8,6 +8,15 @@ torchvision side: ImageFolder (PIL open + convert("RGB")) + RandomResizedCrop(22
 after one warm-up batch per worker; images/s per worker is the per-core figure
 when N <= the CPU count.
 
+With --augment POLICY (e.g. rand-m9-mstd0.5) a third mode, train-aug, runs GPUNet's
+training transform: the peer is timm 0.5.4's own (transforms_imagenet_train with
+interpolation random, the RandAugment policy and random erasing --reprob, mode
+pixel), in its prefetcher form as GPUNet's train.py uses it (ToNumpy; normalising
+and erasing happen on the GPU) and, for reference, without the prefetcher
+(ToTensor + Normalize + RandomErasing in the worker). convnets: `bench data
+--augment POLICY --train-interpolation random --reprob P` (the erasing boxes are
+drawn on the loader threads, the fill runs on the training device).
+
     .venv/bin/python bench/data_pipeline.py --convnets build/convnets --data DIR [--workers 1,2] [--images 2000]
 """
 import argparse
@@ -23,13 +32,22 @@ import torchvision
 from torchvision import datasets, transforms
 
 
-def torchvision_rate(root, mode, workers, batch, images, size=224):
+def timm_transform(policy, reprob, prefetcher, size=224):
+    from timm.data.transforms_factory import transforms_imagenet_train
+    return transforms_imagenet_train(size, interpolation="random", auto_augment=policy, re_prob=reprob,
+                                     re_mode="pixel", use_prefetcher=prefetcher)
+
+
+def default_transform(mode, size):
     if mode == "train":
-        tf = transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(),
-                                 transforms.PILToTensor()])
-    else:
-        tf = transforms.Compose([transforms.Resize(int(size / 0.875)), transforms.CenterCrop(size),
-                                 transforms.PILToTensor()])
+        return transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(),
+                                   transforms.PILToTensor()])
+    return transforms.Compose([transforms.Resize(int(size / 0.875)), transforms.CenterCrop(size),
+                               transforms.PILToTensor()])
+
+
+def torchvision_rate(root, mode, workers, batch, images, size=224, tf=None):
+    tf = tf or default_transform(mode, size)
     ds = datasets.ImageFolder(root, tf)
     loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=(mode == "train"), num_workers=workers,
                                          drop_last=False, persistent_workers=True)
@@ -46,9 +64,10 @@ def torchvision_rate(root, mode, workers, batch, images, size=224):
     return timed / (time.perf_counter() - t0)
 
 
-def convnets_rate(binary, root, mode, workers, batch, images):
+def convnets_rate(binary, root, mode, workers, batch, images, extra=()):
     out = subprocess.run([binary, "bench", "data", root, "--" + mode, "--workers", str(workers), "--batch-size",
-                          str(batch), "--images", str(images), "--json"], check=True, capture_output=True, text=True)
+                          str(batch), "--images", str(images), "--json", *extra], check=True, capture_output=True,
+                         text=True)
     return json.loads(out.stdout)
 
 
@@ -60,6 +79,9 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3, help="runs per cell, alternating the two; the median is shown")
+    ap.add_argument("--augment", default="", help="also the train-aug mode with this timm RandAugment policy")
+    ap.add_argument("--reprob", type=float, default=0.2)
+    ap.add_argument("--modes", default="train,eval")
     a = ap.parse_args()
     torch.set_num_threads(1)
     print("# %s, %d CPUs, torch %s, torchvision %s, PIL %s" % (
@@ -68,13 +90,26 @@ def main():
     print("| mode | workers | torchvision img/s | per worker | convnets img/s | per worker | speed-up | "
           "convnets decode ms | transform ms |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for mode in ("train", "eval"):
-        root = os.path.join(a.data, "train" if mode == "train" else "val")
+    modes = a.modes.split(",") + (["train-aug"] if a.augment else [])
+    for mode in modes:
+        root = os.path.join(a.data, "val" if mode == "eval" else "train")
         for n in [int(x) for x in a.workers.split(",")]:
-            tvs, cns = [], []
+            tvs, cns, heavy = [], [], []
             for _ in range(a.repeat):  # interleaved, so drift on a shared machine hits both sides
-                tvs.append(torchvision_rate(root, mode, n, a.batch_size, a.images))
-                cns.append(convnets_rate(a.convnets, a.data, mode, n, a.batch_size, a.images))
+                if mode == "train-aug":
+                    tvs.append(torchvision_rate(root, mode, n, a.batch_size, a.images,
+                                                tf=timm_transform(a.augment, a.reprob, True)))
+                    heavy.append(torchvision_rate(root, mode, n, a.batch_size, a.images,
+                                                  tf=timm_transform(a.augment, a.reprob, False)))
+                    cns.append(convnets_rate(a.convnets, a.data, "train", n, a.batch_size, a.images,
+                                             ["--augment", a.augment, "--train-interpolation", "random",
+                                              "--reprob", str(a.reprob)]))
+                else:
+                    tvs.append(torchvision_rate(root, mode, n, a.batch_size, a.images))
+                    cns.append(convnets_rate(a.convnets, a.data, mode, n, a.batch_size, a.images))
+            if heavy:
+                print("# train-aug, %d workers: timm without the prefetcher (normalise + erasing in the worker) "
+                      "%.0f img/s" % (n, sorted(heavy)[len(heavy) // 2]))
             tv = sorted(tvs)[len(tvs) // 2]
             cn = sorted(cns, key=lambda c: c["images_per_s"])[len(cns) // 2]
             r = cn["images_per_s"]

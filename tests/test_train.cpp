@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 namespace convnets::train {
 namespace {
@@ -268,11 +269,43 @@ TEST(Mixup, DrawsAreReproducibleAndBetaDistributed) {
   EXPECT_TRUE(draw_mixup(0.0, 8, 1, 5, 0).perm.empty());
 }
 
+TEST(Mixup, CutmixBoxesAndTimmSwitching) {
+  const MixOptions both{0.2, 1.0, 1.0, 0.5};
+  int cutmix = 0;
+  const int n = 4000;
+  double lam_sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto d = draw_mix(both, 4, 40, 30, 7, i, 0);
+    ASSERT_EQ(d.perm.size(), 4u);
+    if (!d.cutmix) continue;
+    ++cutmix;
+    ASSERT_GE(d.top, 0);
+    ASSERT_GE(d.left, 0);
+    ASSERT_LE(d.top + d.height, 40);
+    ASSERT_LE(d.left + d.width, 30);
+    // timm's correct_lam: lam is the area the box leaves to the sample.
+    ASSERT_DOUBLE_EQ(d.lam, 1.0 - double(d.height * d.width) / (40.0 * 30.0));
+    lam_sum += d.lam;
+  }
+  EXPECT_NEAR(cutmix / double(n), 0.5, 0.03);  // --mixup-switch-prob 0.5
+  // Beta(1, 1) is uniform: uncovered fraction >= 1/2 on average (edges clip boxes).
+  EXPECT_GT(lam_sum / cutmix, 0.5);
+  EXPECT_LT(lam_sum / cutmix, 0.75);
+  int mixed = 0;
+  for (int i = 0; i < n; ++i) mixed += !draw_mix({0, 1.0, 0.3, 0.5}, 4, 40, 30, 7, i, 0).perm.empty();
+  EXPECT_NEAR(mixed / double(n), 0.3, 0.03);  // --mixup-prob 0.3
+  const auto a = draw_mix(both, 4, 40, 30, 7, 11, 0), b = draw_mix(both, 4, 40, 30, 7, 11, 0);
+  EXPECT_EQ(std::tie(a.lam, a.top, a.left, a.height, a.width, a.perm), std::tie(b.lam, b.top, b.left, b.height, b.width, b.perm));
+  // Mixup alone draws exactly what draw_mixup (DLE) does.
+  EXPECT_EQ(draw_mix({0.2, 0, 1.0, 0.5}, 8, 40, 30, 1, 5, 0).lam, draw_mixup(0.2, 8, 1, 5, 0).lam);
+}
+
 TEST(Config, RecipesAreBuiltInAndValid) {
   for (const auto& name : builtin_recipes()) {
     TrainConfig c;
     c.data = "synthetic";
     apply_json(c, load_recipe(name), name);
+    if (!c.teacher.empty()) c.teacher_checkpoint = "teacher.safetensors";  // the user's file, as timm downloads it
     EXPECT_NO_THROW(validate(c)) << name;
     EXPECT_NO_THROW(find_architecture(c.arch)) << name;
   }

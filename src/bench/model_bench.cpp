@@ -141,14 +141,14 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     row.cuda_graph = stepper.graphed();
     auto iteration = [&] {
       if (!files) {
-        std::vector<train::MicroBatch> micro{{train::network_input(images, pre, rt), labels}};
+        std::vector<train::MicroBatch> micro{{train::network_input(images, pre, rt), labels, {}}};
         stepper.run(micro, 0.1, 0);
         return;
       }
       const auto t0 = Clock::now();
       const data::Batch b = files->next();
       const auto t1 = Clock::now();
-      std::vector<train::MicroBatch> micro{{train::batch_input(b, pre, rt), b.labels.to(rt.device, true)}};
+      std::vector<train::MicroBatch> micro{{train::batch_input(b, pre, rt), b.labels.to(rt.device, true), {}}};
       const auto t2 = Clock::now();
       stepper.run(micro, 0.1, 0);
       files->wait_s += std::chrono::duration<double>(t1 - t0).count();

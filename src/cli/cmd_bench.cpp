@@ -38,6 +38,8 @@ struct BenchDataArgs {
   std::string bad_images = "skip";
   std::uint64_t seed = 0;
   std::string backend = "cpu";
+  std::string augment, interpolation = "bilinear";
+  double reprob = 0;
   bool json = false;
 };
 
@@ -48,6 +50,12 @@ void run_bench_data(const BenchDataArgs& a) {
 
   data::TransformOptions t = train ? data::TransformOptions::train(a.size) : data::TransformOptions::eval(a.size);
   if (a.dct_scaling != "auto") t.dct_scaling = a.dct_scaling == "on";
+  if (train) {
+    t.random_filter = a.interpolation == "random";
+    if (!t.random_filter) t.filter = data::parse_filter(a.interpolation, "--interpolation");
+    t.augment = a.augment;
+    t.augment_fill = {124, 116, 104};  // timm's round(255 * ImageNet mean)
+  }
   auto transform = std::make_shared<const data::Transform>(t);
 
   data::LoaderOptions o;
@@ -58,6 +66,7 @@ void run_bench_data(const BenchDataArgs& a) {
   o.shard.shuffle = train;
   o.shard.seed = a.seed;
   o.bad_images = data::parse_bad_image_policy(a.bad_images);
+  o.erasing.prob = a.reprob;  // boxes drawn on the loader threads; the fill runs on the training device
   // gpu: the loader threads only entropy-decode; the device stage runs here
   // on CUDA when there is one (else the figures are the CPU side alone).
   o.device_decode = a.backend == "gpu";
@@ -66,9 +75,13 @@ void run_bench_data(const BenchDataArgs& a) {
 
   if (!a.json) {
     std::printf("dataset     %s\n", dataset->description().c_str());
-    std::printf("transform   %s %d, DCT scaling %s; %d workers, batch %lld\n",
-                train ? "RandomResizedCrop + flip" : "resize + centre crop", a.size, t.dct_scaling ? "on" : "off",
+    std::printf("transform   %s %d (%s), DCT scaling %s; %d workers, batch %lld\n",
+                train ? "RandomResizedCrop + flip" : "resize + centre crop", a.size,
+                train ? a.interpolation.c_str() : data::filter_name(t.filter), t.dct_scaling ? "on" : "off",
                 loader.workers(), static_cast<long long>(a.batch_size));
+    if (!a.augment.empty() || a.reprob > 0)
+      std::printf("augment     %s; random erasing p %g (boxes here, fill on the device)\n",
+                  a.augment.empty() ? "none" : a.augment.c_str(), a.reprob);
     if (o.device_decode)
       std::printf("backend     gpu: loader threads entropy-decode; %s\n",
                   device_stage ? "IDCT, colour, resize on cuda:0"
@@ -305,6 +318,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--data-backend", args->backend,
                   "cpu (threads decode fully) or gpu (threads entropy-decode; the rest runs on the GPU when present)")
       ->check(CLI::IsMember({"cpu", "gpu"}));
+  cmd->add_option("--augment", args->augment, "Train: augmentation policy (autoaugment, or timm's rand-m9-mstd0.5 ...)");
+  cmd->add_option("--train-interpolation", args->interpolation, "Train: bilinear | bicubic | random (timm's)")
+      ->check(CLI::IsMember({"bilinear", "bicubic", "random"}));
+  cmd->add_option("--reprob", args->reprob, "Train: random erasing probability (draws the boxes)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args] { run_bench_data(*args); });
   add_model_bench(*bench, true);

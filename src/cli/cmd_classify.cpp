@@ -102,7 +102,7 @@ void run(const ClassifyArgs& a) {
   train::prepare_model(*model, rt);
   model->eval();
   if (a.fold_bn) fold_batchnorm(*model);
-  const data::Transform transform(data::TransformOptions::eval(pre.input_size, pre.crop_ratio));
+  const data::Transform transform(data::TransformOptions::eval(pre.input_size, pre.crop_ratio, data::parse_filter(pre.interpolation, "interpolation")));
   const std::int64_t k = std::min<std::int64_t>(a.top_k, num_classes);
   const std::int64_t side = pre.input_size, pixels = side * side * 3;
 

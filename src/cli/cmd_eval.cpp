@@ -19,7 +19,7 @@ namespace convnets::cli {
 namespace {
 
 struct EvalArgs {
-  std::string data, checkpoint, arch, device = "auto", precision = "fp32", memory_format = "nhwc", bad_images = "skip";
+  std::string data, checkpoint, arch, interpolation, device = "auto", precision = "fp32", memory_format = "nhwc", bad_images = "skip";
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
   int workers = 0;
   double crop_ratio = 0;
@@ -49,6 +49,7 @@ void run(const EvalArgs& a) {
                                                     : arch.preprocessing;
   if (a.image_size > 0) pre.input_size = static_cast<int>(a.image_size);
   if (a.crop_ratio > 0) pre.crop_ratio = a.crop_ratio;
+  if (!a.interpolation.empty()) pre.interpolation = a.interpolation;
 
   auto ds = data::head(data::open_dataset(a.data, "val"), static_cast<std::size_t>(a.max_images));
   if (ckpt.is_training_checkpoint()) {
@@ -107,6 +108,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--max-images", a->max_images, "evaluate only the first N images (0: all)");
   cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's)");
   cmd->add_option("--crop-ratio", a->crop_ratio, "resize to size / ratio before the centre crop (default: the checkpoint's)");
+  cmd->add_option("--interpolation", a->interpolation, "bilinear | bicubic (default: the checkpoint's)")
+      ->check(CLI::IsMember({"bilinear", "bicubic"}));
   cmd->add_option("--bad-images", a->bad_images, "skip | fail")->check(CLI::IsMember({"skip", "fail"}));
   cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");

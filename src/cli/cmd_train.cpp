@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "core/error.h"
+#include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <sstream>
 
@@ -21,6 +23,9 @@ struct TrainArgs {
   std::string data, recipe, resume, fine_tune;
   bool print_config = false;
   std::map<std::string, std::string> values;  // field -> text of the flag given
+  // timm's --drop / --drop-connect: model options that DLE's gpunet_*
+  // constructors ignore (see apply_timm_model_options).
+  std::optional<double> timm_drop, timm_drop_connect;
   nlohmann::json flags = nlohmann::json::object();
   distributed::LaunchOptions launch;
 };
@@ -56,6 +61,21 @@ nlohmann::json parse_value(const std::string& field, const nlohmann::json& like,
               ", got '" + text + "'");
 }
 
+// timm's train.py hands --drop and --drop-connect to create_model; DLE's
+// gpunet_* constructors take **kwargs and build from the JSON definition
+// without reading them, so on a GPUNet they change nothing, here as there.
+void apply_timm_model_options(const TrainArgs& a, nlohmann::json& overrides, const std::string& arch) {
+  if (!a.timm_drop && !a.timm_drop_connect) return;
+  if (find_architecture(arch).gpunet) {
+    std::cerr << "convnets: note: --drop/--drop-connect are ignored for " << arch
+              << ", as DLE's GPUNet train.py ignores them (its gpunet_* build from the JSON definition); "
+                 "--dropout and --drop-path set them\n";
+    return;
+  }
+  if (a.timm_drop && !overrides.contains("dropout")) overrides["dropout"] = *a.timm_drop;
+  if (a.timm_drop_connect && !overrides.contains("drop_path")) overrides["drop_path"] = *a.timm_drop_connect;
+}
+
 int run(TrainArgs& a) {
   train::TrainConfig config;
   train::RunOptions options;
@@ -77,6 +97,9 @@ int run(TrainArgs& a) {
   // an LR given on the command line unless --lr-reference-batch is given too.
   if (overrides.contains("lr") && !overrides.contains("lr_reference_batch")) overrides["lr_reference_batch"] = 0;
   train::apply_json(config, overrides, "flags");
+  nlohmann::json model_options = nlohmann::json::object();
+  apply_timm_model_options(a, model_options, config.arch);
+  if (!model_options.empty()) train::apply_json(config, model_options, "flags");
   options.fine_tune = a.fine_tune;
   if (a.print_config) {
     train::TrainConfig checked = config;
@@ -129,15 +152,69 @@ void add_train_command(CLI::App& app) {
         }
       },
       "DLE: CPU affinity per GPU; only none (no pinning) is available");
+  // timm's train.py spellings (GPUNet's train.params), with timm's meaning.
+  cmd->add_option_function<std::string>(
+      "--sched",
+      [args](const std::string& s) {
+        if (s == "step") args->flags["lr_schedule"] = "staircase";
+        else if (s == "cosine") args->flags["lr_schedule"] = "cosine";
+        else throw Error("--sched " + s + ": convnets has timm's step (--lr-schedule staircase) and cosine schedules");
+        // A timm command line leaves these at timm's train.py defaults, which
+        // differ from convnets' (DLE's): its flags given beside still win.
+        args->flags["warmup"] = 3;
+        args->flags["train_interpolation"] = "random";
+      },
+      "timm: step (decay by --decay-rate every --decay-epochs) | cosine; also timm's defaults --warmup-epochs 3 "
+      "and --train-interpolation random");
+  cmd->add_option_function<std::string>(
+      "--opt",
+      [args](const std::string& s) {
+        // timm's create_optimizer: "sgd" and "nesterov" are Nesterov SGD, "momentum" plain momentum SGD.
+        if (s == "rmsproptf") args->flags["optimizer"] = "rmsproptf";
+        else if (s == "sgd" || s == "nesterov") args->flags["optimizer"] = "sgd", args->flags["nesterov"] = true;
+        else if (s == "momentum") args->flags["optimizer"] = "sgd", args->flags["nesterov"] = false;
+        else throw Error("--opt " + s + ": convnets has timm's rmsproptf, sgd (Nesterov), nesterov and momentum");
+      },
+      "timm: rmsproptf | sgd (Nesterov) | nesterov | momentum");
+  cmd->add_option("--drop", args->timm_drop, "timm: dropout before the classifier (ignored for GPUNets, as DLE's train.py)");
+  cmd->add_option("--drop-connect", args->timm_drop_connect,
+                  "timm: drop-path rate (ignored for GPUNets, as DLE's train.py)");
+  cmd->add_flag_callback(
+      "--model-ema",
+      [args] {
+        // timm's ModelEmaV2: decay 0.9998 unless --model-ema-decay, no warm-up.
+        if (!args->flags.contains("ema")) args->flags["ema"] = 0.9998;
+        args->flags["ema_warmup"] = false;
+      },
+      "timm: keep a weight EMA (decay --model-ema-decay, default 0.9998; no warm-up)");
+  auto truth = [](const std::string& flag, const std::string& v) {
+    if (v == "True" || v == "true" || v == "1") return true;
+    if (v == "False" || v == "false" || v == "0") return false;
+    throw Error(flag + " " + v + ": expected True or False");
+  };
+  cmd->add_option_function<std::string>(
+      "--enable-distill",
+      [args, truth](const std::string& v) {
+        if (!truth("--enable-distill", v)) args->flags["teacher"] = "", args->flags["teacher_checkpoint"] = "";
+      },
+      "GPUNet: True distils from --teacher, False trains without one");
+  cmd->add_option_function<std::string>(
+         "--test-teacher", [args, truth](const std::string& v) { args->flags["test_teacher"] = truth("--test-teacher", v); },
+         "GPUNet: True validates the teacher before training (--test-teacher alone: True)")
+      ->expected(0, 1)
+      ->default_str("True");
   static const std::map<std::string, std::string> dle_aliases = {
-      {"arch", "-a"},           {"batch_size", "-b"}, {"workers", "-j"},     {"print_freq", "-p"},
-      {"weight_decay", "--wd"}, {"lr", "--learning-rate"}, {"ema", "--use-ema"}, {"top_k", "--topk"},
-      {"num_classes", "--num_classes"}, {"opt_eps", "--rmsprop-eps"}};
+      {"arch", "-a,--model"},   {"batch_size", "-b"}, {"workers", "-j"},     {"print_freq", "-p"},
+      {"weight_decay", "--wd"}, {"lr", "--learning-rate"}, {"ema", "--use-ema,--model-ema-decay"}, {"top_k", "--topk"},
+      {"num_classes", "--num_classes"}, {"opt_eps", "--rmsprop-eps"}, {"augment", "--augmentation,--aa"},
+      {"lr_decay_epochs", "--decay-epochs"}, {"lr_step_factor", "--decay-rate"}, {"warmup", "--warmup-epochs"},
+      {"crop_ratio", "--crop-pct"},
+      {"image_size", "--img-size"}, {"label_smoothing", "--smoothing"}};
   add_launch_flags(cmd, args->launch);
   const auto defaults = train::to_json(train::TrainConfig{});
   for (auto it = defaults.begin(); it != defaults.end(); ++it) {
     const std::string field = it.key();
-    if (field == "data") continue;  // the positional DATA
+    if (field == "data" || field == "test_teacher") continue;  // the positional DATA; --test-teacher [True|False] above
     const std::string flag = train::flag_for(field);
     const std::string help = std::string(train::field_help(field)) + " [default " + it.value().dump() + "]";
     if (it.value().is_boolean()) {

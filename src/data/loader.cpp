@@ -33,6 +33,15 @@ Loader::Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, L
     throw Error("loader: " + std::to_string(samples_) + " samples per rank make no full batch of " +
                     std::to_string(options_.batch_size),
                 "lower --batch-size or keep the last partial batch");
+  if (options_.device_decode && transform_->augments())
+    throw Error("--data-backend gpu finishes decoding on the device, where the --augment policy's PIL operations do not run",
+                "use --data-backend cpu (DLE's DALI loaders refuse --augmentation too)");
+  if (options_.erasing.prob > 0) {
+    const auto& e = options_.erasing;
+    if (e.count < 1) throw Error("--recount must be at least 1, got " + std::to_string(e.count));
+    if (e.mode != "const" && e.mode != "rand" && e.mode != "pixel")
+      throw Error("--remode " + e.mode + ": expected const, rand or pixel (timm's random erasing modes)");
+  }
   pinned_ = options_.pin_memory && torch::cuda::is_available();
   int n = options_.workers;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
@@ -138,6 +147,17 @@ Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch)
       dst = r.batch.images.data_ptr<std::uint8_t>();
     }
     std::int64_t* labels = r.batch.labels.data_ptr<std::int64_t>();
+    if (options_.erasing.prob > 0) {
+      const auto& e = options_.erasing;
+      r.batch.erase = at::zeros({count, e.count, 4}, at::TensorOptions().dtype(at::kInt));
+      auto* boxes = reinterpret_cast<EraseBox*>(r.batch.erase.data_ptr<std::int32_t>());
+      for (std::int64_t k = 0; k < count; ++k) {
+        // A stream of its own, keyed like the sample's: the boxes do not depend
+        // on how many numbers the crop and policy drew.
+        Rng rng(options_.shard.seed ^ 0x6572617365ULL /* "erase" */, epoch, order_[begin + k]);
+        draw_erase_boxes(e, size, size, rng, boxes + k * e.count);
+      }
+    }
     const std::int64_t stride = std::int64_t(size) * size * channels;
     for (std::int64_t k = 0; k < count; ++k) {
       const std::int64_t used = fill(w, order_[begin + k], epoch, dst ? dst + k * stride : nullptr, r.stats);
@@ -251,6 +271,35 @@ at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>
   const at::Tensor b = at::tensor(at::ArrayRef<float>(bias.data(), 3), opts).view({1, 3, 1, 1});
   if (dtype == at::kFloat) return at::addcmul_out(out, b, x, s);
   return out.copy_(at::addcmul(b, x, s));
+}
+
+}  // namespace convnets::data
+
+namespace convnets::data {
+
+at::Tensor apply_random_erasing(const at::Tensor& x, const at::Tensor& boxes, const std::string& mode) {
+  if (!boxes.defined() || boxes.numel() == 0) return x;
+  const std::int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const auto b = boxes.to(x.device(), at::kLong);
+  const auto rows = at::arange(H, b.options()).view({1, 1, H, 1});
+  const auto cols = at::arange(W, b.options()).view({1, 1, 1, W});
+  at::Tensor out = x;
+  // Boxes in timm's order: a later one overwrites an earlier one where they meet.
+  for (std::int64_t k = 0; k < b.size(1); ++k) {
+    auto field = [&](int i) { return b.select(1, k).select(1, i).view({B, 1, 1, 1}); };
+    const auto top = field(0), left = field(1), height = field(2), width = field(3);
+    const auto mask = (rows >= top) & (rows < top + height) & (cols >= left) & (cols < left + width);
+    at::Tensor fill;
+    if (mode == "pixel") {
+      fill = at::randn(x.sizes(), x.options());
+    } else if (mode == "rand") {
+      fill = at::randn({B, C, 1, 1}, x.options());
+    } else {
+      fill = at::zeros({1}, x.options());
+    }
+    out = at::where(mask, fill, out);
+  }
+  return out.contiguous(x.suggest_memory_format());
 }
 
 }  // namespace convnets::data

@@ -36,6 +36,9 @@ struct LoaderOptions {
   // Hybrid decoding: workers entropy-decode JPEGs and hand over coefficient
   // batches (Batch::encoded) for decode_on_device instead of pixels.
   bool device_decode = false;
+  // timm's random erasing: boxes drawn here per sample (Batch::erase), filled
+  // on the device after normalisation (apply_random_erasing).
+  ErasingParams erasing;
   // Where bad-image reports go (one line per distinct file); stderr if empty.
   std::function<void(const std::string&)> warn;
 };
@@ -44,6 +47,7 @@ struct Batch {
   at::Tensor images;                  // uint8 [B, size, size, channels], pinned when CUDA is present
   std::shared_ptr<const EncodedBatch> encoded;  // instead of images, with LoaderOptions::device_decode
   at::Tensor labels;                  // int64 [B]
+  at::Tensor erase;                   // int32 [B, count, 4] (top, left, height, width; height 0: none), with erasing
   std::vector<std::int64_t> indices;  // dataset index per row, after bad-image replacement
   std::int64_t number = 0;            // position within the epoch
 };
@@ -133,5 +137,11 @@ BadImagePolicy parse_bad_image_policy(const std::string& value);
 at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>& mean,
                            const std::array<double, 3>& std, at::Device device, at::ScalarType dtype,
                            at::MemoryFormat format = at::MemoryFormat::ChannelsLast);
+
+// timm's RandomErasing fill on a normalised batch [B, C, H, W] (in place of
+// `x`, returned): each box of `boxes` (Batch::erase) gets N(0, 1) noise per
+// element (pixel), one N(0, 1) colour per channel (rand), or 0, the mean
+// (const). Noise comes from the device's default generator.
+at::Tensor apply_random_erasing(const at::Tensor& x, const at::Tensor& boxes, const std::string& mode);
 
 }  // namespace convnets::data

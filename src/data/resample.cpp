@@ -1,5 +1,7 @@
 #include "data/resample.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,6 +21,15 @@ inline double bilinear(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// Resample.c's bicubic_filter, term for term (a = -0.5).
+inline double bicubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
 inline std::uint8_t clip8(std::int32_t ss) {
   const std::int32_t v = ss >> kPrecisionBits;
   return static_cast<std::uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
@@ -26,14 +37,25 @@ inline std::uint8_t clip8(std::int32_t ss) {
 
 }  // namespace
 
-AxisPlan plan_axis(int in_size, double box0, double box1, int full_out, int out_begin, int out_count) {
+Filter parse_filter(const std::string& name, const std::string& what) {
+  if (name == "bilinear") return Filter::Bilinear;
+  if (name == "bicubic") return Filter::Bicubic;
+  throw Error(what + " '" + name + "' is not a resampling filter", "use bilinear or bicubic (PIL's antialiased filters)");
+}
+
+const char* filter_name(Filter f) { return f == Filter::Bicubic ? "bicubic" : "bilinear"; }
+
+AxisPlan plan_axis(int in_size, double box0, double box1, int full_out, int out_begin, int out_count, Filter filter) {
   // Mirrors Pillow's precompute_coeffs + normalize_coeffs_8bpc operation for
   // operation (same double arithmetic, same truncations), so weights agree bit for bit.
   AxisPlan p;
   const double scale = (box1 - box0) / full_out;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 1.0 * filterscale;  // bilinear support is 1
+  const bool cubic = filter == Filter::Bicubic;
+  const double support = (cubic ? 2.0 : 1.0) * filterscale;
   p.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  p.in_size = in_size;
+  p.full_out = full_out;
   p.identity = full_out == in_size && box0 == 0.0 && box1 == in_size;
   p.first.resize(out_count);
   p.count.resize(out_count);
@@ -52,7 +74,8 @@ AxisPlan plan_axis(int in_size, double box0, double box1, int full_out, int out_
     xmax -= xmin;
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
-      k[x] = bilinear((x + xmin - center + 0.5) * ss);
+      const double t = (x + xmin - center + 0.5) * ss;
+      k[x] = cubic ? bicubic(t) : bilinear(t);
       ww += k[x];
     }
     std::int32_t* w = &p.weights[std::size_t(i) * p.ksize];
@@ -140,7 +163,7 @@ __attribute__((target("avx2"))) int horizontal_rgb_avx2(const std::uint8_t* in, 
                                                         int out_w, const std::int32_t* byte_offset,
                                                         const std::int32_t* w_by_tap, int taps) {
   const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1)), lo8 = _mm256_set1_epi32(0xff);
-  const __m256i top = _mm256_set1_epi32(255), reverse = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m256i top = _mm256_set1_epi32(255), zero = _mm256_setzero_si256(), reverse = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   const __m128i squeeze = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   int x = 0;
   for (; x + 8 <= out_w; x += 8) {
@@ -153,10 +176,10 @@ __attribute__((target("avx2"))) int horizontal_rgb_avx2(const std::uint8_t* in, 
       g = _mm256_add_epi32(g, _mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(px, 8), lo8), w));
       b = _mm256_add_epi32(b, _mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(px, 16), lo8), w));
     }
-    // Bilinear weights are non-negative, so only the upper clamp can bite.
-    r = _mm256_min_epi32(_mm256_srai_epi32(r, kPrecisionBits), top);
-    g = _mm256_min_epi32(_mm256_srai_epi32(g, kPrecisionBits), top);
-    b = _mm256_min_epi32(_mm256_srai_epi32(b, kPrecisionBits), top);
+    // Bicubic's negative lobes can take a sum below zero: clamp both ends, as clip8 does.
+    r = _mm256_max_epi32(_mm256_min_epi32(_mm256_srai_epi32(r, kPrecisionBits), top), zero);
+    g = _mm256_max_epi32(_mm256_min_epi32(_mm256_srai_epi32(g, kPrecisionBits), top), zero);
+    b = _mm256_max_epi32(_mm256_min_epi32(_mm256_srai_epi32(b, kPrecisionBits), top), zero);
     __m256i rgb = _mm256_or_si256(r, _mm256_or_si256(_mm256_slli_epi32(g, 8), _mm256_slli_epi32(b, 16)));
     std::uint8_t* o = out + std::ptrdiff_t(x) * 3;
     if (flip) {
@@ -238,7 +261,11 @@ void resample(const codec::ImageView& src, const AxisPlan& h, const AxisPlan& v,
   const int C = src.channels;
   const int out_w = h.out_count(), out_h = v.out_count();
   const int src_w = h.src_end - h.src_begin, src_h = v.src_end - v.src_begin;
-  const bool vertical_first = !pil_order && !v.identity && !h.identity && src_h > out_h;
+  // Pillow 13's ImagingResampleInner (PR #9549): vertical first when the
+  // height shrinks by more than twice the pixels the width does.
+  const int shrink_h = v.in_size - v.full_out, shrink_w = h.in_size - h.full_out;
+  const bool vertical_first = !v.identity && !h.identity &&
+                              (pil_order ? shrink_h > 0 && shrink_h > 2 * shrink_w : src_h > out_h);
   // When the horizontal pass writes the output it mirrors as it goes; only
   // outputs whose last pass is vertical need flipping afterwards.
   bool mirror_after = false;

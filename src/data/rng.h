@@ -1,6 +1,7 @@
 // Per-sample random numbers derived from (seed, epoch, index), so augmentation never depends on which thread ran it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace convnets::data {
@@ -32,6 +33,11 @@ class Rng {
     return lo + static_cast<std::int64_t>(r % span);
   }
   bool coin(double p = 0.5) { return uniform() < p; }
+  // Standard normal (Box-Muller; one pair per call, the second value unused).
+  double normal() {
+    const double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * 3.141592653589793 * u2);
+  }
 
   static std::uint64_t mix(std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

@@ -40,7 +40,8 @@ codec::Rect source_size(const SampleData& s, Workspace& ws, codec::ImageFormat& 
   }
 }
 
-SamplePlan plan_render(codec::ImageFormat format, codec::Rect full, const Geometry& g, bool dct_scaling) {
+SamplePlan plan_render(codec::ImageFormat format, codec::Rect full, const Geometry& g, bool dct_scaling,
+                       Filter filter) {
   SamplePlan p;
   p.format = format;
   p.full = full;
@@ -69,8 +70,8 @@ SamplePlan plan_render(codec::ImageFormat format, codec::Rect full, const Geomet
   }
   p.lo_x = lo_x;
   p.lo_y = lo_y;
-  p.px = plan_axis(hi_x - lo_x, g.bx0 * f - lo_x, g.bx1 * f - lo_x, g.full_w, g.out_x, g.out_w);
-  p.py = plan_axis(hi_y - lo_y, g.by0 * f - lo_y, g.by1 * f - lo_y, g.full_h, g.out_y, g.out_h);
+  p.px = plan_axis(hi_x - lo_x, g.bx0 * f - lo_x, g.bx1 * f - lo_x, g.full_w, g.out_x, g.out_w, filter);
+  p.py = plan_axis(hi_y - lo_y, g.by0 * f - lo_y, g.by1 * f - lo_y, g.full_h, g.out_y, g.out_h, filter);
   p.region = {lo_x + p.px.src_begin, lo_y + p.py.src_begin, p.px.src_end - p.px.src_begin,
               p.py.src_end - p.py.src_begin};
   return p;
@@ -137,10 +138,18 @@ Transform::Transform(TransformOptions options) : options_(options) {
                 "] must satisfy 0 < min <= max <= 1");
   if (!(c.ratio_min > 0 && c.ratio_min <= c.ratio_max))
     throw Error("transform: crop aspect-ratio range must satisfy 0 < min <= max");
+  const AugmentPolicy policy = parse_augment_policy(o.augment, "--augment");
+  if (policy.kind != AugmentPolicy::Kind::None) {
+    if (o.mode != TransformOptions::Mode::Train) throw Error("transform: --augment applies to training only");
+    // DLE's AutoAugment fills with grey 128 whatever the mean; timm's RandAugment with the mean colour.
+    const Fill fill = policy.kind == AugmentPolicy::Kind::AutoAugment ? Fill{128, 128, 128} : o.augment_fill;
+    augmenter_ = std::make_shared<const Augmenter>(policy, fill, o.random_filter,
+                                                   o.filter == Filter::Bicubic ? Resample::Bicubic : Resample::Bilinear);
+  }
 }
 
-void Transform::render(const SampleData& s, const SamplePlan& p, Workspace& ws, std::uint8_t* dst,
-                       TransformTimes* times) const {
+int Transform::render(const SampleData& s, const SamplePlan& p, Workspace& ws, std::uint8_t* dst,
+                      TransformTimes* times) const {
   auto t0 = Clock::now();
   codec::ImageView view;
   if (p.format == codec::ImageFormat::Jpeg) {
@@ -163,12 +172,13 @@ void Transform::render(const SampleData& s, const SamplePlan& p, Workspace& ws, 
     times->decode_s += std::chrono::duration<double>(t1 - t0).count();
     times->transform_s += since(t1);
   }
+  return view.channels;
 }
 
 SamplePlan Transform::plan_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws) const {
   codec::ImageFormat format;
   const codec::Rect full = source_size(sample, ws, format);
-  return plan_render(format, full, crop_geometry(box, flip, options_.size), options_.dct_scaling);
+  return plan_render(format, full, crop_geometry(box, flip, options_.size), options_.dct_scaling, options_.filter);
 }
 
 void Transform::apply_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws, std::uint8_t* dst,
@@ -183,18 +193,24 @@ SamplePlan Transform::plan(const SampleData& sample, Rng& rng, Workspace& ws) co
   const int n = options_.size;
   if (options_.mode == TransformOptions::Mode::Train) {
     const CropBox box = random_resized_crop_box(full.width, full.height, options_.crop, rng);
+    const Filter filter = options_.random_filter ? (rng.coin() ? Filter::Bicubic : Filter::Bilinear) : options_.filter;
     const bool flip = options_.flip && rng.coin();
-    return plan_render(format, full, crop_geometry(box, flip, n), options_.dct_scaling);
+    return plan_render(format, full, crop_geometry(box, flip, n), options_.dct_scaling, filter);
   }
   const EvalGeometry e = eval_geometry(full.width, full.height, n, options_.crop_ratio);
   const Geometry g{0.0, 0.0, double(full.width), double(full.height), full, e.resized_width, e.resized_height,
                    e.left, e.top, n, n, false};
-  return plan_render(format, full, g, options_.dct_scaling);
+  return plan_render(format, full, g, options_.dct_scaling, options_.filter);
 }
 
 void Transform::apply(const SampleData& sample, Rng& rng, Workspace& ws, std::uint8_t* dst,
                       TransformTimes* times) const {
-  render(sample, plan(sample, rng, ws), ws, dst, times);
+  const int channels = render(sample, plan(sample, rng, ws), ws, dst, times);
+  if (augmenter_) {
+    const auto t0 = Clock::now();
+    augmenter_->apply({dst, options_.size, options_.size, channels}, rng, ws.augment);
+    if (times) times->transform_s += since(t0);
+  }
 }
 
 }  // namespace convnets::data

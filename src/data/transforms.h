@@ -3,10 +3,12 @@
 
 #include "codec/image.h"
 #include "codec/jpeg.h"
+#include "data/augment.h"
 #include "data/resample.h"
 #include "data/rng.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,14 @@ struct TransformOptions {
   RandomResizedCropParams crop;
   bool flip = true;            // train: horizontal flip with p = 0.5
   double crop_ratio = 0.875;   // eval: 224 / 0.875 = 256
+  Filter filter = Filter::Bilinear;
+  // timm's --train-interpolation random: each training sample picks bilinear
+  // or bicubic with equal odds (RandomResizedCropAndInterpolation).
+  bool random_filter = false;
+  // Train: an augmentation policy applied to the crop (parse_augment_policy),
+  // with the fill colour its geometric ops leave (timm: round(255 * mean)).
+  std::string augment;
+  Fill augment_fill{128, 128, 128};
   // Decode JPEGs at the smallest scale M/8 whose crop still has at least as
   // many pixels as the output. Output then differs slightly from full-scale
   // decoding, so it defaults on for training and off for evaluation.
@@ -66,11 +76,12 @@ struct TransformOptions {
     o.size = size;
     return o;
   }
-  static TransformOptions eval(int size, double crop_ratio = 0.875) {
+  static TransformOptions eval(int size, double crop_ratio = 0.875, Filter filter = Filter::Bilinear) {
     TransformOptions o;
     o.mode = Mode::Eval;
     o.size = size;
     o.crop_ratio = crop_ratio;
+    o.filter = filter;
     o.flip = false;
     o.dct_scaling = false;
     o.pil_exact = true;
@@ -84,6 +95,7 @@ struct Workspace {
   codec::Image decoded;
   std::vector<std::uint8_t> scratch;
   std::vector<std::int32_t> accum;
+  std::vector<std::uint8_t> augment;
 };
 
 // What the transform does to one sample once its random choices are made:
@@ -109,6 +121,7 @@ class Transform {
  public:
   explicit Transform(TransformOptions options);  // validates; throws Error naming the option
   const TransformOptions& options() const { return options_; }
+  bool augments() const { return augmenter_ != nullptr; }
   int size() const { return options_.size; }
 
   // Writes size x size x channels uint8 (HWC) to dst. Randomness comes only
@@ -119,8 +132,9 @@ class Transform {
   // JPEG header in `ws`), then the decode and resample.
   SamplePlan plan(const SampleData& sample, Rng& rng, Workspace& ws) const;
   SamplePlan plan_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws) const;
-  void render(const SampleData& sample, const SamplePlan& plan, Workspace& ws, std::uint8_t* dst,
-              TransformTimes* times) const;
+  // Returns the channel count written.
+  int render(const SampleData& sample, const SamplePlan& plan, Workspace& ws, std::uint8_t* dst,
+             TransformTimes* times) const;
 
   // The training transform for a given box and flip: the deterministic part
   // of apply(), which tests compare with PIL's crop + resize.
@@ -129,6 +143,7 @@ class Transform {
 
  private:
   TransformOptions options_;
+  std::shared_ptr<const Augmenter> augmenter_;
 };
 
 }  // namespace convnets::data

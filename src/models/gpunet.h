@@ -89,6 +89,8 @@ struct GpunetVariant {
   std::string description;
   std::string reference_file;  // e.g. "0.65ms.json"
   GpunetDefinition definition;
+  // Eval centre-crop fraction of its train.params (--crop-pct): 1.0, or 0.875 for P0/P1.
+  double crop_pct = 1.0;
 };
 const std::vector<GpunetVariant>& gpunet_variants();
 

@@ -69,8 +69,8 @@ GpunetLayer tail(std::int64_t in, std::int64_t out, std::int64_t classes) {
 }
 
 GpunetVariant variant(const char* name, const char* description, const char* file, int resolution, bool distill,
-                      std::vector<GpunetLayer> layers) {
-  return {name, description, file, GpunetDefinition{resolution, distill, std::move(layers)}};
+                      std::vector<GpunetLayer> layers, double crop_pct = 1.0) {
+  return {name, description, file, GpunetDefinition{resolution, distill, std::move(layers)}, crop_pct};
 }
 
 GpunetVariant gpunet_0() {
@@ -167,7 +167,8 @@ GpunetVariant gpunet_p0() {
                   irb(704, 704, 3, 1, 3.36, "relu", false, 5),
                   irb(704, 704, 3, 1, 2.55, "relu", false, 5),
                   irb(704, 704, 3, 2, 5.73, "relu", false, 6),
-                  tail(704, 1984, 1000)});
+                  tail(704, 1984, 1000)},
+                 0.875);
 }
 
 GpunetVariant gpunet_p1() {
@@ -188,7 +189,8 @@ GpunetVariant gpunet_p1() {
                   irb(704, 704, 3, 1, 7.41, "relu", false, 5),
                   irb(704, 704, 5, 1, 8, "relu", false, 5),
                   irb(704, 704, 5, 2, 7.95, "relu", false, 6),
-                  tail(704, 1984, 1000)});
+                  tail(704, 1984, 1000)},
+                 0.875);
 }
 
 GpunetVariant gpunet_d1() {

@@ -41,14 +41,17 @@ ArchInfo cifar_resnet(int n) {
   return a;
 }
 
-// GPUNet preprocessing as DLE's recipes use it (train_params: --crop-pct 1.0,
-// timm's ImageNet mean/std) at the definition's resolution.
+// GPUNet preprocessing as DLE's recipes use it: timm's validation transform
+// with bicubic resizing (train.py's --interpolation default comes from the
+// model's default_cfg, bicubic), timm's ImageNet mean/std, --crop-pct 1.0 at the
+// definition's resolution (P0/P1's 0.875 is set from their variant).
 ArchInfo gpunet(std::string name, std::string description, GpunetDefinition d) {
   ArchInfo a;
   a.name = std::move(name);
   a.description = std::move(description);
   a.preprocessing.input_size = d.img_resolution;
   a.preprocessing.crop_ratio = 1.0;
+  a.preprocessing.interpolation = "bicubic";
   a.gpunet = std::make_shared<const GpunetDefinition>(std::move(d));
   a.build = [def = a.gpunet, name = a.name](const ModelOptions& o) {
     if (def->distill && o.drop_path > 0) {
@@ -87,6 +90,7 @@ std::vector<ArchInfo> make_full_registry() {
   auto all = make_registry();
   for (const auto& v : gpunet_variants()) {
     auto a = gpunet(v.name, v.description, v.definition);
+    a.preprocessing.crop_ratio = v.crop_pct;
     a.reference = v.name;
     all.push_back(std::move(a));
   }

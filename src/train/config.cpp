@@ -1,6 +1,7 @@
 #include "train/config.h"
 
 #include "core/error.h"
+#include "data/augment.h"
 
 #include <cmath>
 #include <fstream>
@@ -42,6 +43,13 @@ namespace {
   X(bn_weight_decay, "also decay BN parameters and biases")                                                  \
   X(label_smoothing, "label smoothing factor")                                                               \
   X(mixup, "mixup alpha (0: off)")                                                                           \
+  X(cutmix, "CutMix alpha (Yun et al. 2019, as timm's Mixup; 0: off)")                                        \
+  X(mixup_prob, "timm: probability that a batch is mixed (mixup or cutmix)")                                 \
+  X(mixup_switch_prob, "timm: with --mixup and --cutmix both on, the probability of cutmix for a batch")     \
+  X(augment, "augmentation policy after the crop: autoaugment (DLE's ImageNet policy) | a timm RandAugment string such as rand-m9-mstd0.5 (DLE: --augmentation, timm: --aa)") \
+  X(reprob, "random erasing probability per image (timm's RandomErasing, on the normalised batch)")          \
+  X(remode, "random erasing fill: const (the mean) | rand (a random colour per box) | pixel (noise per pixel)") \
+  X(recount, "random erasing: boxes per erased image")                                                       \
   X(ema, "decay of the weight EMA evaluated beside the model (0: off; DLE's --use-ema)")                     \
   X(ema_warmup, "EMA decay min(--ema, (1 + step) / (10 + step)) as DLE's EMA (--no-ema-warmup: constant, as timm)") \
   X(best_by, "the top-1 that picks best.safetensors: model (DLE) | ema (timm with --model-ema) | auto: ema when --ema is on") \
@@ -75,7 +83,8 @@ namespace {
   X(keep, "how many epoch-N checkpoints to keep (0: all)")                                                   \
   X(image_size, "training and eval crop size (0: the arch's)")                                               \
   X(crop_ratio, "eval: resize to size / ratio, then centre-crop (0: the arch's)")                            \
-  X(interpolation, "resizing filter of training and eval: bilinear (PIL's antialiased, as DLE's default)")   \
+  X(interpolation, "eval resizing filter, and training's unless --train-interpolation: bilinear | bicubic (PIL's antialiased; default: the arch's, DLE's ResNets bilinear, GPUNets bicubic)") \
+  X(train_interpolation, "training resizing filter: bilinear | bicubic | random (timm's: either, per image; default: as --interpolation)") \
   X(mean, "normalisation mean, RGB on the 0..1 scale (default: the arch's)")                                 \
   X(std, "normalisation std, RGB (default: the arch's)")                                                     \
   X(crop_scale_min, "RandomResizedCrop: smallest area fraction (1: no crop)")                                 \
@@ -151,6 +160,8 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
   static const std::map<std::string, std::string> dle_archs = {{"resnext101-32x4d", "resnext101_32x4d"},
                                                                {"se-resnext101-32x4d", "se_resnext101_32x4d"}};
   if (auto it = dle_archs.find(c.arch); it != dle_archs.end()) c.arch = it->second;
+  // timm's model names (GPUNet's train.py --model gpunet_0) are convnets' with '-'.
+  if (c.arch.rfind("gpunet_", 0) == 0) c.arch[6] = '-';
   static const std::map<std::string, std::string> dle_backends = {
       {"pytorch", "cpu"}, {"dali-cpu", "cpu"}, {"dali-gpu", "gpu"}};
   if (auto it = dle_backends.find(c.data_backend); it != dle_backends.end()) c.data_backend = it->second;
@@ -202,6 +213,16 @@ void validate(const TrainConfig& c) {
   check(c.weight_decay >= 0, "weight_decay", "non-negative", str(c.weight_decay));
   check(c.label_smoothing >= 0 && c.label_smoothing < 1, "label_smoothing", "in [0, 1)", str(c.label_smoothing));
   check(std::isfinite(c.mixup) && c.mixup >= 0, "mixup", "alpha >= 0 (0 disables mixup)", str(c.mixup));
+  check(std::isfinite(c.cutmix) && c.cutmix >= 0, "cutmix", "alpha >= 0 (0 disables cutmix)", str(c.cutmix));
+  check(c.mixup_prob >= 0 && c.mixup_prob <= 1, "mixup_prob", "in [0, 1]", str(c.mixup_prob));
+  check(c.mixup_switch_prob >= 0 && c.mixup_switch_prob <= 1, "mixup_switch_prob", "in [0, 1]",
+        str(c.mixup_switch_prob));
+  (void)data::parse_augment_policy(c.augment, flag_for("augment"));
+  check(c.reprob >= 0 && c.reprob <= 1, "reprob", "in [0, 1]", str(c.reprob));
+  check_choice("remode", c.remode, {"const", "rand", "pixel"});
+  check(c.recount >= 1 && c.recount <= 64, "recount", "in 1..64", std::to_string(c.recount));
+  check(c.augment.empty() || c.data_backend != "gpu", "augment", "used with --data-backend cpu",
+        "--data-backend gpu (the policy's PIL operations run on the loader threads; DLE's DALI loaders refuse it too)");
   check(c.ema >= 0 && c.ema < 1, "ema", "a decay in [0, 1) (0 disables the EMA)", str(c.ema));
   check_choice("best_by", c.best_by, {"auto", "model", "ema"});
   check(c.best_by != "ema" || c.ema > 0, "best_by", "used with --ema", "no EMA");
@@ -231,10 +252,9 @@ void validate(const TrainConfig& c) {
   check(c.std.empty() || c.std.size() == 3, "std", "3 values (R,G,B)", std::to_string(c.std.size()) + " values");
   for (double s : c.std) check(s > 0, "std", "positive", str(s));
   check(c.crop_scale_min > 0 && c.crop_scale_min <= 1, "crop_scale_min", "in (0, 1]", str(c.crop_scale_min));
-  if (c.interpolation != "bilinear") {
-    throw Error("--interpolation " + c.interpolation + " is not available: convnets resizes with PIL's bilinear only",
-                "leave --interpolation out, or pass bilinear (DLE's default)");
-  }
+  if (!c.interpolation.empty()) check_choice("interpolation", c.interpolation, {"bilinear", "bicubic"});
+  if (!c.train_interpolation.empty())
+    check_choice("train_interpolation", c.train_interpolation, {"bilinear", "bicubic", "random"});
   check_choice("init", c.init, {"fan_in", "fan_out"});
   check(c.top_k >= 1, "top_k", "at least 1", std::to_string(c.top_k));
   check_choice("bad_images", c.bad_images, {"skip", "fail"});

@@ -41,6 +41,13 @@ struct TrainConfig {
   bool bn_weight_decay = false;             // also decay BN parameters and biases
   double label_smoothing = 0.1;
   double mixup = 0;                         // Beta(alpha, alpha); 0 disables
+  double cutmix = 0;                        // CutMix Beta(alpha, alpha) (timm); 0 disables
+  double mixup_prob = 1.0;                  // timm: probability that a batch is mixed at all (mixup or cutmix)
+  double mixup_switch_prob = 0.5;           // timm: with both on, the probability of cutmix rather than mixup
+  std::string augment;                      // "" | autoaugment (DLE) | rand-m9-mstd0.5 (timm's RandAugment)
+  double reprob = 0;                        // timm's random erasing probability per image
+  std::string remode = "pixel";             // const | rand | pixel (timm's train.py default)
+  std::int64_t recount = 1;                 // erased boxes per image
   double ema = 0;                           // decay of the weight EMA; 0 disables
   bool ema_warmup = true;                   // DLE's decay min(ema, (1 + t) / (10 + t)) at step t; timm has none
   std::string best_by = "auto";             // which top-1 picks best.safetensors: model | ema | auto (ema when on, as timm)
@@ -73,7 +80,8 @@ struct TrainConfig {
   std::int64_t keep = 0;                    // how many of those to keep; 0: all
   std::int64_t image_size = 0;              // 0: the arch's input size
   double crop_ratio = 0;                    // eval resize = size / crop_ratio; 0: the arch's
-  std::string interpolation = "bilinear";   // resizing filter (PIL's antialiased bilinear; bicubic not built yet)
+  std::string interpolation;                // eval (and default training) filter: bilinear | bicubic; empty: the arch's
+  std::string train_interpolation;          // bilinear | bicubic | random (timm's); empty: as interpolation
   std::vector<double> mean;                 // RGB, 0..1 scale; empty: the arch's
   std::vector<double> std;
   double crop_scale_min = 0.08;             // RandomResizedCrop area fraction lower bound

@@ -26,7 +26,8 @@ std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const P
   options.drop_last = false;
   options.shard.shuffle = false;
   options.shard.pad = false;  // with several ranks, each sample is evaluated exactly once
-  auto transform = std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio));
+  const auto filter = data::parse_filter(pre.interpolation, "interpolation");
+  auto transform = std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio, filter));
   return std::make_unique<data::Loader>(std::move(dataset), std::move(transform), std::move(options));
 }
 

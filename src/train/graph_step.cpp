@@ -21,7 +21,8 @@ struct GraphedStep::Graph {
 };
 
 std::string GraphedStep::unsupported_reason(const StepOptions& options) {
-  if (options.mixup > 0) return "mixup draws lambda and a permutation on the host every step";
+  if (options.mixup > 0 || options.cutmix > 0) return "mixup/cutmix draw lambda and a permutation on the host every step";
+  if (!options.erase_mode.empty()) return "random erasing draws its boxes and noise every step";
   if (options.sync) return "the gradient all-reduce of a data-parallel run is launched from autograd hooks";
   // Replays would need the CUDA generator's offset advanced per replay; that
   // path has not been validated on a GPU here, so such models run eagerly.
@@ -37,7 +38,7 @@ GraphedStep::GraphedStep(NetworkImpl& model, Optimizer& optimizer, LossScaler* s
                                 "use --no-cuda-graph");
   if (example.empty()) throw Error("GraphedStep: no micro-batches to take shapes from");
   for (const auto& m : example) {
-    static_.push_back({torch::empty_like(m.images), torch::empty_like(m.labels)});
+    static_.push_back({torch::empty_like(m.images), torch::empty_like(m.labels), {}});
   }
   lr_ = torch::zeros({}, torch::dtype(torch::kFloat).device(example[0].images.device()));
 }

@@ -230,6 +230,13 @@ void make_loaders(TrainingRun& run) {
   data::TransformOptions train_t = data::TransformOptions::train(run.load_size);
   train_t.crop.scale_min = c.crop_scale_min;
   train_t.flip = c.flip;
+  const std::string& train_filter = c.train_interpolation.empty() ? run.pre.interpolation : c.train_interpolation;
+  train_t.random_filter = train_filter == "random";
+  if (!train_t.random_filter) train_t.filter = data::parse_filter(train_filter, "--train-interpolation");
+  train_t.augment = c.augment;
+  // timm's img_mean fill: round(255 * mean), Python's half-even round.
+  for (int ch = 0; ch < 3; ++ch)
+    train_t.augment_fill[ch] = static_cast<std::uint8_t>(std::min(255.0, std::nearbyint(255.0 * run.pre.mean[ch])));
   data::LoaderOptions lo;
   lo.batch_size = c.batch_size;
   lo.workers = static_cast<int>(c.workers);
@@ -248,6 +255,9 @@ void make_loaders(TrainingRun& run) {
     tlo.shard.block = c.batch_size;  // whole micro-batches per rank: see ShardOptions::block
     tlo.shard.drop_tail = true;
     tlo.device_decode = use_device_decode(c.data_backend, run.rt);
+    tlo.erasing.prob = c.reprob;
+    tlo.erasing.count = static_cast<int>(c.recount);
+    tlo.erasing.mode = c.remode;
     run.train_loader =
         std::make_unique<data::Loader>(run.train_data, std::make_shared<data::Transform>(train_t), tlo);
   }

@@ -88,6 +88,7 @@ Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& c) 
   Preprocessing p = arch.preprocessing;
   if (c.image_size > 0) p.input_size = static_cast<int>(c.image_size);
   if (c.crop_ratio > 0) p.crop_ratio = c.crop_ratio;
+  if (!c.interpolation.empty()) p.interpolation = c.interpolation;
   if (!c.mean.empty()) p.mean = {c.mean[0], c.mean[1], c.mean[2]};
   if (!c.std.empty()) p.std = {c.std[0], c.std[1], c.std[2]};
   return p;

@@ -1,21 +1,17 @@
 #include "train/step.h"
 
 #include "core/autocast.h"
+#include "data/loader.h"
 #include "data/rng.h"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
 namespace convnets::train {
 namespace {
-
-double standard_normal(data::Rng& rng) {
-  // Box-Muller; 1 - u keeps log() away from 0.
-  const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-}
 
 // Marsaglia & Tsang 2000, "A simple method for generating gamma variables";
 // shape < 1 via Gamma(a + 1) * U^(1/a).
@@ -25,7 +21,7 @@ double sample_gamma(double shape, data::Rng& rng) {
   for (;;) {
     double x, v;
     do {
-      x = standard_normal(rng);
+      x = rng.normal();
       v = 1.0 + c * x;
     } while (v <= 0);
     v = v * v * v;
@@ -37,12 +33,32 @@ double sample_gamma(double shape, data::Rng& rng) {
 }  // namespace
 
 MixupDraw draw_mixup(double alpha, std::int64_t batch, std::uint64_t seed, std::int64_t step, std::int64_t micro) {
+  return draw_mix({alpha, 0, 1.0, 0.5}, batch, 0, 0, seed, step, micro);
+}
+
+MixupDraw draw_mix(const MixOptions& o, std::int64_t batch, std::int64_t height, std::int64_t width,
+                   std::uint64_t seed, std::int64_t step, std::int64_t micro) {
   MixupDraw d;
-  if (alpha <= 0) return d;
+  if (o.mixup <= 0 && o.cutmix <= 0) return d;
   // A stream of its own: the data loader uses (seed, epoch, index).
   data::Rng rng(seed ^ 0x6d69787570ULL /* "mixup" */, step, micro);
+  // timm's _params_per_batch: the prob test, then the switch, then lambda.
+  if (o.prob < 1.0 && !(rng.uniform() < o.prob)) return d;
+  d.cutmix = o.cutmix > 0 && (o.mixup <= 0 || rng.uniform() < o.switch_prob);
+  const double alpha = d.cutmix ? o.cutmix : o.mixup;
   const double x = sample_gamma(alpha, rng), y = sample_gamma(alpha, rng);
   d.lam = x + y > 0 ? x / (x + y) : 0.5;
+  if (d.cutmix) {
+    // timm's rand_bbox: a box of int(side * sqrt(1 - lam)) about a uniform
+    // centre, clipped to the image; lam becomes the fraction left uncovered.
+    const double ratio = std::sqrt(1.0 - d.lam);
+    const auto cut_h = static_cast<std::int64_t>(height * ratio), cut_w = static_cast<std::int64_t>(width * ratio);
+    const std::int64_t cy = rng.integer(0, height - 1), cx = rng.integer(0, width - 1);
+    const std::int64_t y0 = std::clamp<std::int64_t>(cy - cut_h / 2, 0, height), y1 = std::clamp<std::int64_t>(cy + cut_h / 2, 0, height);
+    const std::int64_t x0 = std::clamp<std::int64_t>(cx - cut_w / 2, 0, width), x1 = std::clamp<std::int64_t>(cx + cut_w / 2, 0, width);
+    d.top = y0, d.left = x0, d.height = y1 - y0, d.width = x1 - x0;
+    d.lam = 1.0 - double(d.height * d.width) / double(height * width);
+  }
   d.perm.resize(static_cast<size_t>(batch));
   std::iota(d.perm.begin(), d.perm.end(), 0);
   for (std::int64_t i = batch - 1; i > 0; --i) std::swap(d.perm[i], d.perm[rng.integer(0, i)]);
@@ -85,12 +101,24 @@ StepOutput step_impl(NetworkImpl& model, Optimizer& optimizer, LossScaler* scale
     const bool last = m + 1 == micro.size();
     if (options.sync && m == 0) options.sync->begin_step(model);
     auto images = micro[m].images;
-    auto draw = draw_mixup(options.mixup, images.size(0), options.seed, step,
-                           static_cast<std::int64_t>(m) * world + rank);
+    auto draw = draw_mix({options.mixup, options.cutmix, options.mix_prob, options.switch_prob}, images.size(0),
+                         images.size(2), images.size(3), options.seed, step, static_cast<std::int64_t>(m) * world + rank);
     if (!draw.perm.empty()) {
       torch::NoGradGuard no_grad;
       const auto perm = torch::tensor(draw.perm, torch::dtype(torch::kLong).device(images.device()));
-      images = images.mul(draw.lam).add_(images.index_select(0, perm), 1.0 - draw.lam);
+      if (draw.cutmix) {
+        const auto partner = images.index_select(0, perm);
+        images = images.clone();
+        images.narrow(2, draw.top, draw.height).narrow(3, draw.left, draw.width)
+            .copy_(partner.narrow(2, draw.top, draw.height).narrow(3, draw.left, draw.width));
+      } else {
+        images = images.mul(draw.lam).add_(images.index_select(0, perm), 1.0 - draw.lam);
+      }
+    }
+    // timm's prefetcher erases after mixing, on the normalised batch.
+    if (!options.erase_mode.empty() && micro[m].erase.defined()) {
+      torch::NoGradGuard no_grad;
+      images = data::apply_random_erasing(images, micro[m].erase, options.erase_mode);
     }
     at::Tensor loss;
     {

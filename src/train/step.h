@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace convnets::train {
@@ -16,7 +17,24 @@ namespace convnets::train {
 struct MixupDraw {
   double lam = 1.0;
   std::vector<std::int64_t> perm;  // partner of each row
+  // CutMix (Yun et al. 2019): the partner's box [top, top + height) x
+  // [left, left + width) replaces the row's; lam is the area kept.
+  bool cutmix = false;
+  std::int64_t top = 0, left = 0, height = 0, width = 0;
 };
+
+// timm's Mixup switching: a batch is mixed with probability `prob`; with both
+// alphas on, by cutmix with probability `switch_prob`, else by mixup.
+struct MixOptions {
+  double mixup = 0, cutmix = 0, prob = 1.0, switch_prob = 0.5;
+};
+// With cutmix off and prob 1 this is draw_mixup, draw for draw. CutMix's box
+// is timm's rand_bbox (side sqrt(1 - lam) of the image's, clipped at its
+// edges) and lam is corrected to the area kept, as timm's correct_lam.
+// Partners are a random permutation (DLE) rather than timm's reversed batch:
+// the batch order is itself random, so the pairs are distributed alike.
+MixupDraw draw_mix(const MixOptions& o, std::int64_t batch, std::int64_t height, std::int64_t width,
+                   std::uint64_t seed, std::int64_t step, std::int64_t micro);
 
 // Zhang et al. 2018 ("mixup"), as DLE's MixUpWrapper: lam ~ Beta(alpha, alpha)
 // and a random permutation of the batch. Drawn from a counter-based stream of
@@ -60,11 +78,16 @@ struct StepOptions {
   NetworkImpl* teacher = nullptr;
   std::int64_t student_size = 0;
   bool random_layers = false;            // the model draws dropout/drop-path masks in training
+  double cutmix = 0, mix_prob = 1.0, switch_prob = 0.5;  // MixOptions beside `mixup`
+  // timm's random erasing fill (const | rand | pixel) of MicroBatch::erase's
+  // boxes, after mixing as in timm's prefetcher; empty: off.
+  std::string erase_mode;
 };
 
 struct MicroBatch {
   at::Tensor images;  // normalised float NCHW on the device
   at::Tensor labels;  // int64 on the device
+  at::Tensor erase;   // random erasing boxes (data::Batch::erase), or undefined
 };
 
 struct StepOutput {

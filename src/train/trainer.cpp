@@ -130,7 +130,8 @@ std::vector<MicroBatch> next_step_batches(TrainingRun& run, data::Batch& batch) 
   std::vector<MicroBatch> micro;
   for (std::int64_t m = 0; m < run.micro_per_step; ++m) {
     if (!run.train_loader->next(batch)) throw Error("loader: the epoch ended early");  // not reachable: sizes checked
-    micro.push_back({batch_input(batch, run.pre, run.rt), batch.labels.to(run.rt.device, /*non_blocking=*/true)});
+    micro.push_back({batch_input(batch, run.pre, run.rt), batch.labels.to(run.rt.device, /*non_blocking=*/true),
+                     batch.erase});
   }
   return micro;
 }
@@ -332,7 +333,16 @@ int evaluate_only(TrainingRun& run) {
 
 StepRunner make_stepper(TrainingRun& run) {
   const auto& c = run.config;
-  StepOptions o{c.label_smoothing, c.mixup, static_cast<std::uint64_t>(c.seed), run.rt.autocast, run.reducer.get()};
+  StepOptions o;
+  o.label_smoothing = c.label_smoothing;
+  o.mixup = c.mixup;
+  o.seed = static_cast<std::uint64_t>(c.seed);
+  o.autocast = run.rt.autocast;
+  o.sync = run.reducer.get();
+  o.cutmix = c.cutmix;
+  o.mix_prob = c.mixup_prob;
+  o.switch_prob = c.mixup_switch_prob;
+  if (c.reprob > 0) o.erase_mode = c.remode;
   o.teacher = run.teacher.get();
   o.student_size = run.pre.input_size;
   o.random_layers = run.model->random_in_training();

@@ -40,6 +40,7 @@ class ModelsCommand(unittest.TestCase):
         self.assertEqual([rows[f"gpunet-{v}"]["input_size"] for v in ("0", "1", "2", "p0", "p1", "d1", "d2")],
                          [320, 288, 384, 224, 224, 456, 528])
         self.assertEqual(rows["gpunet-0"]["crop_ratio"], 1.0)
+        self.assertEqual((rows["gpunet-p0"]["crop_ratio"], rows["gpunet-p0"]["interpolation"]), (0.875, "bicubic"))
         table = convnets("models")
         self.assertEqual(table.returncode, 0, table.stderr)
         self.assertRegex(table.stdout, r"resnet50\s+25,557,032\s+4\.09\s+224")

@@ -15,6 +15,7 @@ import unittest
 import numpy as np
 import torch
 from PIL import Image
+from stats_helpers import ks_statistic
 from torchvision import transforms
 from torchvision.transforms import functional as F
 
@@ -169,11 +170,41 @@ class Transforms(unittest.TestCase):
             ref = np.asarray(tf(pil_rgb(f))).astype(np.int32)
             self.assertLessEqual(np.abs(ours - ref).max(), 2, (size, ratio))
 
+    def test_bicubic_eval_matches_torchvision(self):
+        # GPUNet's eval transform: timm's Resize(floor(size / crop_pct), BICUBIC) + CenterCrop.
+        files = some_files(6, "val") + some_files(4)
+        cases = [(224, 0.875), (320, 1.0), (456, 1.0)]
+        jobs = [("eval", f, s, r, "bicubic") for f in files for s, r in cases]
+        results = iter(probe_many(jobs))
+        worst = 0
+        for f in files:
+            for size, ratio in cases:
+                tf = transforms.Compose([transforms.Resize(math.floor(size / ratio), F.InterpolationMode.BICUBIC),
+                                         transforms.CenterCrop(size)])
+                ours, ref = next(results), np.asarray(tf(pil_rgb(f))).astype(np.int32)
+                worst = max(worst, int(np.abs(ours - ref).max()))
+        print("bicubic eval: %d images x %d sizes, max |convnets - torchvision| = %d" % (len(files), len(cases), worst))
+        self.assertLessEqual(worst, 2)
+
+    def test_bicubic_crop_matches_pil_exactly(self):
+        # Upscaling boxes exercise bicubic's negative lobes (sums clipped to 0..255).
+        f = some_files(3)[1]
+        img = pil_rgb(f)
+        cases = [((10, 20, 300, 280), 0), ((16, 32, 33, 47), 1), ((0, 0, img.height, img.width), 0), ((3, 5, 9, 7), 0),
+                 ((10, 20, 300, 100), 0)]
+        jobs = [("crop", f) + box + (96, flip, 0, 1, "bicubic") for box, flip in cases]
+        for ((top, left, h, w), flip), ours in zip(cases, probe_many(jobs)):
+            ref = F.resized_crop(img, top, left, h, w, [96, 96], F.InterpolationMode.BICUBIC)
+            ref = np.asarray(F.hflip(ref) if flip else ref).astype(np.int32)
+            self.assertEqual(np.abs(ours - ref).max(), 0, (top, left, h, w))
+
     def test_crop_resize_flip_matches_pil(self):
         f = some_files(3)[2]
         img = pil_rgb(f)
+        # (10, 20, 300, 100): the height shrinks by more than twice the width, so
+        # Pillow 13 resizes vertically first.
         cases = [((10, 20, 300, 280), 0), ((0, 0, img.height, img.width), 1), ((5, 7, 100, 60), 1),
-                 ((200, 100, 150, 390), 0), ((16, 32, 33, 47), 0)]
+                 ((200, 100, 150, 390), 0), ((16, 32, 33, 47), 0), ((10, 20, 300, 100), 1)]
         jobs = []
         for box, flip in cases:
             for dct, pil in ((0, 1), (0, 0), (1, 0)):
@@ -187,13 +218,6 @@ class Transforms(unittest.TestCase):
             self.assertLessEqual(np.abs(fast - ref).max(), 2, "cheaper pass order: rounding only")
             # DCT-domain scaling approximates the full-scale crop.
             self.assertLess(np.abs(dct - ref).mean(), 3.0)
-
-
-def ks_statistic(a, b):
-    a, b = np.sort(a), np.sort(b)
-    grid = np.concatenate([a, b])
-    return np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a) -
-                         np.searchsorted(b, grid, side="right") / len(b)))
 
 
 class RandomResizedCropDistribution(unittest.TestCase):

@@ -1,11 +1,13 @@
-"""DLE's command line through `convnets train`: its flags, aliases and values mean what they mean in DLE's main.py.
+"""DLE's command lines through `convnets train`: flags, aliases and values mean what they mean in DLE's main.py
+and in GPUNet's train.py (timm 0.5.4's).
 
 The configurations of DLE's ConvNets configs.yml (../shared/reference/recipes/
 dle_convnets_configs.json, resolved per model, platform and precision, with
 DLE's absolute lr) go through convnets' flag parser (`train --print-config`)
 and every value is checked against the resolved config. Short Fashion-MNIST
 runs check the flags that change a run: --run-epochs, --no-checkpoints,
---raport-file, and the best checkpoint chosen by the EMA.
+--raport-file, and the best checkpoint chosen by the EMA. Each GPUNet train.params
+command line (../shared/reference/recipes/gpunet_train_params.json) is read the same way.
 """
 import json
 import os
@@ -16,6 +18,7 @@ import unittest
 BIN = os.environ["CONVNETS_BIN"]
 SHARED = os.environ.get("CONVNETS_SHARED_DIR", "")
 CONFIGS = os.path.join(SHARED, "reference", "recipes", "dle_convnets_configs.json")
+GPUNET_PARAMS = os.path.join(SHARED, "reference", "recipes", "gpunet_train_params.json")
 FASHION = "/usr/share/datasets/fashion-mnist"
 TINY = ["--recipe", "fashion-mnist-resnet8", "--max-train-images", "512", "--max-val-images", "256",
         "--batch-size", "64", "--print-freq", "4", "--epochs", "2", "--warmup", "0"]
@@ -130,6 +133,106 @@ class DleConfigsReadAsDle(unittest.TestCase):
         self.assertNotEqual(resolved("--wd", "1e-4")["weight_decay"], 3.0517578125e-05)
 
 
+def timm_bool(v):
+    return {"True": True, "False": False}[v]
+
+
+# GPUNet train.py flag -> (convnets field, how timm's value reads in convnets)
+TIMM_KEYS = {
+    "--model": ("arch", lambda v: v.replace("_", "-")),
+    "--sched": ("lr_schedule", {"step": "staircase", "cosine": "cosine"}.get),
+    "--decay-epochs": ("lr_decay_epochs", float),
+    "--decay-rate": ("lr_step_factor", float),
+    "--opt": ("optimizer", None),
+    "-b": ("batch_size", int),
+    "--epochs": ("epochs", int),
+    "--opt-eps": ("opt_eps", float),
+    "-j": ("workers", int),
+    "--warmup-lr": ("warmup_lr", float),
+    "--weight-decay": ("weight_decay", float),
+    "--drop": (None, None),  # ignored by DLE's gpunet_* constructors (**kwargs unused): the arch's dropout
+    "--drop-connect": (None, None),
+    "--model-ema-decay": ("ema", float),
+    "--aa": ("augment", None),
+    "--remode": ("remode", None),
+    "--reprob": ("reprob", float),
+    "--lr": ("lr", float),
+    "--num-classes": ("num_classes", int),
+    "--crop-pct": ("crop_ratio", float),
+    "--img-size": ("image_size", int),
+    "--teacher": ("teacher", None),
+    "--teacher-img-size": ("teacher_img_size", int),
+    "--test-teacher": ("test_teacher", timm_bool),
+    "--enable-distill": (None, timm_bool),
+}
+
+
+@unittest.skipUnless(os.path.isfile(GPUNET_PARAMS), "../shared/reference/recipes is not beside the clone (CI has it)")
+class GpunetCommandLinesReadAsTimm(unittest.TestCase):
+    def test_every_train_params_line_resolves_field_by_field(self):
+        with open(GPUNET_PARAMS) as f:
+            recipes = json.load(f)["recipes"]
+        self.assertEqual(len(recipes), 7)
+        for name, tokens in recipes.items():
+            with self.subTest(recipe=name):
+                self.assertEqual(tokens[0], "./train.sh")  # then the GPU count and the data folder
+                args, expected, distill, k = tokens[3:], {}, None, 3
+                while k < len(tokens):
+                    flag = tokens[k]
+                    if flag == "--model-ema":
+                        expected["ema_warmup"] = False  # timm's ModelEmaV2 has no warm-up
+                        k += 1
+                    elif flag == "--amp":
+                        expected["precision"] = "amp"
+                        k += 1
+                    else:
+                        self.assertIn(flag, TIMM_KEYS, "a train.params flag this test does not map")
+                        field, convert = TIMM_KEYS[flag]
+                        value = convert(tokens[k + 1]) if convert else tokens[k + 1]
+                        if flag == "--enable-distill":
+                            distill = value
+                        elif field is None:
+                            pass
+                        else:
+                            expected[field] = value
+                        k += 2
+                if distill:
+                    # timm downloads the teacher's pretrained weights; convnets takes them as a file.
+                    args += ["--teacher-checkpoint", "teacher.safetensors"]
+                config = resolved(tokens[2], *args)
+                self.assertEqual((config["dropout"], config["drop_path"]), (-1, -1))  # the JSON definition's
+                for field, value in expected.items():
+                    self.assertEqual(config[field], value, f"{field} of {name}")
+                if not distill:
+                    self.assertEqual(config["teacher"], "")
+                # timm's train.py defaults where the line is silent, and timm's absolute LR per epoch.
+                self.assertEqual((config["warmup"], config["train_interpolation"]), (3, "random"))
+                self.assertEqual((config["lr_reference_batch"], config["lr_granularity"]), (0, "epoch"))
+                self.assertEqual((config["mixup"], config["cutmix"], config["label_smoothing"]), (0, 0, 0.1))
+                self.assertEqual(config["best_by"], "auto")  # the EMA's top-1, as GPUNet's train.py
+
+    def test_timm_drop_applies_to_other_archs(self):
+        c = resolved("--model", "resnet50", "--drop", "0.3", "--drop-connect", "0.1")
+        self.assertEqual((c["dropout"], c["drop_path"]), (0.3, 0.1))
+        r = convnets("train", "--print-config", "--model", "gpunet_1", "--drop", "0.3")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--drop/--drop-connect are ignored for gpunet-1", r.stderr)
+        self.assertEqual(json.loads(r.stdout)["dropout"], -1)
+
+    def test_gpunet_archs_evaluate_as_timm(self):
+        # timm's default_cfg: bicubic, crop_pct 1.0 (0.875 for P0/P1), at each definition's resolution.
+        r = convnets("models", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        archs = {a["name"]: a for a in json.loads(r.stdout)}
+        with open(GPUNET_PARAMS) as f:
+            recipes = json.load(f)["recipes"]
+        for name, tokens in recipes.items():
+            arch = archs[tokens[tokens.index("--model") + 1].replace("_", "-")]
+            self.assertEqual(arch["interpolation"], "bicubic", name)
+            self.assertEqual(arch["crop_ratio"], float(tokens[tokens.index("--crop-pct") + 1]), name)
+            self.assertEqual(arch["input_size"], int(tokens[tokens.index("--img-size") + 1]), name)
+
+
 class DleFlags(unittest.TestCase):
     def test_lr_is_absolute_unless_a_reference_batch_is_given(self):
         # DLE's README: --lr 2.048 with --optimizer-batch-size 2048 is the rate, not 8x it.
@@ -152,7 +255,11 @@ class DleFlags(unittest.TestCase):
         self.assertEqual(resolved("--gather-checkpoints", "-1")["save_every"], 0)
 
     def test_refusals_name_the_flag(self):
-        for args, flag in ((["--interpolation", "bicubic"], "--interpolation"),
+        for args, flag in ((["--interpolation", "lanczos"], "--interpolation"),
+                           (["--aa", "rand-m9-x1"], "--augment"),
+                           (["--remode", "noise"], "--remode"),
+                           (["--sched", "plateau"], "--sched"),
+                           (["--test-teacher", "maybe"], "--test-teacher"),
                            (["--raport-file", "config.json"], "--raport-file"),
                            (["--warmup", "0.5", "--epochs", "2"], "--warmup"),
                            (["--best-by", "ema"], "--best-by"),
@@ -187,6 +294,25 @@ class DleRunFlags(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         epochs = [x["step"] for x in dllogger(os.path.join(self.ws, "raport.json")) if len(x.get("step", [])) == 1]
         self.assertEqual(epochs, [[1], [2]])
+
+    def test_augmentation_policies_train_end_to_end(self):
+        # timm's GPUNet augmentations and DLE's AutoAugment through the CLI: each run trains, and differs from
+        # the plain run with the same seed (the policy reached the images).
+        losses = {}
+        for name, extra in (("plain", []),
+                            ("randaugment", ["--aa", "rand-m9-mstd0.5", "--reprob", "0.25", "--remode", "pixel",
+                                             "--train-interpolation", "random"]),
+                            ("autoaugment", ["--augmentation", "autoaugment", "--cutmix", "1.0", "--mixup", "0.2"]),
+                            ("erasing", ["--reprob", "0.5", "--remode", "rand", "--recount", "2"])):
+            ws = os.path.join(self.tmp.name, name)
+            r = convnets("train", *TINY, "--epochs", "1", *extra, "--workspace", ws)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            loss = [x["data"]["train.loss"] for x in dllogger(os.path.join(ws, "log.json"))
+                    if len(x.get("step", [])) == 1][0]
+            self.assertTrue(0 < loss < 10, (name, loss))
+            losses[name] = loss
+        for name in ("randaugment", "autoaugment", "erasing"):
+            self.assertNotEqual(losses[name], losses["plain"], name)
 
     def test_no_checkpoints_writes_none(self):
         r = convnets("train", *TINY, "--no-checkpoints", "--workspace", self.ws)
