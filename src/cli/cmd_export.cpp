@@ -103,7 +103,7 @@ void run(const ExportArgs& a) {
     out.emplace_back(export_key(key, a.key_style), v);
   }
   meta["format"] = "pt";
-  meta["key_style"] = a.key_style == "dle" ? "dle" : (arch.gpunet ? "dle-gpunet" : "torchvision");
+  meta["key_style"] = a.key_style == "dle" ? "dle" : arch.key_names;
   save_safetensors(a.output, out, meta);
   std::cout << "export: " << arch.name << " (" << (a.ema ? "EMA" : "model") << " weights, " << out.size()
             << " tensors, " << a.dtype << ", " << meta["key_style"] << " names) -> " << a.output << '\n';

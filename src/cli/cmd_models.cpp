@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -135,11 +136,12 @@ void run(const ModelsArgs& a) {
   std::printf("\npreprocessing: input %d, eval resize %d + centre crop (ratio %.3f), %s, mean [%.3f, %.3f, %.3f], "
               "std [%.3f, %.3f, %.3f]\n",
               arch.preprocessing.input_size,
-              static_cast<int>(arch.preprocessing.input_size / arch.preprocessing.crop_ratio + 0.5),
+              // floor, as the eval transform (and timm) sizes it: 528 / 0.942 = 560.5 -> 560
+              static_cast<int>(std::floor(arch.preprocessing.input_size / arch.preprocessing.crop_ratio + 1e-9)),
               arch.preprocessing.crop_ratio, arch.preprocessing.interpolation.c_str(), arch.preprocessing.mean[0],
               arch.preprocessing.mean[1], arch.preprocessing.mean[2], arch.preprocessing.std[0],
               arch.preprocessing.std[1], arch.preprocessing.std[2]);
-  std::printf("state_dict keys follow: %s\n", arch.reference.c_str());
+  if (!arch.reference.empty()) std::printf("state_dict keys follow: %s\n", arch.reference.c_str());
   if (info.contains("weights")) std::printf("loaded weights: %s (all tensors matched)\n", a.weights.c_str());
   if (info.contains("forward")) {
     const auto& f = info["forward"];

@@ -97,7 +97,16 @@ class OnnxEmitter : public GraphEmitter {
     attr_ints(n, "kernel_shape", {k[0], k[1]});
     attr_ints(n, "strides", {s[0], s[1]});
     attr_ints(n, "dilations", {d[0], d[1]});
-    attr_ints(n, "pads", {p[0], p[1], p[0], p[1]});
+    if (const auto* same = dynamic_cast<const layers::Conv2dSameImpl*>(&c); same && same->dynamic()) {
+      // TF "SAME" (timm's Conv2dSame): output ceil(in / stride), the odd pixel
+      // padded at the end, which is what SAME_UPPER specifies, at any input size.
+      auto* a = n->add_attribute();
+      a->set_name("auto_pad");
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s("SAME_UPPER");
+    } else {
+      attr_ints(n, "pads", {p[0], p[1], p[0], p[1]});
+    }
     attr_int(n, "group", opt.groups());
     return n->output(0);
   }

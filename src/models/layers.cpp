@@ -42,6 +42,46 @@ torch::Tensor Conv2dImpl::forward(const torch::Tensor& input) {
   return torch::zeros({n, o.out_channels(), out[0], out[1]}, input.options());
 }
 
+std::int64_t same_padding(std::int64_t size, std::int64_t kernel, std::int64_t stride, std::int64_t dilation) {
+  const std::int64_t out = (size + stride - 1) / stride;  // ceil(size / stride)
+  return std::max<std::int64_t>((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0);
+}
+
+namespace {
+
+// timm's is_static_pad: SAME is a fixed symmetric padding at stride 1 with an
+// even dilated kernel extent, d (k - 1) / 2 on each side (get_padding).
+bool static_same(const torch::nn::Conv2dOptions& o) {
+  for (int i = 0; i < 2; ++i) {
+    if ((*o.stride())[i] != 1 || ((*o.dilation())[i] * ((*o.kernel_size())[i] - 1)) % 2 != 0) return false;
+  }
+  return true;
+}
+
+torch::nn::Conv2dOptions with_same_padding(torch::nn::Conv2dOptions o) {
+  if (!static_same(o)) return o.padding(0);
+  const auto& k = *o.kernel_size();
+  const auto& d = *o.dilation();
+  return o.padding(torch::ExpandingArray<2>({d[0] * (k[0] - 1) / 2, d[1] * (k[1] - 1) / 2}));
+}
+
+}  // namespace
+
+Conv2dSameImpl::Conv2dSameImpl(torch::nn::Conv2dOptions options)
+    : Conv2dImpl(with_same_padding(options)), dynamic_(!static_same(options)) {}
+
+torch::Tensor Conv2dSameImpl::forward(const torch::Tensor& input) {
+  if (!dynamic_) return Conv2dImpl::forward(input);
+  const auto& k = *options.kernel_size();
+  const auto& s = *options.stride();
+  const auto& d = *options.dilation();
+  const std::int64_t ph = same_padding(input.size(2), k[0], s[0], d[0]);
+  const std::int64_t pw = same_padding(input.size(3), k[1], s[1], d[1]);
+  if (ph == 0 && pw == 0) return Conv2dImpl::forward(input);
+  // F.pad's order: last dimension first, (begin, end) each.
+  return Conv2dImpl::forward(torch::constant_pad_nd(input, {pw / 2, pw - pw / 2, ph / 2, ph - ph / 2}, 0));
+}
+
 void Conv2dImpl::set_bias(const torch::Tensor& b) {
   bias = b;
   parameters_["bias"] = b;

@@ -30,6 +30,28 @@ class Conv2dImpl : public torch::nn::Conv2dImpl {
 };
 TORCH_MODULE(Conv2d);
 
+// A conv with TensorFlow's "SAME" padding (output ceil(input / stride)), as
+// timm 0.5.4's create_conv2d(padding='same') builds the convs of its TF ports
+// (layers/padding.py, layers/conv2d_same.py): a fixed symmetric padding where
+// SAME is one (stride 1 and an even dilated kernel extent: is_static_pad),
+// otherwise the input is zero-padded at each call from its size, the odd
+// pixel going to the bottom and right (Conv2dSame's pad_same). Same weights
+// as a plain conv; exporters write the per-call case as ONNX's auto_pad SAME_UPPER.
+class Conv2dSameImpl : public Conv2dImpl {
+ public:
+  explicit Conv2dSameImpl(torch::nn::Conv2dOptions options);
+  torch::Tensor forward(const torch::Tensor& input);
+  // Whether the padding depends on the input size (timm's Conv2dSame).
+  bool dynamic() const { return dynamic_; }
+
+ private:
+  bool dynamic_;
+};
+TORCH_MODULE(Conv2dSame);
+
+// timm's get_same_padding: the total "SAME" padding along one dimension of `size`.
+std::int64_t same_padding(std::int64_t size, std::int64_t kernel, std::int64_t stride, std::int64_t dilation);
+
 class LinearImpl : public torch::nn::LinearImpl {
  public:
   using torch::nn::LinearImpl::LinearImpl;

@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "core/error.h"
+#include "models/efficientnet.h"
 #include "models/resnet.h"
 
 #include <deque>
@@ -52,6 +53,7 @@ ArchInfo gpunet(std::string name, std::string description, GpunetDefinition d) {
   a.preprocessing.input_size = d.img_resolution;
   a.preprocessing.crop_ratio = 1.0;
   a.preprocessing.interpolation = "bicubic";
+  a.key_names = "dle-gpunet";
   a.gpunet = std::make_shared<const GpunetDefinition>(std::move(d));
   a.build = [def = a.gpunet, name = a.name](const ModelOptions& o) {
     if (def->distill && o.drop_path > 0) {
@@ -60,6 +62,20 @@ ArchInfo gpunet(std::string name, std::string description, GpunetDefinition d) {
     }
     return make_gpunet(*def, o);
   };
+  return a;
+}
+
+// timm 0.5.4's TF-ported EfficientNets (DLE's GPUNet teachers): timm's own
+// key names, so a converted timm .pth loads as is (no import_key), and timm's
+// default_cfg preprocessing. `reference` stays empty: shared/reference has no
+// key file for them (tests/python/test_efficientnet.py checks against timm).
+ArchInfo efficientnet(const EfficientNetVariant& v) {
+  ArchInfo a;
+  a.name = v.name;
+  a.description = v.description;
+  a.preprocessing = v.preprocessing;
+  a.key_names = "timm";
+  a.build = [v](const ModelOptions& o) { return make_efficientnet(v, o); };
   return a;
 }
 
@@ -94,6 +110,7 @@ std::vector<ArchInfo> make_full_registry() {
     a.reference = v.name;
     all.push_back(std::move(a));
   }
+  for (const auto& v : efficientnet_variants()) all.push_back(efficientnet(v));
   return all;
 }
 

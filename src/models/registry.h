@@ -20,6 +20,9 @@ struct ArchInfo {
   // in shared/reference/models/<reference>.keys.json (e.g. "tv-resnet50");
   // empty for convnets' own small-image archs, which have no published weights.
   std::string reference;
+  // Whose naming its state_dict keys follow, as exports label them:
+  // torchvision (ResNets), dle-gpunet (GPUNets), timm (the EfficientNets).
+  std::string key_names = "torchvision";
   std::function<Network(const ModelOptions&)> build;
   // Maps a key of a foreign checkpoint (e.g. DLE's `layers.0.`) to ours.
   std::function<std::string(const std::string&)> import_key;

@@ -29,7 +29,7 @@ class ModelsCommand(unittest.TestCase):
         r = convnets("models", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = {m["name"]: m for m in json.loads(r.stdout)}
-        self.assertEqual(len(rows), 20)
+        self.assertEqual(len(rows), 23)
         self.assertEqual(rows["resnet50"]["params"], 25557032)
         self.assertAlmostEqual(rows["resnet50"]["gmacs"], 4.09, places=2)
         self.assertEqual(rows["se_resnext101_32x4d"]["params"], 45251128)
@@ -41,6 +41,11 @@ class ModelsCommand(unittest.TestCase):
                          [320, 288, 384, 224, 224, 456, 528])
         self.assertEqual(rows["gpunet-0"]["crop_ratio"], 1.0)
         self.assertEqual((rows["gpunet-p0"]["crop_ratio"], rows["gpunet-p0"]["interpolation"]), (0.875, "bicubic"))
+        # GPUNet's distillation teachers, timm's counts and default_cfg sizes.
+        self.assertEqual([rows[n]["params"] for n in ("tf_efficientnet_b2", "tf_efficientnet_b5_ns",
+                                                       "tf_efficientnet_b6_ns")], [9109994, 30389784, 43040704])
+        self.assertEqual([rows[n]["input_size"] for n in ("tf_efficientnet_b2", "tf_efficientnet_b5_ns",
+                                                           "tf_efficientnet_b6_ns")], [260, 456, 528])
         table = convnets("models")
         self.assertEqual(table.returncode, 0, table.stderr)
         self.assertRegex(table.stdout, r"resnet50\s+25,557,032\s+4\.09\s+224")
