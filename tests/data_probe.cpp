@@ -23,23 +23,26 @@ std::vector<std::uint8_t> read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+// P6 for RGB, P5 for one channel.
 void write_ppm(const std::string& path, const codec::ImageView& v) {
   std::ofstream out(path, std::ios::binary);
-  out << "P6\n" << v.width << ' ' << v.height << "\n255\n";
-  for (int y = 0; y < v.height; ++y) out.write(reinterpret_cast<const char*>(v.row(y)), std::streamsize(v.width) * 3);
+  out << (v.channels == 1 ? "P5\n" : "P6\n") << v.width << ' ' << v.height << "\n255\n";
+  for (int y = 0; y < v.height; ++y)
+    out.write(reinterpret_cast<const char*>(v.row(y)), std::streamsize(v.width) * v.channels);
 }
 
-// A binary PPM (P6, maxval 255) as PIL's Image.save writes it.
+// A binary PPM/PGM (P6 or P5, maxval 255) as PIL's Image.save writes it.
 codec::Image read_ppm(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string magic;
   int w = 0, h = 0, maxval = 0;
   in >> magic >> w >> h >> maxval;
   in.get();
-  if (!in || magic != "P6" || maxval != 255) throw Error(path + ": expected a binary PPM (P6, maxval 255)");
+  if (!in || (magic != "P6" && magic != "P5") || maxval != 255)
+    throw Error(path + ": expected a binary PPM or PGM (P6 or P5, maxval 255)");
   codec::Image img;
-  img.width = w, img.height = h, img.channels = 3;
-  img.pixels.resize(std::size_t(w) * h * 3);
+  img.width = w, img.height = h, img.channels = magic == "P6" ? 3 : 1;
+  img.pixels.resize(std::size_t(w) * h * img.channels);
   in.read(reinterpret_cast<char*>(img.pixels.data()), std::streamsize(img.pixels.size()));
   if (!in) throw Error(path + ": truncated PPM");
   return img;
@@ -154,7 +157,7 @@ void run(const std::vector<std::string>& a) {
                                                    : data::Resample::Bilinear;
     pil_op(arg(3), numbers(arg(4)), r,
            {std::uint8_t(f.at(0)), std::uint8_t(f.at(1)), std::uint8_t(f.at(2))},
-           {img.pixels.data(), img.width, img.height, 3});
+           {img.pixels.data(), img.width, img.height, img.channels});
     write_ppm(arg(7), img.view());
   } else if (cmd == "augtrace" && argc == 7) {
     // The policy's choices on random images: one "op arg" line per applied op, "--" after each image.

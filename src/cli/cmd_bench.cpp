@@ -46,6 +46,8 @@ struct BenchDataArgs {
 void run_bench_data(const BenchDataArgs& a) {
   using Clock = std::chrono::steady_clock;
   const bool train = !a.eval;
+  if (!train && (!a.augment.empty() || a.reprob > 0))
+    throw Error("--augment and --reprob are training transforms: leave out --eval");
   auto dataset = data::open_dataset(a.location, train ? "train" : "val");
 
   data::TransformOptions t = train ? data::TransformOptions::train(a.size) : data::TransformOptions::eval(a.size);

@@ -26,6 +26,10 @@ struct TrainArgs {
   // timm's --drop / --drop-connect: model options that DLE's gpunet_*
   // constructors ignore (see apply_timm_model_options).
   std::optional<double> timm_drop, timm_drop_connect;
+  // timm's train.py defaults that its flags imply (--sched, --model-ema): they
+  // fill only fields that no resumed run, recipe or flag set.
+  nlohmann::json timm_defaults = nlohmann::json::object();
+  std::optional<bool> enable_distill;  // GPUNet's --enable-distill True|False
   nlohmann::json flags = nlohmann::json::object();
   distributed::LaunchOptions launch;
 };
@@ -72,8 +76,9 @@ void apply_timm_model_options(const TrainArgs& a, nlohmann::json& overrides, con
                  "--dropout and --drop-path set them\n";
     return;
   }
-  if (a.timm_drop && !overrides.contains("dropout")) overrides["dropout"] = *a.timm_drop;
-  if (a.timm_drop_connect && !overrides.contains("drop_path")) overrides["drop_path"] = *a.timm_drop_connect;
+  auto given = [&a](const char* field) { return a.values.count(field) > 0 || a.flags.contains(field); };
+  if (a.timm_drop && !given("dropout")) overrides["dropout"] = *a.timm_drop;
+  if (a.timm_drop_connect && !given("drop_path")) overrides["drop_path"] = *a.timm_drop_connect;
 }
 
 int run(TrainArgs& a) {
@@ -88,7 +93,11 @@ int run(TrainArgs& a) {
     }
     train::apply_json(config, options.resume->meta.at("config"), a.resume + " (config)");
   }
-  if (!a.recipe.empty()) train::apply_json(config, train::load_recipe(a.recipe), "--recipe " + a.recipe);
+  nlohmann::json recipe = nlohmann::json::object();
+  if (!a.recipe.empty()) {
+    recipe = train::load_recipe(a.recipe);
+    train::apply_json(config, recipe, "--recipe " + a.recipe);
+  }
   const auto defaults = train::to_json(train::TrainConfig{});
   nlohmann::json overrides = a.flags;
   for (const auto& [field, text] : a.values) overrides[field] = parse_value(field, defaults.at(field), text);
@@ -96,6 +105,16 @@ int run(TrainArgs& a) {
   // DLE's --lr is absolute: a recipe's per-reference-batch LR does not scale
   // an LR given on the command line unless --lr-reference-batch is given too.
   if (overrides.contains("lr") && !overrides.contains("lr_reference_batch")) overrides["lr_reference_batch"] = 0;
+  if (!options.resume) {
+    for (const auto& [field, value] : a.timm_defaults.items())
+      if (!overrides.contains(field) && !recipe.contains(field)) overrides[field] = value;
+  }
+  if (a.enable_distill && !*a.enable_distill) {
+    // GPUNet's --enable-distill False: no teacher, whatever else names one.
+    overrides["teacher"] = overrides["teacher_checkpoint"] = "";
+    overrides["teacher_img_size"] = 0;
+    overrides["teacher_two_res"] = overrides["test_teacher"] = false;
+  }
   train::apply_json(config, overrides, "flags");
   nlohmann::json model_options = nlohmann::json::object();
   apply_timm_model_options(a, model_options, config.arch);
@@ -160,12 +179,13 @@ void add_train_command(CLI::App& app) {
         else if (s == "cosine") args->flags["lr_schedule"] = "cosine";
         else throw Error("--sched " + s + ": convnets has timm's step (--lr-schedule staircase) and cosine schedules");
         // A timm command line leaves these at timm's train.py defaults, which
-        // differ from convnets' (DLE's): its flags given beside still win.
-        args->flags["warmup"] = 3;
-        args->flags["train_interpolation"] = "random";
+        // differ from convnets' (DLE's).
+        args->timm_defaults["warmup"] = 3;
+        args->timm_defaults["warmup_lr"] = 1e-4;
+        args->timm_defaults["train_interpolation"] = "random";
       },
-      "timm: step (decay by --decay-rate every --decay-epochs) | cosine; also timm's defaults --warmup-epochs 3 "
-      "and --train-interpolation random");
+      "timm: step (decay by --decay-rate every --decay-epochs) | cosine; where no recipe or flag sets them, also "
+      "timm's defaults --warmup-epochs 3, --warmup-lr 1e-4 and --train-interpolation random");
   cmd->add_option_function<std::string>(
       "--opt",
       [args](const std::string& s) {
@@ -182,25 +202,23 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag_callback(
       "--model-ema",
       [args] {
-        // timm's ModelEmaV2: decay 0.9998 unless --model-ema-decay, no warm-up.
-        if (!args->flags.contains("ema")) args->flags["ema"] = 0.9998;
+        // timm's ModelEmaV2: decay 0.9998 unless --model-ema-decay (or the recipe) says, no warm-up.
+        args->timm_defaults["ema"] = 0.9998;
         args->flags["ema_warmup"] = false;
       },
-      "timm: keep a weight EMA (decay --model-ema-decay, default 0.9998; no warm-up)");
+      "timm: keep a weight EMA (decay --model-ema-decay or the recipe's, else 0.9998; no warm-up)");
   auto truth = [](const std::string& flag, const std::string& v) {
     if (v == "True" || v == "true" || v == "1") return true;
     if (v == "False" || v == "false" || v == "0") return false;
-    throw Error(flag + " " + v + ": expected True or False");
+    throw Error(flag + " " + v + ": expected True or False",
+                "a value that is neither is read as the flag's: put DATA before " + flag + ", or write " + flag + " True");
   };
   cmd->add_option_function<std::string>(
-      "--enable-distill",
-      [args, truth](const std::string& v) {
-        if (!truth("--enable-distill", v)) args->flags["teacher"] = "", args->flags["teacher_checkpoint"] = "";
-      },
-      "GPUNet: True distils from --teacher, False trains without one");
+      "--enable-distill", [args, truth](const std::string& v) { args->enable_distill = truth("--enable-distill", v); },
+      "GPUNet: True distils from --teacher, False trains without a teacher whatever else names one");
   cmd->add_option_function<std::string>(
          "--test-teacher", [args, truth](const std::string& v) { args->flags["test_teacher"] = truth("--test-teacher", v); },
-         "GPUNet: True validates the teacher before training (--test-teacher alone: True)")
+         "GPUNet: validate the teacher before training: --test-teacher alone or True; False or absent: not")
       ->expected(0, 1)
       ->default_str("True");
   static const std::map<std::string, std::string> dle_aliases = {

@@ -521,6 +521,7 @@ AugmentPolicy parse_augment_policy(const std::string& spec, const std::string& f
     const std::string key = section.substr(0, digit), val = section.substr(digit);
     char* end = nullptr;
     const double num = std::strtod(val.c_str(), &end);
+    if (!(num <= 1000)) throw Error(flag + " '" + spec + "': section '" + section + "' is out of range", hint);
     const bool integer = val.find_first_not_of("0123456789") == std::string::npos;
     auto bad = [&](const std::string& why) {
       return Error(flag + " '" + spec + "': section '" + section + "' " + why, hint);
@@ -543,6 +544,8 @@ AugmentPolicy parse_augment_policy(const std::string& spec, const std::string& f
     }
   }
   if (p.num_layers < 0 || p.num_layers > 15) throw Error(flag + " '" + spec + "': n must be in 0..15", hint);
+  // w0 draws without replacement and gives Posterize and Invert no weight.
+  if (p.weighted && p.num_layers > 13) throw Error(flag + " '" + spec + "': with w0, n must be in 0..13", hint);
   return p;
 }
 
@@ -576,6 +579,7 @@ void Augmenter::rand_augment(ImageRef img, Rng& rng, std::vector<std::uint8_t>& 
       double u = rng.uniform() * total;
       int k = 0;
       while (k < 14 && (w[k] == 0 || u >= w[k])) u -= w[k], ++k;
+      while (w[k] == 0) --k;  // rounding ran past the last weighted op
       chosen[i] = k;
       w[k] = 0;
     }
@@ -673,9 +677,11 @@ void draw_erase_boxes(const ErasingParams& p, int height, int width, Rng& rng, E
   if (p.prob <= 0 || rng.uniform() > p.prob) return;
   const double area = double(height) * width;
   const double log_lo = std::log(p.min_aspect), log_hi = std::log(1.0 / p.min_aspect);
-  for (int k = 0; k < p.count; ++k) {
+  // timm's min_count 1, max_count --recount: randint(1, recount) boxes.
+  const int count = p.count > 1 ? static_cast<int>(rng.integer(1, p.count)) : 1;
+  for (int k = 0; k < count; ++k) {
     for (int attempt = 0; attempt < 10; ++attempt) {
-      const double target = rng.uniform(p.min_area, p.max_area) * area / p.count;
+      const double target = rng.uniform(p.min_area, p.max_area) * area / count;
       const double aspect = std::exp(rng.uniform(log_lo, log_hi));
       // timm's h takes the aspect (RandomResizedCrop's w does); Python's round is half-even.
       const int h = static_cast<int>(std::nearbyint(std::sqrt(target * aspect)));

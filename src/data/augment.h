@@ -89,7 +89,7 @@ class Augmenter {
 };
 
 // timm's RandomErasing box draw (random_erasing.py _erase): with probability
-// `prob`, `count` boxes of area fraction U(min_area, max_area) / count and
+// `prob`, randint(1, count) boxes of area fraction U(min_area, max_area) / that and
 // log-uniform aspect in [min_aspect, 1 / min_aspect]; ten tries each, a box
 // strictly smaller than the image. The fill happens on the device, after
 // normalisation (timm's prefetcher), see apply_random_erasing.

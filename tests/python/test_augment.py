@@ -89,6 +89,41 @@ class PillowOps(unittest.TestCase):
                 self.assertEqual(diff, 0, "%s%s %s on %s: max |convnets - Pillow| = %d" % (op, args, r, size, diff))
         print("Pillow ops, %d cases x %d images: max difference per op %s" % (len(cases), len(images), worst))
 
+    def test_each_op_equals_pillow_on_grey_images(self):
+        # One-channel images (Fashion-MNIST's) take the scalar paths: Pillow's mode "L" operations.
+        im = test_images()[0].convert("L")
+        fill = 124
+        cases = [("affine", (1, 0.27, 0, 0, 1, 0), "bicubic", lambda i: i.transform(i.size, Image.AFFINE,
+                                                                                   (1, 0.27, 0, 0, 1, 0),
+                                                                                   Image.BICUBIC, fillcolor=fill)),
+                 ("affine", (1, 0, 31.7, 0, 1, 0), "bilinear", lambda i: i.transform(i.size, Image.AFFINE,
+                                                                                    (1, 0, 31.7, 0, 1, 0),
+                                                                                    Image.BILINEAR, fillcolor=fill)),
+                 ("rotate", (-13.4,), "nearest", lambda i: i.rotate(-13.4, Image.NEAREST, fillcolor=fill)),
+                 ("rotate", (27.0,), "bicubic", lambda i: i.rotate(27.0, Image.BICUBIC, fillcolor=fill)),
+                 ("autocontrast", (0,), "bilinear", ImageOps.autocontrast),
+                 ("equalize", (0,), "bilinear", ImageOps.equalize),
+                 ("posterize", (3,), "bilinear", lambda i: ImageOps.posterize(i, 3)),
+                 ("solarize_add", (99,), "bilinear",
+                  lambda i: i.point([min(255, v + 99) if v < 128 else v for v in range(256)]))]
+        for factor in (0.28, 1.72):
+            for name, cls in (("color", ImageEnhance.Color), ("contrast", ImageEnhance.Contrast),
+                              ("brightness", ImageEnhance.Brightness), ("sharpness", ImageEnhance.Sharpness)):
+                cases.append((name, (factor,), "bilinear", lambda i, c=cls, f=factor: c(i).enhance(f)))
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "in.pgm")
+            im.save(src)
+            lines = ["augop %s %s %s %s %d,%d,%d %s" % (src, op, ",".join(str(a) for a in args), r, fill, fill, fill,
+                                                      os.path.join(d, "%d.pgm" % k))
+                     for k, (op, args, r, _) in enumerate(cases)]
+            run_probe(lines)
+            for k, (op, args, r, ref) in enumerate(cases):
+                with Image.open(os.path.join(d, "%d.pgm" % k)) as o:
+                    self.assertEqual(o.mode, "L")
+                    ours = np.asarray(o).astype(np.int32)
+                diff = int(np.abs(ours - np.asarray(ref(im)).astype(np.int32)).max())
+                self.assertEqual(diff, 0, "%s%s %s on a grey image: max |convnets - Pillow| = %d" % (op, args, r, diff))
+
     def test_posterize_zero_bits_is_black(self):
         # timm's Posterize keeps int(m / 10 * 4) bits: 0 below m = 2.5, which Pillow <= 9.5 (GPUNet's) made
         # black; Pillow 13 refuses 0 bits, so the reference here is the black image itself.
@@ -218,6 +253,9 @@ class TimmDistributions(unittest.TestCase):
             self.assertLess(d, 1.2 * ks_bound(len(a), len(b)), (label, d))
         for t, l, h, w in ours_hit:
             self.assertTrue(0 < h < 40 and 0 < w < 40 and t + h <= 40 and l + w <= 40)
+        # The mean erased area: U(0.02, 1/3) of the image, so about 0.177 x 1600 px (boxes that fit).
+        self.assertAlmostEqual(np.mean([h * w for _, _, h, w in ours_hit]) / 1600,
+                               np.mean([h * w for _, _, h, w in ref_hit]) / 1600, delta=0.015)
 
 
 if __name__ == "__main__":

@@ -211,6 +211,21 @@ class GpunetCommandLinesReadAsTimm(unittest.TestCase):
                 self.assertEqual((config["mixup"], config["cutmix"], config["label_smoothing"]), (0, 0, 0.1))
                 self.assertEqual(config["best_by"], "auto")  # the EMA's top-1, as GPUNet's train.py
 
+    def test_timm_flags_yield_to_recipes_and_explicit_fields(self):
+        # --sched and --model-ema bring timm's defaults only where nothing else set the field.
+        c = resolved("--recipe", "gpunet-d1-450ep", "--teacher-checkpoint", "t.safetensors", "--sched", "step",
+                     "--model-ema")
+        self.assertEqual((c["ema"], c["warmup"], c["warmup_lr"]), (0.9999, 3, 1e-06))
+        c = resolved("--recipe", "resnet50-90ep", "--sched", "cosine", "--model-ema")  # the recipe names no filter
+        self.assertEqual((c["warmup"], c["train_interpolation"], c["ema"], c["ema_warmup"]), (8, "random", 0.9998, False))
+        c = resolved("--sched", "step", "--warmup-epochs", "5")
+        self.assertEqual((c["warmup"], c["warmup_lr"], c["train_interpolation"]), (5, 1e-4, "random"))
+        # --enable-distill False drops the teacher whatever else names one.
+        c = resolved("--recipe", "gpunet-d1-450ep", "--enable-distill", "False", "--teacher", "tf_efficientnet_b5_ns")
+        self.assertEqual((c["teacher"], c["teacher_img_size"], c["test_teacher"]), ("", 0, False))
+        # An explicit --dropout wins over timm's --drop on archs where --drop applies.
+        self.assertEqual(resolved("--model", "resnet50", "--dropout", "0.1", "--drop", "0.3")["dropout"], 0.1)
+
     def test_timm_drop_applies_to_other_archs(self):
         c = resolved("--model", "resnet50", "--drop", "0.3", "--drop-connect", "0.1")
         self.assertEqual((c["dropout"], c["drop_path"]), (0.3, 0.1))
