@@ -56,7 +56,7 @@ void run_bench_data(const BenchDataArgs& a) {
     t.random_filter = a.interpolation == "random";
     if (!t.random_filter) t.filter = data::parse_filter(a.interpolation, "--interpolation");
     t.augment = a.augment;
-    t.augment_fill = {124, 116, 104};  // timm's round(255 * ImageNet mean)
+    t.augment_fill = data::mean_fill(Preprocessing{}.mean);  // the ImageNet mean, as timm's default
   }
   auto transform = std::make_shared<const data::Transform>(t);
 

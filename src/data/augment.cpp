@@ -430,6 +430,12 @@ void sharpness(ImageRef img, double factor, std::vector<std::uint8_t>& scratch) 
 
 }  // namespace pil
 
+Fill mean_fill(const std::array<double, 3>& mean) {
+  Fill f;
+  for (int c = 0; c < 3; ++c) f[c] = static_cast<std::uint8_t>(std::min(255.0, std::nearbyint(255.0 * mean[c])));
+  return f;
+}
+
 namespace {
 
 constexpr double kLevelDenom = 10.0;  // timm 0.5.4's _LEVEL_DENOM

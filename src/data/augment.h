@@ -18,6 +18,8 @@ struct ImageRef {
 };
 
 using Fill = std::array<std::uint8_t, 3>;
+// timm's img_mean fill for the dataset's mean (0..1 scale): min(255, round(255 * mean)), Python's half-even round.
+Fill mean_fill(const std::array<double, 3>& mean);
 
 // Pillow's Image.transform filters (Geometry.c). Their BICUBIC is the a = -1
 // cubic, not resize's a = -0.5.

@@ -234,9 +234,7 @@ void make_loaders(TrainingRun& run) {
   train_t.random_filter = train_filter == "random";
   if (!train_t.random_filter) train_t.filter = data::parse_filter(train_filter, "--train-interpolation");
   train_t.augment = c.augment;
-  // timm's img_mean fill: round(255 * mean), Python's half-even round.
-  for (int ch = 0; ch < 3; ++ch)
-    train_t.augment_fill[ch] = static_cast<std::uint8_t>(std::min(255.0, std::nearbyint(255.0 * run.pre.mean[ch])));
+  train_t.augment_fill = data::mean_fill(run.pre.mean);
   data::LoaderOptions lo;
   lo.batch_size = c.batch_size;
   lo.workers = static_cast<int>(c.workers);
