@@ -6,6 +6,8 @@
 #      whose LibTorch convnets links, and nvcc of the same CUDA version) and
 #      the Python references and peers of the tests (scripts/requirements.txt).
 #   3. CMake + Ninja against that LibTorch, CUDA compiled and linked in.
+# Arguments (optional): a build directory other than ./build, then extra CMake
+# arguments for it (scripts/sanitize.sh: build-asan/ with the sanitizer flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,7 @@ packages=(
   libonnx-dev libprotobuf-dev        # ONNX export: ONNX's protobuf schema and checker
   dataset-fashion-mnist              # the default training data (IDX, read in place)
   libgtest-dev libgmock-dev          # the C++ test suite
+  clang                              # libFuzzer for the fuzz targets (scripts/fuzz.sh)
   python3-skimage                    # real photographs (its data folder) for the ImageNet-like JPEG set
 )
 
@@ -68,7 +71,8 @@ fi
 
 torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 build_type=${CONVNETS_BUILD_TYPE:-Release}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_PATH="$torch_prefix" \
+build=${1:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_PATH="$torch_prefix" \
   -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" \
-  -DCONVNETS_PYTHON="$venv/bin/python" >/dev/null
-cmake --build build
+  -DCONVNETS_PYTHON="$venv/bin/python" "${@:2}" >/dev/null
+cmake --build "$build"

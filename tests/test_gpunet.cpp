@@ -1,5 +1,6 @@
 // GPUNet: the JSON format against DLE's published files, the network's rules (padding, widths, drop-path), bad input.
 #include "core/error.h"
+#include "core/json.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "models/gpunet.h"
@@ -307,7 +308,7 @@ TEST(Gpunet, BadDefinitionsNameTheLayerTheFieldAndWhatWasExpected) {
 
   c = tiny_config();
   c[2]["stride"] = 1.5;
-  EXPECT_CONTAINS(error_of(c), ("layer 2 (conv): field 'stride' is the number 1.5; expected an integer >= 1"));
+  EXPECT_CONTAINS(error_of(c), ("layer 2 (conv): field 'stride' is the number 1.5; expected an integer in 1 .. 64"));
 
   c = tiny_config();
   c[0].erase("distill");
@@ -334,6 +335,72 @@ TEST(Gpunet, BadDefinitionsNameTheLayerTheFieldAndWhatWasExpected) {
     EXPECT_CONTAINS(e.what(), (bad + ": not valid JSON"));
   }
   fs::remove(bad);
+}
+
+// Hostile definitions (issue 21): refused by the validator, naming the file
+// and the limit, before LibTorch is asked for any memory.
+TEST(Gpunet, HostileDefinitionsAreRefusedWithTheLimit) {
+  auto c = tiny_config();
+  c[2]["num_out_channels"] = 1000000000000LL;
+  EXPECT_CONTAINS(error_of(c), ("layer 2 (conv): field 'num_out_channels' is the integer 1000000000000; expected an "
+                                "integer in 1 .. 65536"));
+  c = tiny_config();
+  c[2]["kernel_size"] = 101;
+  EXPECT_CONTAINS(error_of(c), ("field 'kernel_size' is the integer 101; expected an integer in 1 .. 31"));
+  c = tiny_config();
+  c[0]["img_resolution"] = 100000;
+  EXPECT_CONTAINS(error_of(c), ("field 'img_resolution' is the integer 100000; expected an integer in 1 .. 8192"));
+
+  // Strided layers shrink 4 px to 2 before an unpadded 3x3 (found by fuzz_gpunet_build).
+  c = tiny_config();
+  c[0]["img_resolution"] = 4;
+  EXPECT_CONTAINS(error_of(c), ("layer 3 (fused_irb): its 3x3 conv (stride 2, padding 0) needs at least 3 px; the "
+                                "image is 2 px here at img_resolution 4"));
+
+  // A squeeze-excite of round(8 x 0.25 / 5) = 0 channels (found by fuzz_gpunet_build).
+  c = tiny_config();
+  c[1]["num_out_channels"] = 1;
+  c[2]["num_in_channels"] = 1;
+  c[2]["num_out_channels"] = 1;
+  c[3]["num_in_channels"] = 1;
+  c[3]["expansion"] = 5;
+  c[3]["use_se"] = true;
+  EXPECT_CONTAINS(error_of(c), ("layer 3 (fused_irb): field 'use_se' is true; expected false for 1 input channels "
+                                "(its squeeze-excite would have round(8 x 0.25 / expansion) = 0 channels)"));
+
+  // Each field within bounds, the whole too large: 65536 x 65536 x 31 x 31 weights.
+  c = tiny_config();
+  c[2]["num_out_channels"] = 65536;
+  c[2]["kernel_size"] = 31;
+  c[3]["num_in_channels"] = 65536;
+  c[3]["num_out_channels"] = 65536;
+  c[3]["kernel_size"] = 31;
+  c[3]["stride"] = 1;  // padded: the image stays large enough for the kernel
+  EXPECT_CONTAINS(error_of(c), ("million weights; the limit is 2000 million (8 GB in fp32)"));
+
+  const std::string deep = temp_path("deep.json");
+  write_text(deep, std::string(100000, '[') + std::string(100000, ']'));
+  try {
+    find_architecture(deep);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(e.what(), (deep + ": JSON nested deeper than 64 levels"));
+  }
+  fs::remove(deep);
+}
+
+TEST(Json, NonUtf8BytesAreEscapedNotAnError) {
+  const std::string name = std::string("caf\xc3\xa9/\xff\xfe-\xe9.jpg");
+  EXPECT_EQ(utf8_escaped(name), "caf\xc3\xa9/\\xff\\xfe-\\xe9.jpg");
+  // Overlong forms and UTF-16 surrogates are not UTF-8 either (RFC 3629).
+  EXPECT_EQ(utf8_escaped("\xc0\xaf\xed\xa0\x80"), "\\xc0\\xaf\\xed\\xa0\\x80");
+  nlohmann::ordered_json j{{"path", name}, {std::string("k\x80"), {1, std::string("\xff")}}};
+  const std::string text = dump_json(j);
+  EXPECT_EQ(text, "{\"path\":\"caf\xc3\xa9/\\\\xff\\\\xfe-\\\\xe9.jpg\",\"k\\\\x80\":[1,\"\\\\xff\"]}");
+  EXPECT_EQ(parse_json(text, "test")["path"], "caf\xc3\xa9/\\xff\\xfe-\\xe9.jpg");
+  // 64 levels are accepted, 65 are not.
+  EXPECT_NO_THROW(parse_json(std::string(64, '[') + std::string(64, ']'), "test"));
+  EXPECT_THROW(parse_json(std::string(65, '[') + std::string(65, ']'), "test"), Error);
 }
 
 TEST(Gpunet, DropPathOnArchsWithoutItIsAnError) {

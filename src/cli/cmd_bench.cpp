@@ -1,6 +1,7 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
 #include "cli/commands.h"
 #include "cli/launch.h"
+#include "core/json.h"
 #include "bench/model_bench.h"
 #include "core/error.h"
 #include "data/loader.h"
@@ -36,6 +37,7 @@ struct BenchDataArgs {
   int prefetch = 2;
   std::string dct_scaling = "auto";
   std::string bad_images = "skip";
+  std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;
   std::uint64_t seed = 0;
   std::string backend = "cpu";
   std::string augment, interpolation = "bilinear";
@@ -52,6 +54,7 @@ void run_bench_data(const BenchDataArgs& a) {
 
   data::TransformOptions t = train ? data::TransformOptions::train(a.size) : data::TransformOptions::eval(a.size);
   if (a.dct_scaling != "auto") t.dct_scaling = a.dct_scaling == "on";
+  t.max_pixels = a.max_image_pixels;
   if (train) {
     t.random_filter = a.interpolation == "random";
     if (!t.random_filter) t.filter = data::parse_filter(a.interpolation, "--interpolation");
@@ -132,7 +135,7 @@ void run_bench_data(const BenchDataArgs& a) {
                               {"device_stage", device_stage},
                               {"device_decoded_fraction", total_images > 0 ? double(sum.device_images) / double(total_images) : 0.0}};
   if (a.json) {
-    std::cout << r.dump(2) << '\n';
+    std::cout << dump_json(r, 2) << '\n';
     return;
   }
   std::printf("images/s    %.1f  (%.1f per worker, %lld images in %.2f s)\n", rate, rate / loader.workers(),
@@ -154,9 +157,8 @@ struct BenchModelArgs {
 constexpr const char* kBenchOut = "CONVNETS_BENCH_OUT";
 
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("bench: the workers left no results in " + path);
-  return nlohmann::json::parse(in);
+  if (!std::ifstream(path)) throw Error("bench: the workers left no results in " + path);
+  return read_json_file(path, "bench worker results");
 }
 
 // `bench train --nproc-per-node N`: one process alone, then N together, on
@@ -212,7 +214,7 @@ void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
     std::cout << line;
   }
   std::cout << std::flush;
-  if (!a.json.empty()) write_file_atomically(a.json, jn.dump(2) + "\n");
+  if (!a.json.empty()) write_file_atomically(a.json, dump_json(jn, 2) + "\n");
 }
 
 void run_bench_model(BenchModelArgs& a) {
@@ -230,11 +232,11 @@ void run_bench_model(BenchModelArgs& a) {
   const auto rows = bench::run_model_bench(o);
   if (group && group->rank() != 0) return;
   if (const char* out = std::getenv(kBenchOut)) {
-    write_file_atomically(out, bench::to_json(o, rows).dump(2) + "\n");
+    write_file_atomically(out, dump_json(bench::to_json(o, rows), 2) + "\n");
     return;
   }
   std::cout << bench::format_table(o, rows) << std::flush;
-  if (!a.json.empty()) write_file_atomically(a.json, bench::to_json(o, rows).dump(2) + "\n");
+  if (!a.json.empty()) write_file_atomically(a.json, dump_json(bench::to_json(o, rows), 2) + "\n");
   for (const auto& r : rows) {
     if (r.fits) continue;
     throw Error("--batch-sizes " + std::to_string(r.batch) + ": out of memory on " + o.runtime.device.str() + " (" +
@@ -316,6 +318,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--bad-images", args->bad_images, "skip (replace and report) or fail (stop at the first)")
       ->check(CLI::IsMember({"skip", "fail"}));
+  cmd->add_option("--max-image-pixels", args->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", args->seed, "Shuffle and augmentation seed (default 0)");
   cmd->add_option("--data-backend", args->backend,
                   "cpu (threads decode fully) or gpu (threads entropy-decode; the rest runs on the GPU when present)")

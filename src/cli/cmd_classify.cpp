@@ -1,5 +1,6 @@
 // `convnets classify`: top-k classes of JPEG/PNG files with a checkpoint's own preprocessing and class names.
 #include "cli/commands.h"
+#include "core/json.h"
 #include "codec/image.h"
 #include "core/error.h"
 #include "data/transforms.h"
@@ -25,7 +26,7 @@ namespace {
 struct ClassifyArgs {
   std::vector<std::string> images;
   std::string checkpoint, device = "auto", precision = "fp32", memory_format = "nhwc";
-  std::int64_t batch_size = 64, top_k = 5;
+  std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels;
   bool ema = false, json = false, fold_bn = false;
 };
 
@@ -102,7 +103,9 @@ void run(const ClassifyArgs& a) {
   train::prepare_model(*model, rt);
   model->eval();
   if (a.fold_bn) fold_batchnorm(*model);
-  const data::Transform transform(data::TransformOptions::eval(pre.input_size, pre.crop_ratio, data::parse_filter(pre.interpolation, "interpolation")));
+  auto topts = data::TransformOptions::eval(pre.input_size, pre.crop_ratio, data::parse_filter(pre.interpolation, "interpolation"));
+  topts.max_pixels = a.max_image_pixels;
+  const data::Transform transform(topts);
   const std::int64_t k = std::min<std::int64_t>(a.top_k, num_classes);
   const std::int64_t side = pre.input_size, pixels = side * side * 3;
 
@@ -125,6 +128,8 @@ void run(const ClassifyArgs& a) {
                          try {
                            transform.apply(s, rng, ws, batch.data_ptr<std::uint8_t>() + (i - static_cast<std::int64_t>(begin)) * pixels,
                                            nullptr);
+                         } catch (const std::bad_alloc&) {
+                           r.error = r.path + ": out of memory while decoding it (std::bad_alloc)";
                          } catch (const std::exception& e) {
                            r.error = e.what();
                          }
@@ -164,14 +169,14 @@ void run(const ClassifyArgs& a) {
       }
       list.push_back(std::move(j));
     }
-    std::cout << nlohmann::ordered_json{{"checkpoint", a.checkpoint},
-                                        {"arch", arch.name},
-                                        {"weights", a.ema ? "ema" : "model"},
-                                        {"preprocessing", to_json(pre)},
-                                        {"images", paths.size()},
-                                        {"failed", failed},
-                                        {"results", std::move(list)}}
-                     .dump(2)
+    std::cout << dump_json(nlohmann::ordered_json{{"checkpoint", a.checkpoint},
+                                                  {"arch", arch.name},
+                                                  {"weights", a.ema ? "ema" : "model"},
+                                                  {"preprocessing", to_json(pre)},
+                                                  {"images", paths.size()},
+                                                  {"failed", failed},
+                                                  {"results", std::move(list)}},
+                           2)
               << '\n';
   } else {
     print_table(results, names);
@@ -192,6 +197,7 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--checkpoint", a->checkpoint, "a checkpoint written by `convnets train`")->required();
   cmd->add_option("--top-k", a->top_k, "classes per image (capped at the class count)");
   cmd->add_option("--batch-size", a->batch_size, "images per forward pass");
+  cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}));

@@ -1,5 +1,6 @@
 // `convnets eval`: accuracy, loss, throughput and latency percentiles of a checkpoint on a validation set.
 #include "cli/commands.h"
+#include "core/json.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -20,6 +21,7 @@ namespace {
 
 struct EvalArgs {
   std::string data, checkpoint, arch, interpolation, device = "auto", precision = "fp32", memory_format = "nhwc", bad_images = "skip";
+  std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
   int workers = 0;
   double crop_ratio = 0;
@@ -71,13 +73,13 @@ void run(const EvalArgs& a) {
   lo.batch_size = a.batch_size;
   lo.workers = a.workers;
   lo.bad_images = data::parse_bad_image_policy(a.bad_images);
-  const auto loader = train::make_eval_loader(ds, pre, lo);
+  const auto loader = train::make_eval_loader(ds, pre, a.max_image_pixels, lo);
   if (!a.json) std::cout << "eval: " << arch.name << " from " << a.checkpoint << " on " << ds->description() << '\n';
   const auto r = train::evaluate(*model, *loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
   if (a.json) {
     auto j = r.to_dllogger("val");
     j["images"] = r.images;
-    std::cout << j.dump(2) << '\n';
+    std::cout << dump_json(j, 2) << '\n';
     return;
   }
   std::printf("images        %lld\n", static_cast<long long>(r.images));
@@ -111,6 +113,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--interpolation", a->interpolation, "bilinear | bicubic (default: the checkpoint's)")
       ->check(CLI::IsMember({"bilinear", "bicubic"}));
   cmd->add_option("--bad-images", a->bad_images, "skip | fail")->check(CLI::IsMember({"skip", "fail"}));
+  cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");

@@ -1,5 +1,6 @@
 // `convnets export`: a checkpoint's network as ONNX, or its weights as safetensors with the reference implementation's key names.
 #include "cli/commands.h"
+#include "core/json.h"
 #include "core/error.h"
 #include "export/onnx_export.h"
 #include "io/safetensors.h"
@@ -70,9 +71,9 @@ void run(const ExportArgs& a) {
       {"arch", arch.name},
       {"num_classes", std::to_string(mo.num_classes)},
       {"weights", a.ema ? "ema" : "model"},
-      {"preprocessing", to_json(pre).dump()},
+      {"preprocessing", dump_json(to_json(pre))},
   };
-  if (trained && ckpt.meta.contains("class_names")) meta["class_names"] = ckpt.meta.at("class_names").dump();
+  if (trained && ckpt.meta.contains("class_names")) meta["class_names"] = dump_json(ckpt.meta.at("class_names"));
   if (arch.from_file) meta["arch_definition"] = to_json(*arch.gpunet).dump();
 
   if (a.format == "onnx") {

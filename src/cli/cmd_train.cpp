@@ -1,5 +1,6 @@
 // `convnets train`: recipe + flag overrides -> TrainConfig, resume/fine-tune wiring, then the training run.
 #include "cli/commands.h"
+#include "core/json.h"
 #include "cli/launch.h"
 #include "core/error.h"
 #include "models/registry.h"
@@ -9,7 +10,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -81,12 +84,53 @@ void apply_timm_model_options(const TrainArgs& a, nlohmann::json& overrides, con
   if (a.timm_drop_connect && !given("drop_path")) overrides["drop_path"] = *a.timm_drop_connect;
 }
 
+std::string folder_of(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+// The other checkpoints beside `path` (best, epoch-N), newest first.
+std::vector<std::string> other_checkpoints(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::file_time_type, std::string>> found;
+  std::error_code ec, ignored;
+  const fs::path self(path);
+  for (const auto& e : fs::directory_iterator(folder_of(path), ec)) {
+    // PATH.tmp.PID files, half-written by an interrupted save, end otherwise.
+    if (e.path().extension() != ".safetensors" || !e.is_regular_file(ignored) || fs::equivalent(e.path(), self, ignored))
+      continue;
+    found.emplace_back(e.last_write_time(ignored), e.path().string());
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+// A damaged `last` (a copy cut short, a disk that failed under it) must not
+// leave the user guessing: name what is wrong and the checkpoints that remain.
+train::Checkpoint load_resume_checkpoint(const std::string& path) {
+  try {
+    return train::load_checkpoint(path);
+  } catch (const Error& e) {
+    const auto others = other_checkpoints(path);
+    std::string hint = e.hint().empty() ? "" : e.hint() + "; ";
+    if (others.empty()) {
+      hint += "no other checkpoint is in " + folder_of(path) + ": start a new run (another --workspace)";
+    } else {
+      hint += "resume from another checkpoint of the run instead (the epochs after it are trained again), newest "
+              "first: " + join(others) + "; e.g. --resume " + others.front();
+    }
+    throw Error("--resume " + path + ": " + e.what(), hint);
+  }
+}
+
 int run(TrainArgs& a) {
   train::TrainConfig config;
   train::RunOptions options;
   options.command = "convnets train";
   if (!a.resume.empty()) {
-    options.resume = train::load_checkpoint(a.resume);
+    options.resume = load_resume_checkpoint(a.resume);
     if (!options.resume->is_training_checkpoint()) {
       throw Error("--resume " + a.resume + " is a weights file, not a training checkpoint",
                   "use --fine-tune to start a new run from weights");
@@ -124,7 +168,7 @@ int run(TrainArgs& a) {
     train::TrainConfig checked = config;
     if (checked.data.empty()) checked.data = "-";  // the data is only read by the run
     train::validate(checked);
-    std::cout << train::to_json(config).dump(2) << '\n';
+    std::cout << dump_json(train::to_json(config), 2) << '\n';
     return 0;
   }
   train::validate(config);  // once, in the launcher, rather than once per worker

@@ -37,6 +37,21 @@ struct Image {
 
 enum class ImageFormat { Jpeg, Png, Unknown };
 
+// PIL's decompression-bomb rule, the convention users know: Image.MAX_IMAGE_PIXELS
+// (89,478,485, 0.25 GiB of RGBA) draws a warning, twice that an error.
+constexpr std::int64_t kPilMaxImagePixels = 89'478'485;
+constexpr std::int64_t kDefaultMaxImagePixels = 2 * kPilMaxImagePixels;
+// --max-image-pixels, the same on every command that reads images.
+constexpr const char* kMaxImagePixelsHelp =
+    "refuse images above N pixels, read from the header before decoding (PIL's decompression-bomb rule: "
+    "178956970; 0: no limit)";
+
+// Checks a size read from a file's header before anything is allocated for
+// its pixels: throws DecodeError naming `name` when a side is not positive or
+// width x height exceeds `max_pixels` (0: no limit), and warns on stderr, once
+// per file, above half of it.
+void check_image_size(const Rect& full, std::int64_t max_pixels, const std::string& name);
+
 // By magic bytes, not by file extension: a .jpg that is really a PNG still decodes.
 ImageFormat sniff_format(const std::uint8_t* data, std::size_t size);
 

@@ -35,23 +35,36 @@ Rect png_size(const std::uint8_t* data, std::size_t size, const std::string& nam
   if (size < 24 || sniff_format(data, size) != ImageFormat::Png || std::memcmp(data + 12, "IHDR", 4) != 0)
     throw DecodeError(name + ": not a PNG (no IHDR chunk at the start)");
   auto be32 = [&](std::size_t at) {
-    return int((std::uint32_t(data[at]) << 24) | (data[at + 1] << 16) | (data[at + 2] << 8) | data[at + 3]);
+    return (std::uint32_t(data[at]) << 24) | (std::uint32_t(data[at + 1]) << 16) | (std::uint32_t(data[at + 2]) << 8) |
+           data[at + 3];
   };
-  return {0, 0, be32(16), be32(20)};
+  const std::uint32_t w = be32(16), h = be32(20);
+  // The PNG specification's range (1 .. 2^31 - 1): anything else is a damaged header.
+  if (w == 0 || h == 0 || w > 0x7fffffffu || h > 0x7fffffffu) {
+    throw DecodeError(name + ": IHDR gives " + std::to_string(w) + "x" + std::to_string(h) +
+                      " pixels; expected each side in 1 .. 2^31-1");
+  }
+  return {0, 0, int(w), int(h)};
 }
 
 void decode_png(const std::uint8_t* data, std::size_t size, const std::string& name, Image& out) {
   png_size(data, size, name);  // validates the signature and IHDR position
   Reader reader{data, size, 0, {}};
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, on_error, on_warning);
-  if (!png) throw Error("libpng initialisation failed");
-  png_infop info = png_create_info_struct(png);
+  // Freed on every way out: libpng's errors (longjmp, then a throw) and a
+  // C++ exception such as bad_alloc from the buffers below.
+  struct Structs {
+    png_structp png = nullptr;
+    png_infop info = nullptr;
+    ~Structs() { png_destroy_read_struct(&png, info ? &info : nullptr, nullptr); }
+  } s;
+  s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, on_error, on_warning);
+  if (!s.png) throw Error("libpng initialisation failed");
+  png_structp png = s.png;
+  png_infop info = s.info = png_create_info_struct(png);
   std::vector<png_bytep> rows;
   std::vector<std::uint8_t> raw;
-  if (!info || setjmp(png_jmpbuf(png))) {
-    png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
-    throw DecodeError(name + ": corrupt PNG: " + reader.message);
-  }
+  if (!info) throw Error("libpng initialisation failed");
+  if (setjmp(png_jmpbuf(png))) throw DecodeError(name + ": corrupt PNG: " + reader.message);
   png_set_read_fn(png, &reader, on_read);
   png_read_info(png, info);
   const int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
@@ -73,7 +86,6 @@ void decode_png(const std::uint8_t* data, std::size_t size, const std::string& n
   rows.resize(h);
   for (int y = 0; y < h; ++y) rows[y] = raw.data() + y * rowbytes;
   png_read_image(png, rows.data());
-  png_destroy_read_struct(&png, &info, nullptr);
 
   // Gray replicates to RGB; an alpha channel (including palette tRNS that
   // libpng expanded) is dropped, as PIL's convert("RGB") does.

@@ -1,7 +1,11 @@
 #include "data/dataset.h"
 
 #include "core/error.h"
+#include "core/limits.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -18,17 +22,39 @@ namespace fs = std::filesystem;
 namespace convnets::data {
 namespace {
 
-// One read of the whole file: this runs once per sample per epoch.
+// One read of the whole file: this runs once per sample per epoch. Only a
+// regular file is read: opening a FIFO would wait for a writer forever (the
+// run hangs), and a directory or device is no image either; each is a bad
+// image named as such. O_NONBLOCK makes the open itself return for a FIFO.
 void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw codec::DecodeError(path + ": cannot open: " + std::strerror(errno));
-  long size = -1;
-  if (std::fseek(f, 0, SEEK_END) == 0) size = std::ftell(f);
-  const bool sized = size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
-  out.resize(sized ? static_cast<std::size_t>(size) : 0);
-  const bool ok = sized && std::fread(out.data(), 1, out.size(), f) == out.size();
-  std::fclose(f);
-  if (!ok) throw codec::DecodeError(path + ": read error");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw codec::DecodeError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                    : "a special file";
+    ::close(fd);
+    throw codec::DecodeError(path + ": is " + std::string(kind) + ", not an image file");
+  }
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  int err = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : 0;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (done != out.size()) {
+    throw codec::DecodeError(path + ": read error: " +
+                             (err ? std::string(std::strerror(err)) : "the file shrank while it was read"));
+  }
 }
 
 bool lower_ends_with(std::string s, const std::string& suffix) {
@@ -124,13 +150,24 @@ std::vector<std::size_t> idx_header(const std::vector<std::uint8_t>& d, const st
   const std::size_t ndims = d[3];
   if (d.size() < 4 + 4 * ndims) throw Error(path + ": IDX header is truncated");
   std::vector<std::size_t> dims(ndims);
+  offset = 4 + 4 * ndims;
+  // The product is checked against the file as it grows: sizes up to 2^32 each
+  // would overflow it and make a damaged header look consistent.
   std::size_t total = 1;
+  bool larger = false;
   for (std::size_t k = 0; k < ndims; ++k) {
     const std::uint8_t* p = &d[4 + 4 * k];
     dims[k] = (std::size_t(p[0]) << 24) | (std::size_t(p[1]) << 16) | (std::size_t(p[2]) << 8) | p[3];
-    total *= dims[k];
+    if (dims[k] != 0 && total > (d.size() - offset) / dims[k]) larger = true;
+    total *= larger ? 1 : dims[k];
   }
-  offset = 4 + 4 * ndims;
+  if (larger)
+    throw Error(path + ": IDX header promises more data than the file's " + std::to_string(d.size() - offset) +
+                " bytes (" + join([&] {
+                  std::vector<std::string> v;
+                  for (auto x : dims) v.push_back(std::to_string(x));
+                  return v;
+                }(), " x ") + ")");
   if (d.size() - offset != total)
     throw Error(path + ": IDX header promises " + std::to_string(total) + " bytes of data, the file holds " +
                 std::to_string(d.size() - offset));
@@ -217,7 +254,8 @@ DatasetPtr list_file(const std::string& path, const std::string& root_in, std::i
     const auto [end, err] = std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
     if (err != std::errc() || end != label_text.data() + label_text.size())
       throw Error(where + ": label '" + label_text + "' is not an integer");
-    if (label < 0 || label > INT32_MAX) throw Error(where + ": label " + label_text + " is negative or too large");
+    if (label < 0 || label >= kMaxClasses)
+      throw Error(where + ": label " + label_text + " is out of range; expected 0 .. " + std::to_string(kMaxClasses - 1));
     if (num_classes > 0 && label >= num_classes)
       throw Error(where + ": label " + label_text + " is out of range for " + std::to_string(num_classes) +
                   " classes (labels are 0.." + std::to_string(num_classes - 1) + ")");
@@ -228,8 +266,11 @@ DatasetPtr list_file(const std::string& path, const std::string& root_in, std::i
     max_label = std::max(max_label, label);
   }
   if (paths.empty()) throw Error(path + ": list file has no samples", "expected lines 'relative/path label'");
-  if (!fs::exists(paths.front()))
-    throw Error(path + ":1: '" + paths.front() + "' does not exist",
+  // The error_code form: a path too long or otherwise unusable is the list
+  // file's fault, reported as such, not a filesystem_error from deep inside.
+  std::error_code exists_ec;
+  if (!fs::exists(paths.front(), exists_ec))
+    throw Error(path + ":1: '" + paths.front() + "' " + (exists_ec ? "cannot be checked: " + exists_ec.message() : "does not exist"),
                 "paths are relative to the list file's folder unless a data root is given");
   const std::int64_t n = num_classes > 0 ? num_classes : max_label + 1;
   std::string desc = "list file " + path + ": " + std::to_string(paths.size()) + " images, " + std::to_string(n) +
@@ -250,6 +291,11 @@ DatasetPtr idx_files(const std::string& images, const std::string& labels) {
     throw Error(images + " holds " + std::to_string(idims[0]) + " images but " + labels + " holds " +
                 std::to_string(ldims[0]) + " labels");
   if (idims[0] == 0) throw Error(images + ": IDX file has no images");
+  if (idims[1] == 0 || idims[2] == 0 || idims[1] > 65535 || idims[2] > 65535)
+    throw Error(images + ": IDX images of " + std::to_string(idims[1]) + "x" + std::to_string(idims[2]) +
+                " pixels; expected each side in 1 .. 65535");
+  if (idims.size() == 4 && idims[3] != 1 && idims[3] != 3)
+    throw Error(images + ": IDX images with " + std::to_string(idims[3]) + " channels; expected 1 or 3");
   const int h = int(idims[1]), w = int(idims[2]), c = idims.size() == 4 ? int(idims[3]) : 1;
   std::vector<std::int32_t> lv(lab.begin() + lab_off, lab.end());
   const std::int64_t n_classes = *std::max_element(lv.begin(), lv.end()) + 1;
@@ -317,9 +363,9 @@ DatasetPtr open_dataset(const std::string& location, const std::string& split) {
   for (const char* suffix : {".gz", ""}) {
     const fs::path images = fs::path(location) / (prefix + "-images-idx3-ubyte" + suffix);
     const fs::path labels = fs::path(location) / (prefix + "-labels-idx1-ubyte" + suffix);
-    if (fs::exists(images) && fs::exists(labels)) return idx_files(images.string(), labels.string());
+    if (fs::exists(images, ec) && fs::exists(labels, ec)) return idx_files(images.string(), labels.string());
   }
-  if (fs::is_directory(fs::path(location) / "train") && fs::is_directory(fs::path(location) / "val"))
+  if (fs::is_directory(fs::path(location) / "train", ec) && fs::is_directory(fs::path(location) / "val", ec))
     return image_folder((fs::path(location) / split).string());
   return image_folder(location);
 }

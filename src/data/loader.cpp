@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "kernels/normalize.h"
 
 #include <c10/cuda/CUDAStream.h>
@@ -205,22 +206,32 @@ std::int64_t Loader::fill(Worker& w, std::int64_t index, std::int64_t epoch, std
       if (attempt > 0) ++stats.bad_images;  // one replaced sample, however many bad files it walked past
       return candidate;
     } catch (const codec::DecodeError& e) {
-      if (options_.bad_images == BadImagePolicy::Fail)
-        throw Error(std::string(e.what()), "--bad-images skip replaces bad files with other samples and reports them");
-      std::lock_guard<std::mutex> lock(bad_mutex_);
-      if (bad_indices_.insert(candidate).second) {
-        bad_files_.push_back(dataset_->name(static_cast<std::size_t>(candidate)));
-        const std::string msg = std::string("bad image skipped: ") + e.what();
-        if (options_.warn) {
-          options_.warn(msg);
-        } else {
-          std::cerr << "convnets: warning: " << msg << '\n';
-        }
-      }
+      skip_bad(candidate, e.what());
+    } catch (const std::bad_alloc&) {
+      // A file that needs more memory than the machine has is the file's
+      // problem, not the run's (a header within --max-image-pixels can still
+      // ask for more than a small machine holds).
+      skip_bad(candidate, dataset_->name(static_cast<std::size_t>(candidate)) +
+                              ": out of memory while decoding it (std::bad_alloc)");
     }
   }
   throw Error("loader: none of the " + std::to_string(n) + " samples in " + dataset_->description() +
               " could be decoded");
+}
+
+void Loader::skip_bad(std::int64_t index, const std::string& what) {
+  if (options_.bad_images == BadImagePolicy::Fail)
+    throw Error(what, "--bad-images skip replaces bad files with other samples and reports them");
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  if (bad_indices_.insert(index).second) {
+    bad_files_.push_back(dataset_->name(static_cast<std::size_t>(index)));
+    const std::string msg = "bad image skipped: " + what;
+    if (options_.warn) {
+      options_.warn(msg);
+    } else {
+      std::cerr << "convnets: warning: " << utf8_escaped(msg) << '\n';
+    }
+  }
 }
 
 BadImagePolicy parse_bad_image_policy(const std::string& value) {

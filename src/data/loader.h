@@ -103,6 +103,8 @@ class Loader {
   Result build(Worker& w, std::int64_t number, std::int64_t epoch);
   // One sample into dst (pixels) or, when dst is null, into the worker's EncodedBatchBuilder.
   std::int64_t fill(Worker& w, std::int64_t index, std::int64_t epoch, std::uint8_t* dst, EpochStats& stats);
+  // The bad-image policy for sample `index`: throws under Fail, else records and warns once.
+  void skip_bad(std::int64_t index, const std::string& what);
 
   DatasetPtr dataset_;
   std::shared_ptr<const Transform> transform_;

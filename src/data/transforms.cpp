@@ -23,21 +23,26 @@ struct Geometry {
 };
 
 // Full-resolution size of a sample; opens the JPEG header in `ws` as a side effect.
-codec::Rect source_size(const SampleData& s, Workspace& ws, codec::ImageFormat& format) {
+codec::Rect source_size(const SampleData& s, Workspace& ws, std::int64_t max_pixels, codec::ImageFormat& format) {
   if (!s.encoded) {
     format = codec::ImageFormat::Unknown;
     return {0, 0, s.pixels.width, s.pixels.height};
   }
   format = codec::sniff_format(s.bytes.data(), s.bytes.size());
+  codec::Rect full;
   switch (format) {
     case codec::ImageFormat::Jpeg:
-      return ws.jpeg.open(s.bytes.data(), s.bytes.size(), s.name);
+      full = ws.jpeg.open(s.bytes.data(), s.bytes.size(), s.name);
+      break;
     case codec::ImageFormat::Png:
-      return codec::png_size(s.bytes.data(), s.bytes.size(), s.name);
+      full = codec::png_size(s.bytes.data(), s.bytes.size(), s.name);
+      break;
     default:
       if (s.bytes.empty()) throw codec::DecodeError(s.name + ": empty file (0 bytes)");
       throw codec::DecodeError(s.name + ": not a JPEG or PNG image (unrecognised leading bytes)");
   }
+  codec::check_image_size(full, max_pixels, s.name);
+  return full;
 }
 
 SamplePlan plan_render(codec::ImageFormat format, codec::Rect full, const Geometry& g, bool dct_scaling,
@@ -177,7 +182,7 @@ int Transform::render(const SampleData& s, const SamplePlan& p, Workspace& ws, s
 
 SamplePlan Transform::plan_crop(const SampleData& sample, const CropBox& box, bool flip, Workspace& ws) const {
   codec::ImageFormat format;
-  const codec::Rect full = source_size(sample, ws, format);
+  const codec::Rect full = source_size(sample, ws, options_.max_pixels, format);
   return plan_render(format, full, crop_geometry(box, flip, options_.size), options_.dct_scaling, options_.filter);
 }
 
@@ -188,7 +193,7 @@ void Transform::apply_crop(const SampleData& sample, const CropBox& box, bool fl
 
 SamplePlan Transform::plan(const SampleData& sample, Rng& rng, Workspace& ws) const {
   codec::ImageFormat format;
-  const codec::Rect full = source_size(sample, ws, format);
+  const codec::Rect full = source_size(sample, ws, options_.max_pixels, format);
   if (full.width <= 0 || full.height <= 0) throw codec::DecodeError(sample.name + ": image has no pixels");
   const int n = options_.size;
   if (options_.mode == TransformOptions::Mode::Train) {

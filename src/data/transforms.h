@@ -68,6 +68,9 @@ struct TransformOptions {
   // torchvision's bit for bit; otherwise the cheaper order is used, which
   // differs by rounding only. On for evaluation, off for training.
   bool pil_exact = false;
+  // Images above this many pixels (from the header) are refused before any
+  // decoding: codec::check_image_size, PIL's decompression-bomb rule.
+  std::int64_t max_pixels = codec::kDefaultMaxImagePixels;
 
   // The recipes' defaults: train is fast (DCT scaling, cheaper pass order),
   // eval reproduces torchvision exactly.

@@ -1,6 +1,7 @@
 #include "io/safetensors.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/atomic_file.h"
 
 #include <nlohmann/json.hpp>
@@ -72,12 +73,7 @@ TensorFile load_safetensors(const std::string& path) {
   std::string header(header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
 
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(where + ": header is not valid JSON (" + e.what() + ")");
-  }
+  const nlohmann::json j = parse_json(header, where + ": header");
   if (!j.is_object()) throw Error(where + ": header must be a JSON object");
 
   const uint64_t data_size = file_size - 8 - header_len;
@@ -187,12 +183,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     offset += bytes;
     payload.push_back(std::move(c));
   }
-  std::string h = header.dump();
+  std::string h = dump_json(header);
   // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
   h.append((8 - h.size() % 8) % 8, ' ');
   const uint64_t header_len = h.size();
 
-  AtomicFile out(path);
+  AtomicFile out(path, 8 + header_len + offset);
   out.write(&header_len, 8);
   out.write(h.data(), h.size());
   for (const auto& t : payload) out.write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());

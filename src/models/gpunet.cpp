@@ -7,260 +7,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <fstream>
-#include <set>
-#include <sstream>
 
 namespace convnets {
-
-bool GpunetLayer::operator==(const GpunetLayer& o) const {
-  return layer_type == o.layer_type && num_in_channels == o.num_in_channels &&
-         num_out_channels == o.num_out_channels && kernel_size == o.kernel_size && stride == o.stride &&
-         expansion == o.expansion && act == o.act && use_se == o.use_se && stage == o.stage && groups == o.groups &&
-         num_classes == o.num_classes;
-}
-
-bool GpunetDefinition::operator==(const GpunetDefinition& o) const {
-  return img_resolution == o.img_resolution && distill == o.distill && layers == o.layers;
-}
-
-std::int64_t gpunet_make_divisible(double v) {
-  constexpr std::int64_t divisor = 8;
-  std::int64_t r = std::max<std::int64_t>(divisor, static_cast<std::int64_t>(v + divisor / 2.0) / divisor * divisor);
-  if (static_cast<double>(r) < 0.9 * v) r += divisor;
-  return r;
-}
-
-namespace {
-
-// ---------------------------------------------------------------- parsing
-
-// The fields each layer type reads, per builder (GPUNET_SPEC.md sections 3
-// and 4): a missing one is an error, others are ignored.
-struct TypeFields {
-  const char* type;
-  std::vector<const char*> required;
-};
-
-const std::vector<TypeFields>& fields_for(bool distill) {
-  static const std::vector<TypeFields> plain = {
-      {"head", {"num_in_channels", "num_out_channels"}},  // act optional: swish
-      {"conv", {"num_in_channels", "num_out_channels", "stride", "kernel_size", "act", "stage"}},
-      {"irb",
-       {"num_in_channels", "num_out_channels", "stride", "expansion", "kernel_size", "act", "use_se", "stage"}},
-      {"fused_irb",
-       {"num_in_channels", "num_out_channels", "stride", "expansion", "kernel_size", "act", "use_se", "stage"}},
-      {"tail", {"num_in_channels", "num_out_channels", "num_classes"}},
-  };
-  static const std::vector<TypeFields> distilled = {
-      {"head", {"num_in_channels", "num_out_channels"}},
-      {"head_large", {"num_in_channels", "num_out_channels"}},
-      {"irb", {"num_in_channels", "num_out_channels", "stride", "expansion", "kernel_size", "groups", "stage"}},
-      {"fused_irb", {"num_in_channels", "num_out_channels", "stride", "expansion", "kernel_size", "groups", "stage"}},
-      {"tail", {"num_in_channels", "num_out_channels", "num_classes"}},
-  };
-  return distill ? distilled : plain;
-}
-
-std::string json_kind(const nlohmann::json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "the integer " + v.dump();
-  if (v.is_number()) return "the number " + v.dump();
-  if (v.is_string()) return "the string " + v.dump();
-  if (v.is_array()) return "a list";
-  return "an object";
-}
-
-class LayerReader {
- public:
-  LayerReader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
-
-  [[noreturn]] void fail(const std::string& field, const std::string& expected, const std::string& got) const {
-    throw Error(where_ + ": field '" + field + "' is " + got + "; expected " + expected);
-  }
-
-  const nlohmann::json& at(const std::string& field, const std::string& expected) const {
-    if (!j_.contains(field)) fail(field, expected, "missing");
-    return j_.at(field);
-  }
-  std::int64_t integer(const std::string& field, std::int64_t min) const {
-    const std::string expected = "an integer >= " + std::to_string(min);
-    const auto& v = at(field, expected);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < min) fail(field, expected, json_kind(v));
-    return v.get<std::int64_t>();
-  }
-  double positive(const std::string& field) const {
-    const auto& v = at(field, "a number > 0");
-    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
-      fail(field, "a number > 0", json_kind(v));
-    }
-    return v.get<double>();
-  }
-  bool boolean(const std::string& field) const {
-    const auto& v = at(field, "true or false");
-    if (!v.is_boolean()) fail(field, "true or false", json_kind(v));
-    return v.get<bool>();
-  }
-  std::string activation(const std::string& field) const {
-    const std::string expected = "\"relu\" or \"swish\"";
-    const auto& v = at(field, expected);
-    if (!v.is_string() || (v != "relu" && v != "swish")) fail(field, expected, json_kind(v));
-    return v.get<std::string>();
-  }
-  const std::string& where() const { return where_; }
-
- private:
-  const nlohmann::json& j_;
-  std::string where_;
-};
-
-}  // namespace
-
-GpunetDefinition parse_gpunet(const nlohmann::json& config, const std::string& source) {
-  if (!config.is_array()) {
-    throw Error(source + ": the top level is " + json_kind(config) +
-                    "; expected a list of layer objects starting with {\"layer_type\": \"data\", ...}",
-                "see shared/reference/GPUNET_SPEC.md or `convnets models --arch gpunet-0 --definition`");
-  }
-  if (config.empty()) throw Error(source + ": the layer list is empty; expected a \"data\" entry, a head, ..., a tail");
-  GpunetDefinition d;
-  {
-    const auto& data = config[0];
-    const std::string where = source + ": layer 0";
-    if (!data.is_object() || data.value("layer_type", nlohmann::json()) != "data") {
-      throw Error(where + " must be {\"layer_type\": \"data\", \"img_resolution\": N, \"distill\": false|true}, got " +
-                  data.dump());
-    }
-    LayerReader r(data, where + " (data)");
-    d.img_resolution = static_cast<int>(r.integer("img_resolution", 1));
-    d.distill = r.boolean("distill");
-  }
-  const auto& types = fields_for(d.distill);
-  const std::string builder = d.distill ? "distill=true" : "distill=false";
-  std::int64_t channels = 3;
-  std::set<std::string> heads;
-  for (std::size_t i = 1; i < config.size(); ++i) {
-    const auto& j = config[i];
-    const std::string where = source + ": layer " + std::to_string(i);
-    if (!j.is_object()) throw Error(where + " is " + json_kind(j) + "; expected a layer object");
-    if (!j.contains("layer_type") || !j.at("layer_type").is_string()) {
-      throw Error(where + ": field 'layer_type' is " +
-                  (j.contains("layer_type") ? json_kind(j.at("layer_type")) : std::string("missing")) +
-                  "; expected a string");
-    }
-    GpunetLayer l;
-    l.layer_type = j.at("layer_type").get<std::string>();
-    const TypeFields* tf = nullptr;
-    std::vector<std::string> names;
-    for (const auto& t : types) {
-      names.push_back(t.type);
-      if (l.layer_type == t.type) tf = &t;
-    }
-    if (!tf) {
-      throw Error(where + ": unknown layer_type \"" + l.layer_type + "\"; the " + builder + " builder accepts " +
-                  join(names) + (l.layer_type == "data" ? " (\"data\" belongs at index 0 only)" : ""));
-    }
-    const LayerReader r(j, where + " (" + l.layer_type + ")");
-    for (const char* f : tf->required) r.at(f, "present");
-    l.num_in_channels = r.integer("num_in_channels", 1);
-    l.num_out_channels = r.integer("num_out_channels", 1);
-    const bool block = l.layer_type == "conv" || l.layer_type == "irb" || l.layer_type == "fused_irb";
-    if (block) {
-      l.kernel_size = r.integer("kernel_size", 1);
-      l.stride = r.integer("stride", 1);
-      l.stage = r.integer("stage", 0);
-      if (l.kernel_size % 2 == 0) r.fail("kernel_size", "an odd integer", json_kind(j.at("kernel_size")));
-    }
-    if (l.layer_type == "irb" || l.layer_type == "fused_irb") {
-      l.expansion = r.positive("expansion");
-      if (d.distill) {
-        if (l.expansion != std::floor(l.expansion)) {
-          r.fail("expansion", "an integer (the distill builder uses in x expansion channels as is)",
-                 json_kind(j.at("expansion")));
-        }
-        l.groups = r.integer("groups", 1);
-        const std::int64_t mid = l.num_in_channels * static_cast<std::int64_t>(l.expansion);
-        if (l.layer_type == "irb") {
-          for (const auto& [what, n] : {std::pair<const char*, std::int64_t>{"num_in_channels", l.num_in_channels},
-                                        {"num_in_channels x expansion", mid},
-                                        {"num_out_channels", l.num_out_channels}}) {
-            if (n % l.groups != 0) {
-              r.fail("groups", "a divisor of " + std::string(what) + " (" + std::to_string(n) + ")",
-                     json_kind(j.at("groups")));
-            }
-          }
-        }
-      } else {
-        l.use_se = r.boolean("use_se");
-      }
-    }
-    if (!d.distill && (block || (l.layer_type == "head" && j.contains("act")))) l.act = r.activation("act");
-    if (l.layer_type == "tail") l.num_classes = r.integer("num_classes", 1);
-    if (l.layer_type == "head" || l.layer_type == "head_large") {
-      // The distill builder names every head "head:"; DLE would silently keep the last.
-      if (d.distill && !heads.insert("head:").second) {
-        throw Error(where + ": a second head; the distill=true builder names every head \"head:\", so one would "
-                            "replace the other");
-      }
-    }
-    if (l.num_in_channels != channels) {
-      throw Error(where + " (" + l.layer_type + "): field 'num_in_channels' is " +
-                  std::to_string(l.num_in_channels) + "; expected " + std::to_string(channels) +
-                  (i == 1 ? " (the RGB input)" : ", the num_out_channels of layer " + std::to_string(i - 1)));
-    }
-    if (!d.layers.empty() && d.layers.back().layer_type == "tail") {
-      throw Error(where + " (" + l.layer_type + ") follows the tail; expected the tail (global pooling and the "
-                                                "classifier) to be the last layer");
-    }
-    channels = l.num_out_channels;
-    d.layers.push_back(std::move(l));
-  }
-  if (d.layers.empty() || d.layers.back().layer_type != "tail") {
-    throw Error(source + ": layer " + std::to_string(config.size() - 1) +
-                " is the last and not a \"tail\"; expected the list to end with a tail (pooling and classifier)");
-  }
-  return d;
-}
-
-GpunetDefinition load_gpunet_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(system_error("cannot open GPUNet definition", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")");
-  }
-  return parse_gpunet(j, path);
-}
-
-nlohmann::ordered_json to_json(const GpunetDefinition& d) {
-  auto out = nlohmann::ordered_json::array();
-  out.push_back({{"layer_type", "data"}, {"img_resolution", d.img_resolution}, {"distill", d.distill}});
-  for (const auto& l : d.layers) {
-    nlohmann::ordered_json j{{"layer_type", l.layer_type},
-                             {"num_in_channels", l.num_in_channels},
-                             {"num_out_channels", l.num_out_channels}};
-    const bool block = l.layer_type == "conv" || l.layer_type == "irb" || l.layer_type == "fused_irb";
-    if (block) j["stride"] = l.stride;
-    if (l.layer_type == "irb" || l.layer_type == "fused_irb") {
-      if (l.expansion == std::floor(l.expansion)) {
-        j["expansion"] = static_cast<std::int64_t>(l.expansion);
-      } else {
-        j["expansion"] = l.expansion;
-      }
-    }
-    if (block) j["kernel_size"] = l.kernel_size;
-    if (!l.act.empty()) j["act"] = l.act;
-    if (!d.distill && (l.layer_type == "irb" || l.layer_type == "fused_irb")) j["use_se"] = l.use_se;
-    if (d.distill && (l.layer_type == "irb" || l.layer_type == "fused_irb")) j["groups"] = l.groups;
-    if (l.stage >= 0) j["stage"] = l.stage;
-    if (l.layer_type == "tail") j["num_classes"] = l.num_classes;
-    out.push_back(std::move(j));
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------- modules
 
@@ -359,10 +107,6 @@ TORCH_MODULE(SqueezeExcite);
 
 // SE width from the expanded tensor, as DLE passes se_ratio = 0.25 / expansion
 // to timm: Python's round(), i.e. ties to even.
-std::int64_t se_width(std::int64_t mid, double expansion) {
-  return static_cast<std::int64_t>(std::nearbyint(static_cast<double>(mid) * (0.25 / expansion)));
-}
-
 // MBConv (Sandler et al. 2018) with optional SE (Hu et al. 2018): timm's InvertedResidual.
 class InvertedResidualImpl : public BlockImpl {
  public:
@@ -371,12 +115,12 @@ class InvertedResidualImpl : public BlockImpl {
         residual_(l.stride == 1 && l.num_in_channels == l.num_out_channels),
         drop_path_(drop_path_rate) {
     const std::int64_t mid = gpunet_make_divisible(static_cast<double>(l.num_in_channels) * l.expansion);
-    const std::int64_t pad = ((l.stride - 1) + (l.kernel_size - 1)) / 2;
+    const std::int64_t pad = gpunet_spatial(l, false).padding;
     conv_pw_ = register_module("conv_pw", conv(l.num_in_channels, mid, 1, 1, 0));
     bn1_ = register_module("bn1", bn(mid, kBnEpsPlain));
     conv_dw_ = register_module("conv_dw", conv(mid, mid, l.kernel_size, l.stride, pad, mid));
     bn2_ = register_module("bn2", bn(mid, kBnEpsPlain));
-    if (l.use_se) se_ = register_module("se", SqueezeExcite(mid, se_width(mid, l.expansion), swish_));
+    if (l.use_se) se_ = register_module("se", SqueezeExcite(mid, gpunet_se_width(mid, l.expansion), swish_));
     conv_pwl_ = register_module("conv_pwl", conv(mid, l.num_out_channels, 1, 1, 0));
     bn3_ = register_module("bn3", bn(l.num_out_channels, kBnEpsPlain));
   }
@@ -413,10 +157,10 @@ class EdgeResidualImpl : public BlockImpl {
         residual_(l.stride == 1 && l.num_in_channels == l.num_out_channels),
         drop_path_(drop_path_rate) {
     const std::int64_t mid = gpunet_make_divisible(static_cast<double>(l.num_in_channels) * l.expansion);
-    const std::int64_t pad = (l.stride == 1 && (l.kernel_size - 1) % 2 == 0) ? (l.kernel_size - 1) / 2 : 0;
+    const std::int64_t pad = gpunet_spatial(l, false).padding;
     conv_exp_ = register_module("conv_exp", conv(l.num_in_channels, mid, l.kernel_size, l.stride, pad));
     bn1_ = register_module("bn1", bn(mid, kBnEpsPlain));
-    if (l.use_se) se_ = register_module("se", SqueezeExcite(mid, se_width(mid, l.expansion), swish_));
+    if (l.use_se) se_ = register_module("se", SqueezeExcite(mid, gpunet_se_width(mid, l.expansion), swish_));
     conv_pwl_ = register_module("conv_pwl", conv(mid, l.num_out_channels, 1, 1, 0));
     bn2_ = register_module("bn2", bn(l.num_out_channels, kBnEpsPlain));
   }
@@ -483,12 +227,12 @@ std::shared_ptr<BlockImpl> make_block(const GpunetDefinition& d, const GpunetLay
     return std::make_shared<SequentialBlockImpl>("net", s, false);
   }
   if (!d.distill) {
-    if (t == "conv") return std::make_shared<ConvBnActImpl>(l, ((l.stride - 1) + (l.kernel_size - 1)) / 2);
+    if (t == "conv") return std::make_shared<ConvBnActImpl>(l, gpunet_spatial(l, false).padding);
     if (t == "irb") return std::make_shared<InvertedResidualImpl>(l, drop_path_rate);
     return std::make_shared<EdgeResidualImpl>(l, drop_path_rate);
   }
   const std::int64_t mid = in * static_cast<std::int64_t>(l.expansion);
-  const std::int64_t k = l.kernel_size, pad = k / 2;
+  const std::int64_t k = l.kernel_size, pad = gpunet_spatial(l, true).padding;
   nn::Sequential s;
   if (t == "irb") {
     s->push_back(conv(in, mid, 1, 1, 0, l.groups));

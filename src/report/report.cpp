@@ -1,6 +1,7 @@
 #include "report/report.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,9 +13,10 @@
 namespace convnets::report {
 namespace {
 
+// HTML text that stays valid UTF-8 whatever bytes a run's paths hold.
 std::string escape(const std::string& s) {
   std::string out;
-  for (char ch : s) {
+  for (char ch : utf8_escaped(s)) {
     switch (ch) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -64,12 +66,8 @@ RunLog parse_dllogger(const std::string& path) {
   while (std::getline(in, line)) {
     ++number;
     if (line.rfind("DLLL ", 0) != 0) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line.substr(5));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(path + ":" + std::to_string(number) + ": not a DLLogger JSON record (" + e.what() + ")");
-    }
+    const nlohmann::json j = parse_json(std::string_view(line).substr(5), path + ":" + std::to_string(number) +
+                                                                     " (a DLLogger record)");
     ++records;
     if (j.value("type", "") != "LOG" || !j.contains("data")) continue;
     const auto& step = j["step"];

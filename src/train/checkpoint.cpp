@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/state_dict.h"
 
 namespace convnets::train {
@@ -22,10 +23,9 @@ Checkpoint load_checkpoint(const std::string& path) {
   auto it = c.file.metadata.find("convnets");
   if (it == c.file.metadata.end()) return c;
   try {
-    c.meta = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": checkpoint metadata 'convnets' is not valid JSON (" + e.what() + ")",
-                "the file is damaged; use another checkpoint (e.g. epoch-N or best)");
+    c.meta = parse_json(it->second, path + ": checkpoint metadata 'convnets'");
+  } catch (const Error& e) {
+    throw Error(e.what(), "the file is damaged; use another checkpoint (e.g. epoch-N or best)");
   }
   const std::string format = c.meta.is_object() ? c.meta.value("format", "") : "";
   const std::string family = "convnets-checkpoint/";
@@ -51,7 +51,7 @@ void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::s
 }
 
 void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta) {
-  save_safetensors(path, tensors, {{"convnets", meta.dump()}, {"format", "pt"}});
+  save_safetensors(path, tensors, {{"convnets", dump_json(meta)}, {"format", "pt"}});
 }
 
 }  // namespace convnets::train

@@ -1,6 +1,8 @@
 #include "train/config.h"
 
 #include "core/error.h"
+#include "core/json.h"
+#include "core/limits.h"
 #include "data/augment.h"
 
 #include <cmath>
@@ -94,6 +96,7 @@ namespace {
   X(top_k, "report top-k accuracy besides top-1")                                                            \
   X(num_classes, "classes of the classifier; must equal the data's (0: the data's)")                         \
   X(bad_images, "skip | fail: what an undecodable image does")                                               \
+  X(max_image_pixels, codec::kMaxImagePixelsHelp)                                                            \
   X(max_train_images, "use only the first N training samples (0: all)")                                      \
   X(max_val_images, "use only the first N validation samples (0: all)")
 
@@ -241,7 +244,8 @@ void validate(const TrainConfig& c) {
   check(std::isfinite(c.static_loss_scale) && c.static_loss_scale >= 0, "static_loss_scale",
         "0 (dynamic) or a positive scale", str(c.static_loss_scale));
   check(c.prefetch >= 1, "prefetch", "at least 1", std::to_string(c.prefetch));
-  check(c.num_classes >= 0, "num_classes", "0 (the data's) or positive", std::to_string(c.num_classes));
+  check(c.num_classes >= 0 && c.num_classes <= kMaxClasses, "num_classes",
+        "0 (the data's) or positive, at most " + std::to_string(kMaxClasses), std::to_string(c.num_classes));
   check(!(c.training_only && c.evaluate), "evaluate", "used without --training-only", "both");
   check(c.print_freq >= 1, "print_freq", "at least 1", std::to_string(c.print_freq));
   check(c.save_every >= 0, "save_every", "0 or positive", std::to_string(c.save_every));
@@ -258,6 +262,7 @@ void validate(const TrainConfig& c) {
   check_choice("init", c.init, {"fan_in", "fan_out"});
   check(c.top_k >= 1, "top_k", "at least 1", std::to_string(c.top_k));
   check_choice("bad_images", c.bad_images, {"skip", "fail"});
+  check(c.max_image_pixels >= 0, "max_image_pixels", "0 (no limit) or positive", std::to_string(c.max_image_pixels));
   check_choice("data_backend", c.data_backend, {"auto", "cpu", "gpu"});
   check(c.max_train_images >= 0, "max_train_images", "0 or positive", std::to_string(c.max_train_images));
   check(c.max_val_images >= 0, "max_val_images", "0 or positive", std::to_string(c.max_val_images));
@@ -285,18 +290,13 @@ std::vector<std::string> builtin_recipes() {
 nlohmann::json load_recipe(const std::string& name_or_path) {
   const auto& embedded = embedded_recipes();
   if (auto it = embedded.find(name_or_path); it != embedded.end()) {
-    return nlohmann::json::parse(it->second);
+    return parse_json(it->second, "recipe " + name_or_path);
   }
-  std::ifstream in(name_or_path);
-  if (!in) {
+  if (!std::ifstream(name_or_path)) {
     throw Error("--recipe '" + name_or_path + "' is neither a built-in recipe nor a readable file",
                 "built-in recipes: " + join(builtin_recipes()));
   }
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("--recipe " + name_or_path + ": not valid JSON: " + e.what());
-  }
+  return read_json_file(name_or_path, "recipe");
 }
 
 }  // namespace convnets::train

@@ -1,6 +1,7 @@
 // The training configuration: every recipe field, its default, JSON recipes, flag overrides and validation.
 #pragma once
 
+#include "codec/image.h"
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -91,6 +92,7 @@ struct TrainConfig {
   std::int64_t top_k = 5;                   // reported besides top-1 (capped at the class count)
   std::int64_t num_classes = 0;             // the classifier's size, checked against the data (DLE); 0: the data's
   std::string bad_images = "skip";
+  std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;  // refuse larger images (0: no limit)
   std::string data_backend = "auto";  // auto | cpu | gpu (train/runtime.h use_device_decode)
   std::int64_t max_train_images = 0;        // use only the first N samples; 0: all
   std::int64_t max_val_images = 0;

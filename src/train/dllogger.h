@@ -16,7 +16,8 @@ namespace convnets::train {
 // [epoch, iteration] per step, [epoch] per epoch, [] for the run summary.
 class DlLogger {
  public:
-  // Appends when `append` (a resumed run), else truncates. Throws Error naming the path.
+  // Appends when `append` (a resumed run), after dropping a last line that an
+  // interrupted write left unfinished; else truncates. Throws Error naming the path.
   DlLogger(const std::string& path, bool append);
   void metadata(const std::string& metric, const nlohmann::json& metadata);
   void log(const nlohmann::json& step, const nlohmann::json& data);

@@ -21,13 +21,15 @@ double percentile(std::vector<double> values, double q) {
   return values[std::min(values.size() - 1, rank > 0 ? rank - 1 : 0)];
 }
 
-std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre,
+std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre, std::int64_t max_pixels,
                                                data::LoaderOptions options) {
   options.drop_last = false;
   options.shard.shuffle = false;
   options.shard.pad = false;  // with several ranks, each sample is evaluated exactly once
   const auto filter = data::parse_filter(pre.interpolation, "interpolation");
-  auto transform = std::make_shared<data::Transform>(data::TransformOptions::eval(pre.input_size, pre.crop_ratio, filter));
+  auto t = data::TransformOptions::eval(pre.input_size, pre.crop_ratio, filter);
+  t.max_pixels = max_pixels;
+  auto transform = std::make_shared<data::Transform>(t);
   return std::make_unique<data::Loader>(std::move(dataset), std::move(transform), std::move(options));
 }
 

@@ -29,7 +29,7 @@ struct EvalResult {
 
 // The validation loader: `options` with every sample once, in order, through
 // the eval transform (resize + centre crop) of `pre`.
-std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre,
+std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre, std::int64_t max_pixels,
                                                data::LoaderOptions options);
 
 // Runs one epoch of `loader` (eval transform, no shuffling) in eval mode.

@@ -1,6 +1,7 @@
 #include "train/run.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
@@ -235,6 +236,7 @@ void make_loaders(TrainingRun& run) {
   if (!train_t.random_filter) train_t.filter = data::parse_filter(train_filter, "--train-interpolation");
   train_t.augment = c.augment;
   train_t.augment_fill = data::mean_fill(run.pre.mean);
+  train_t.max_pixels = c.max_image_pixels;
   data::LoaderOptions lo;
   lo.batch_size = c.batch_size;
   lo.workers = static_cast<int>(c.workers);
@@ -259,11 +261,11 @@ void make_loaders(TrainingRun& run) {
     run.train_loader =
         std::make_unique<data::Loader>(run.train_data, std::make_shared<data::Transform>(train_t), tlo);
   }
-  if (run.val_data) run.val_loader = make_eval_loader(run.val_data, run.pre, lo);
+  if (run.val_data) run.val_loader = make_eval_loader(run.val_data, run.pre, c.max_image_pixels, lo);
   if (c.test_teacher && run.val_data) {
     // As GPUNet's loader_teacher_eval: the teacher's own preprocessing at --teacher-img-size.
     run.teacher_pre.input_size = c.teacher_img_size > 0 ? static_cast<int>(c.teacher_img_size) : run.pre.input_size;
-    run.teacher_val_loader = make_eval_loader(run.val_data, run.teacher_pre, lo);
+    run.teacher_val_loader = make_eval_loader(run.val_data, run.teacher_pre, c.max_image_pixels, lo);
   }
 }
 
@@ -412,9 +414,14 @@ void open_workspace(TrainingRun& run) {
                 "pick another --workspace or --raport-file");
   }
   fs::create_directories(c.workspace);
+  // A run killed while saving leaves its temporary file, as large as a
+  // checkpoint; resuming in a workspace that keeps them would fill the disk.
+  for (const auto& stale : remove_stale_temporaries(c.workspace)) {
+    std::cout << "workspace: removed " << stale << ", left by an interrupted write\n";
+  }
   const auto derived = derived_values(run);
   write_file_atomically((fs::path(c.workspace) / "config.json").string(),
-                        nlohmann::ordered_json{{"config", run.resolved_config}, {"derived", derived}}.dump(2) + "\n");
+                        dump_json(nlohmann::ordered_json{{"config", run.resolved_config}, {"derived", derived}}, 2) + "\n");
   run.log = std::make_unique<DlLogger>(log_path, /*append=*/run.resume != nullptr);
   nlohmann::ordered_json params = run.resolved_config;
   params.update(derived);

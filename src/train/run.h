@@ -62,6 +62,7 @@ struct TrainingRun {
   Preprocessing pre;
   data::DatasetPtr train_data, val_data;  // val_data null with --training-only
   std::unique_ptr<data::Loader> train_loader, val_loader;  // train_loader null with --evaluate
+  std::size_t bad_files_logged = 0;  // train_loader->bad_files() already in log.json
   std::int64_t micro_per_step = 1;
   std::int64_t optimizer_batch = 0;  // images per optimizer step, all processes
   int load_size = 0;                 // the loader's output size (the teacher's with --teacher-img-size)

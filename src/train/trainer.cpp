@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/atomic_file.h"
 #include "train/evaluate.h"
 #include "train/graph_step.h"
@@ -215,6 +216,13 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
              {"train.lr", lr},
              {"train.bad_images", run.train_loader->stats().bad_images}};
   if (run.scaler) out.log["train.loss_scale"] = run.scaler->value();
+  // The files skipped for the first time this epoch, by name, so the log says
+  // which files to fix and not only how many there were.
+  const auto bad = run.train_loader->bad_files();
+  if (bad.size() > run.bad_files_logged) {
+    out.log["train.bad_files"] = std::vector<std::string>(bad.begin() + static_cast<std::ptrdiff_t>(run.bad_files_logged), bad.end());
+    run.bad_files_logged = bad.size();
+  }
   return out;
 }
 
@@ -327,7 +335,7 @@ void test_teacher(TrainingRun& run) {
 int evaluate_only(TrainingRun& run) {
   nlohmann::ordered_json entry;
   (void)validate_epoch(run, run.position.epoch > 0 ? run.position.epoch - 1 : 0, entry);
-  if (run.writer) std::cout << entry.dump(2) << '\n';
+  if (run.writer) std::cout << dump_json(entry, 2) << '\n';
   return 0;
 }
 

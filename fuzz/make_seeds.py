@@ -1,0 +1,124 @@
+"""Writes the fuzz targets' seed corpora (fuzz/corpus/TARGET/), small files of every kind the parsers accept.
+
+The committed corpus is this script's output plus the inputs the fuzzers found (crashes fixed, then kept as
+regression cases); rerun it only to regenerate the seeds: `.venv/bin/python fuzz/make_seeds.py`.
+"""
+import gzip
+import io
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+
+def put(target, name, data):
+    folder = os.path.join(HERE, "corpus", target)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def image_seeds(rng):
+    pixels = rng.integers(0, 255, (24, 20, 3), dtype=np.uint8)
+    files = {}
+    for name, mode, kwargs in [("baseline.jpg", "RGB", {"quality": 90}),
+                               ("progressive.jpg", "RGB", {"progressive": True, "quality": 75}),
+                               ("444.jpg", "RGB", {"subsampling": 0}),
+                               ("gray.jpg", "L", {}),
+                               ("cmyk.jpg", "CMYK", {}),
+                               ("rgb.png", "RGB", {}),
+                               ("gray.png", "L", {}),
+                               ("rgba.png", "RGBA", {}),
+                               ("palette.png", "P", {}),
+                               ("interlaced.png", "RGB", {"interlace": 1})]:
+        im = Image.fromarray(pixels).convert(mode)
+        buf = io.BytesIO()
+        im.save(buf, format="JPEG" if name.endswith(".jpg") else "PNG", **kwargs)
+        files[name] = buf.getvalue()
+    im16 = Image.fromarray((rng.integers(0, 65535, (12, 10))).astype(np.uint16))
+    buf = io.BytesIO()
+    im16.save(buf, format="PNG")
+    files["gray16.png"] = buf.getvalue()
+    # The 16 parameter bytes fuzz_image.cpp reads first: each mode (train, eval,
+    # region decode, PNG) with a spread of crop and augmentation choices.
+    for i, (name, data) in enumerate(sorted(files.items())):
+        for mode in range(4):
+            header = bytes([mode, 8 + 7 * i, 40 * i % 256, 13, 200, 50, i % 2, 1, mode % 3, 7, 9, 1, 2, 3, 4, 5])
+            put("image", f"{mode}-{name}", header + data)
+
+
+def dataset_seeds(rng):
+    images = rng.integers(0, 255, (3, 4, 5), dtype=np.uint8)
+    idx3 = struct.pack(">BBBBIII", 0, 0, 8, 3, 3, 4, 5) + images.tobytes()
+    idx1 = struct.pack(">BBBBI", 0, 0, 8, 1, 3) + bytes([0, 9, 4])
+    for name, a, b in [("idx-raw", idx3, idx1), ("idx-gz", gzip.compress(idx3), gzip.compress(idx1))]:
+        # fuzz_dataset.cpp: mode byte 0, the split as 16-bit little-endian, images then labels.
+        put("dataset", name, bytes([0]) + struct.pack("<H", len(a)) + a + b)
+    put("dataset", "list", bytes([1]) + b"a/1.jpg 0\nb/2.png 1\n# comment\n\nc d.jpg 2\n")
+    put("dataset", "list-tabs", bytes([1]) + b"x.jpg\t3\r\ny.jpg\t0\r\n")
+
+
+def json_seeds():
+    for name in sorted(os.listdir(os.path.join(ROOT, "recipes"))):
+        with open(os.path.join(ROOT, "recipes", name), "rb") as f:
+            put("json", "recipe-" + name, f.read())
+    tiny = [{"layer_type": "data", "img_resolution": 32, "distill": False},
+            {"layer_type": "head", "num_in_channels": 3, "num_out_channels": 8},
+            {"layer_type": "conv", "num_in_channels": 8, "num_out_channels": 8, "stride": 1, "kernel_size": 3,
+             "act": "relu", "stage": 1},
+            {"layer_type": "fused_irb", "num_in_channels": 8, "num_out_channels": 8, "stride": 2, "expansion": 2,
+             "kernel_size": 3, "act": "relu", "use_se": False, "stage": 2},
+            {"layer_type": "irb", "num_in_channels": 8, "num_out_channels": 8, "stride": 1, "expansion": 3,
+             "kernel_size": 5, "act": "swish", "use_se": True, "stage": 3},
+            {"layer_type": "tail", "num_in_channels": 8, "num_out_channels": 16, "num_classes": 10}]
+    put("json", "gpunet-tiny.json", json.dumps(tiny).encode())
+    distill = [{"layer_type": "data", "img_resolution": 32, "distill": True},
+               {"layer_type": "head_large", "num_in_channels": 3, "num_out_channels": 16},
+               {"layer_type": "irb", "num_in_channels": 16, "num_out_channels": 16, "stride": 1, "expansion": 2,
+                "kernel_size": 3, "groups": 2, "stage": 1},
+               {"layer_type": "fused_irb", "num_in_channels": 16, "num_out_channels": 32, "stride": 2,
+                "expansion": 1, "kernel_size": 3, "groups": 1, "stage": 2},
+               {"layer_type": "tail", "num_in_channels": 32, "num_out_channels": 64, "num_classes": 10}]
+    put("json", "gpunet-distill.json", json.dumps(distill).encode())
+    meta = {"format": "convnets-checkpoint/1", "arch": "resnet8", "num_classes": 10, "epoch": 1, "step": 3,
+            "class_names": ["a", "b\\xe9"], "config": {"lr": 0.1, "epochs": 2},
+            "preprocessing": {"input_size": 28, "crop_ratio": 0.875, "interpolation": "bilinear"}}
+    put("json", "checkpoint-meta.json", json.dumps(meta).encode())
+    put("json", "dllogger-line.json", b'{"type":"LOG","step":[1,3],"data":{"train.loss":0.75,"train.lr":0.256}}')
+
+
+def gpunet_build_seeds():
+    # fuzz_gpunet_build.cpp reads bytes as layer choices: random strings of a few layers' length.
+    import random
+    rnd = random.Random(21)
+    for i in range(8):
+        put("gpunet_build", f"layers-{i}", bytes(rnd.randrange(256) for _ in range(4 + 8 * (i + 2))))
+
+
+def safetensors_seeds():
+    import torch
+    from pth2safetensors import write_safetensors
+    tensors = {"model.conv.weight": torch.arange(8, dtype=torch.float32).reshape(2, 1, 2, 2),
+               "model.bn.num_batches_tracked": torch.tensor(3, dtype=torch.int64),
+               "half": torch.ones(3, dtype=torch.float16), "flags": torch.tensor([True, False]),
+               "bytes": torch.arange(5, dtype=torch.uint8), "empty": torch.zeros(0, 4)}
+    path = os.path.join(HERE, "corpus", "safetensors", "small.safetensors")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_safetensors(path, tensors, {"convnets": json.dumps({"format": "convnets-checkpoint/1"}), "format": "pt"})
+    write_safetensors(os.path.join(os.path.dirname(path), "plain.safetensors"), {"w": torch.ones(2, 2)})
+
+
+if __name__ == "__main__":
+    rng = np.random.default_rng(21)
+    image_seeds(rng)
+    dataset_seeds(rng)
+    json_seeds()
+    gpunet_build_seeds()
+    safetensors_seeds()
