@@ -21,8 +21,9 @@ namespace {
 // The classifier's module path ("fc.", "network. layer15.net.6."): every
 // arch registers its Linear classifier last.
 std::string classifier_prefix(const NetworkImpl& model) {
-  const auto params = model.named_parameters();
-  const auto& last = params.keys().back();
+  // keys() returns a vector by value: keep it, not a reference into the temporary.
+  const auto keys = model.named_parameters().keys();
+  const auto& last = keys.back();
   return last.substr(0, last.rfind('.') + 1);
 }
 
