@@ -47,6 +47,8 @@ mkdir -p "$logs"
 export ASAN_OPTIONS="detect_container_overflow=0:protect_shadow_gap=0:allocator_may_return_null=1:check_initialization_order=1:strict_init_order=1:log_path=$logs/asan"
 export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/asan"
 # Leaks: only allocations made entirely by third-party code are suppressed (the file says which).
+# Tests that check what a sanitizer changes (std::bad_alloc) skip on it.
+export CONVNETS_SANITIZER=address,undefined
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 
 reports() {  # print every sanitizer report; true if there was one
