@@ -1,13 +1,17 @@
 // `convnets export`: a checkpoint's network as ONNX, or its weights as safetensors with the reference implementation's key names.
 #include "cli/commands.h"
-#include "core/json.h"
+#include "codec/image.h"
 #include "core/error.h"
+#include "core/json.h"
+#include "data/dataset.h"
 #include "export/onnx_export.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "quant/eager.h"
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -24,7 +28,52 @@ struct ExportArgs {
   bool ema = false, dynamic_batch = false, fold_bn = false;
   int image_size = 0, opset = 13;
   std::int64_t batch_size = 1;
+  // INT8
+  bool int8 = false, reduce_range = false;
+  std::string calibration, calibration_method = "percentile", activations = "uint8", device = "cpu";
+  std::int64_t calibration_images = 512, calibration_batch = 32, max_image_pixels = codec::kDefaultMaxImagePixels;
+  int workers = 2;
+  bool method_given = false, activations_given = false;
 };
+
+// The INT8 ranges: a QAT checkpoint's own, or calibrated on --calibration
+// images through the checkpoint's eval preprocessing.
+quant::Plan int8_plan(const ExportArgs& a, NetworkImpl& model, const train::Checkpoint& ckpt, const Preprocessing& pre) {
+  if (ckpt.meta.contains("quantization")) {
+    if (!a.calibration.empty()) {
+      throw Error("--calibration: " + a.checkpoint + " was trained with --qat and carries its ranges; "
+                  "calibrating again would discard what QAT learned with them",
+                  "export it without --calibration");
+    }
+    auto plan = quant::plan_from_json(ckpt.meta.at("quantization"), a.checkpoint);
+    if (a.method_given || (a.reduce_range && !plan.reduce_range) ||
+        (a.activations_given && quant::parse_activations(a.activations, "--int8-activations") != plan.activations)) {
+      throw Error("--calibration-method/--int8-activations/--int8-reduce-range: " + a.checkpoint +
+                  " was trained with --qat with " + quant::to_string(plan.activations) + " activations" +
+                  (plan.reduce_range ? ", 7-bit weights" : "") + ", calibrated by " + quant::to_string(plan.method),
+                  "export it without those flags: its graph is the one it was trained as");
+    }
+    return plan;
+  }
+  if (a.calibration.empty()) {
+    throw Error("--int8 needs calibration images: add --calibration DATA (a few hundred training images; "
+                "a folder, list file or IDX folder as for train)");
+  }
+  const auto activations = quant::parse_activations(a.activations, "--int8-activations");
+  const auto method = quant::parse_method(a.calibration_method, "--calibration-method");
+  const auto rt = train::resolve_runtime(a.device, "fp32", "nchw");
+  train::prepare_model(model, rt);
+  const auto ds = data::spread(data::open_dataset(a.calibration, "train"), static_cast<std::size_t>(a.calibration_images));
+  data::LoaderOptions lo;
+  lo.batch_size = a.calibration_batch;
+  lo.workers = a.workers;
+  const auto loader = train::make_eval_loader(ds, pre, a.max_image_pixels, lo);
+  std::cout << "export: calibrating on " << ds->description() << " (" << quant::to_string(method) << ", "
+            << quant::to_string(activations) << " activations)\n";
+  auto plan = quant::calibrate(model, *loader, rt, pre, activations, method, a.reduce_range, "calibration");
+  model.to(torch::kCPU);
+  return plan;
+}
 
 // The classifier's width in a plain weights file: its last parameter (every
 // arch registers the classifier last) read from the file.
@@ -78,7 +127,15 @@ void run(const ExportArgs& a) {
 
   if (a.format == "onnx") {
     if (a.key_style != "reference") throw Error("--key-style applies to --format safetensors");
+    std::optional<quant::Plan> plan;
+    if (a.int8) {
+      plan = int8_plan(a, *model, ckpt, pre);
+      meta["quantization"] = dump_json(quant::to_json(*plan));
+    } else if (!a.calibration.empty()) {
+      throw Error("--calibration applies to --int8");
+    }
     OnnxOptions o;
+    o.int8 = plan ? &*plan : nullptr;
     o.image_size = a.image_size > 0 ? a.image_size : pre.input_size;
     o.num_classes = mo.num_classes;
     o.batch = a.batch_size;
@@ -90,9 +147,14 @@ void run(const ExportArgs& a) {
     const auto nodes = export_onnx(*model, o, a.output);
     std::cout << "export: " << arch.name << " -> " << a.output << " (ONNX opset " << a.opset << ", " << nodes
               << " nodes, input " << (a.dynamic_batch ? std::string("batch") : std::to_string(a.batch_size)) << "x3x"
-              << o.image_size << "x" << o.image_size << ", " << a.dtype << (a.fold_bn ? ", BN folded" : "") << ")\n";
+              << o.image_size << "x" << o.image_size << ", "
+              << (plan ? "INT8 QDQ, " + quant::to_string(plan->activations) + " activations, " +
+                             std::to_string(plan->points.size()) + " quantized tensors, BN folded"
+                       : a.dtype + (a.fold_bn ? ", BN folded" : ""))
+              << ")\n";
     return;
   }
+  if (a.int8) throw Error("--int8 applies to --format onnx");
   if (a.fold_bn || a.dynamic_batch) throw Error("--fold-bn and --dynamic-batch apply to --format onnx");
   if (a.key_style == "dle" && !arch.import_key) {
     throw Error("--key-style dle: " + arch.name + " has no DLE naming (DLE's ResNets do; GPUNets already use DLE's names)");
@@ -131,6 +193,32 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"reference", "dle"}));
   cmd->add_option("--dtype", a->dtype, "fp32 | fp16 (weights; for onnx the whole graph)")->check(CLI::IsMember({"fp32", "fp16"}));
   cmd->add_flag("--ema", a->ema, "export the checkpoint's EMA weights");
+  cmd->add_flag("--int8", a->int8,
+                "onnx: an INT8 QDQ graph (per-channel int8 weights, per-tensor activations, BN folded); needs "
+                "--calibration unless the checkpoint was trained with --qat");
+  cmd->add_option("--calibration", a->calibration,
+                  "int8: images to calibrate the activation ranges on (folder, list file, IDX folder; its training "
+                  "split), read with the checkpoint's eval preprocessing");
+  cmd->add_option("--calibration-images", a->calibration_images, "int8: images used, spread over the data (default 512)")
+      ->check(CLI::Range(1, 1 << 24));
+  auto* method = cmd->add_option("--calibration-method", a->calibration_method,
+                                 "int8: minmax | percentile (99.99% of |x|; default) | entropy (TensorRT's KL)")
+                     ->check(CLI::IsMember({"minmax", "percentile", "entropy"}));
+  auto* acts = cmd->add_option("--int8-activations", a->activations,
+                               "int8: uint8 (asymmetric, ReLU folded: ONNX Runtime's and OpenVINO's CPU form; default) "
+                               "| int8 (symmetric: TensorRT's explicit quantization)")
+                   ->check(CLI::IsMember({"uint8", "int8"}));
+  cmd->add_flag("--int8-reduce-range", a->reduce_range,
+                "int8: 7-bit weights, for ONNX Runtime on x86 CPUs without VNNI (its U8S8 kernels saturate with 8-bit weights)");
+  cmd->add_option("--calibration-batch-size", a->calibration_batch, "int8: calibration batch (default 32)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--device", a->device, "int8: where calibration runs: cpu (default) or cuda[:N]");
+  cmd->add_option("--workers", a->workers, "int8: calibration data loader threads (default 2)")->check(CLI::Range(0, 256));
+  cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
+  cmd->parse_complete_callback([a, method, acts] {
+    a->method_given = method->count() > 0;
+    a->activations_given = acts->count() > 0;
+  });
   cmd->callback([a] { run(*a); });
   cmd->footer(
       "Loading the file in PyTorch (torchvision ResNets; DLE's GPUNet builder for GPUNets):\n"

@@ -319,28 +319,37 @@ DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int
 
 namespace {
 
-class HeadDataset : public Dataset {
+// Every `stride`-th sample of `base` from the first, `count` of them.
+class StridedDataset : public Dataset {
  public:
-  HeadDataset(DatasetPtr base, std::size_t count) : base_(std::move(base)), count_(count) {
+  StridedDataset(DatasetPtr base, std::size_t count, std::size_t stride, const std::string& how)
+      : base_(std::move(base)), count_(count), stride_(stride) {
     classes_ = base_->classes();
-    description_ = base_->description() + ", first " + std::to_string(count) + " used";
+    description_ = base_->description() + ", " + how;
   }
   std::size_t size() const override { return count_; }
-  std::int64_t label(std::size_t i) const override { return base_->label(i); }
-  std::string name(std::size_t i) const override { return base_->name(i); }
-  void load(std::size_t i, SampleData& out) const override { base_->load(i, out); }
+  std::int64_t label(std::size_t i) const override { return base_->label(i * stride_); }
+  std::string name(std::size_t i) const override { return base_->name(i * stride_); }
+  void load(std::size_t i, SampleData& out) const override { base_->load(i * stride_, out); }
   int channels() const override { return base_->channels(); }
 
  private:
   DatasetPtr base_;
-  std::size_t count_;
+  std::size_t count_, stride_;
 };
 
 }  // namespace
 
 DatasetPtr head(DatasetPtr dataset, std::size_t count) {
   if (count == 0 || count >= dataset->size()) return dataset;
-  return std::make_shared<HeadDataset>(std::move(dataset), count);
+  return std::make_shared<StridedDataset>(std::move(dataset), count, 1, "first " + std::to_string(count) + " used");
+}
+
+DatasetPtr spread(DatasetPtr dataset, std::size_t count) {
+  if (count == 0 || count >= dataset->size()) return dataset;
+  const std::size_t stride = dataset->size() / count;
+  return std::make_shared<StridedDataset>(std::move(dataset), count, stride,
+                                          std::to_string(count) + " used (every " + std::to_string(stride) + "th)");
 }
 
 DatasetPtr open_dataset(const std::string& location, const std::string& split) {

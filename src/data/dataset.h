@@ -57,6 +57,11 @@ DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int
 // larger), with the same classes: for short runs and smoke tests.
 DatasetPtr head(DatasetPtr dataset, std::size_t count);
 
+// `count` samples spread evenly over `dataset` (every size/count-th from the
+// first; all when count is 0 or larger): a sample that covers every class of
+// a folder sorted by class, for calibration.
+DatasetPtr spread(DatasetPtr dataset, std::size_t count);
+
 // Opens whatever `location` names, for split "train" or "val":
 //   synthetic[:N]                     -> synthetic 224x224x3, 1000 classes, N samples (default 10000)
 //   FILE.txt                          -> list file

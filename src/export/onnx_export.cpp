@@ -6,6 +6,9 @@
 
 #include <torch/torch.h>
 
+#include <map>
+#include <set>
+
 #if CONVNETS_ONNX
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
@@ -17,13 +20,32 @@ namespace convnets {
 
 namespace {
 
-class OnnxEmitter : public GraphEmitter {
+class OnnxEmitter : public GraphEmitter, public quant::Backend {
  public:
   OnnxEmitter(onnx::GraphProto& graph, const OnnxOptions& o) : graph_(graph), o_(o) {}
 
+  // QuantizeLinear then DequantizeLinear with the point's scale and zero
+  // point, one pair of initializers per point (so a runtime sees that the
+  // pair around a max pool is the same quantization and drops it).
+  Value quantize(const Value& x, std::size_t index) override {
+    const auto& p = o_.int8->points.at(index);
+    const auto q = quant::activation_params(p, o_.int8->activations);
+    const std::string s = "q" + std::to_string(index) + ".scale", z = "q" + std::to_string(index) + ".zero_point";
+    if (made_.insert(s).second) {
+      raw_initializer(s, torch::full({}, q.scale, torch::kFloat), onnx::TensorProto::FLOAT);
+      const bool u8 = o_.int8->activations == quant::Activations::UInt8;
+      raw_initializer(z, torch::full({}, q.zero_point, u8 ? torch::kByte : torch::kChar),
+                      u8 ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8);
+    }
+    const auto qv = node("QuantizeLinear", {x, s, z})->output(0);
+    const auto dq = node("DequantizeLinear", {qv, s, z})->output(0);
+    scale_of_[dq] = q.scale;
+    return dq;
+  }
+
   Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string& conv_name,
                 const layers::BatchNorm2dImpl& bn, const std::string& bn_name) override {
-    if (!o_.fold_bn) return batch_norm(conv(x, c, conv_name), bn, bn_name);
+    if (!o_.fold_bn && !o_.int8) return batch_norm(conv(x, c, conv_name), bn, bn_name);
     const auto [w, b] = fold_conv_bn(c, bn);
     return conv_node(x, c, conv_name, w, b);
   }
@@ -33,14 +55,14 @@ class OnnxEmitter : public GraphEmitter {
   }
 
   Value linear(const Value& x, const layers::LinearImpl& fc, const std::string& name) override {
-    auto* n = node("Gemm", {x, initializer(name + ".weight", fc.weight), initializer(name + ".bias", fc.bias)});
+    auto* n = node("Gemm", with_weights(x, name, fc.weight, fc.bias));
     attr_int(n, "transB", 1);
     return n->output(0);
   }
 
   Value linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string& name) override {
     const auto w = fc.weight.view({fc.weight.size(0), fc.weight.size(1), 1, 1});
-    auto* n = node("Conv", {x, initializer(name + ".weight", w), initializer(name + ".bias", fc.bias)});
+    auto* n = node("Conv", with_weights(x, name, w, fc.bias));
     attr_ints(n, "kernel_shape", {1, 1});
     return n->output(0);
   }
@@ -87,9 +109,7 @@ class OnnxEmitter : public GraphEmitter {
     const auto* pad = std::get_if<torch::ExpandingArray<2>>(&opt.padding());
     if (!pad) throw Error("export: layer " + name + " uses 'same'/'valid' padding by name, which is not exported");
     if (opt.padding_mode().index() != 0) throw Error("export: layer " + name + " pads other than with zeros");
-    std::vector<Value> inputs{x, initializer(name + ".weight", w)};
-    if (b.defined()) inputs.push_back(initializer(name + ".bias", b));
-    auto* n = node("Conv", inputs);
+    auto* n = node("Conv", with_weights(x, name, w, b));
     const auto& k = *opt.kernel_size();
     const auto& s = *opt.stride();
     const auto& d = *opt.dilation();
@@ -109,6 +129,60 @@ class OnnxEmitter : public GraphEmitter {
     }
     attr_int(n, "group", opt.groups());
     return n->output(0);
+  }
+
+  // {x, weight, bias (if defined)} as an op's inputs. INT8: the weight as
+  // int8 with one scale per output channel (axis 0) behind a
+  // DequantizeLinear; with uint8 activations the bias as int32 at scale
+  // input scale x weight scale (ONNX Runtime's QDQ form, which lets it fuse
+  // DQ -> Conv -> Q into QLinearConv), with int8 activations a float bias
+  // (TensorRT quantizes no bias).
+  std::vector<Value> with_weights(const Value& x, const std::string& name, const at::Tensor& w, const at::Tensor& b) {
+    if (!o_.int8) {
+      std::vector<Value> in{x, initializer(name + ".weight", w)};
+      if (b.defined()) in.push_back(initializer(name + ".bias", b));
+      return in;
+    }
+    const auto wf = w.detach().to(torch::kCPU, torch::kFloat).contiguous();
+    const auto qmax = quant::weight_qmax(o_.int8->reduce_range);
+    const auto ws = quant::weight_scales(wf, qmax);
+    std::vector<std::int64_t> shape(static_cast<std::size_t>(wf.dim()), 1);
+    shape[0] = -1;
+    const auto per_row = ws.view(shape);
+    const auto wq = (wf / per_row).round().clamp(-qmax, qmax).to(torch::kChar);
+    raw_initializer(name + ".weight", wq, onnx::TensorProto::INT8);
+    raw_initializer(name + ".weight_scale", ws, onnx::TensorProto::FLOAT);
+    raw_initializer(name + ".weight_zero_point", torch::zeros({wf.size(0)}, torch::kChar), onnx::TensorProto::INT8);
+    auto* dqw = node("DequantizeLinear", {name + ".weight", name + ".weight_scale", name + ".weight_zero_point"});
+    attr_int(dqw, "axis", 0);
+    std::vector<Value> in{x, dqw->output(0)};
+    if (!b.defined()) return in;
+    if (o_.int8->activations == quant::Activations::Int8) {
+      in.push_back(initializer(name + ".bias", b));
+      return in;
+    }
+    const auto sx = scale_of_.find(x);
+    if (sx == scale_of_.end()) throw Error("export: the input of layer " + name + " is not quantized");
+    const auto bs = (ws.to(torch::kDouble) * sx->second).to(torch::kFloat);
+    const double lim = 2147483647.0;
+    const auto bq = (b.detach().to(torch::kCPU, torch::kDouble) / bs.to(torch::kDouble)).round().clamp(-lim, lim).to(torch::kInt);
+    raw_initializer(name + ".bias", bq, onnx::TensorProto::INT32);
+    raw_initializer(name + ".bias_scale", bs, onnx::TensorProto::FLOAT);
+    raw_initializer(name + ".bias_zero_point", torch::zeros({wf.size(0)}, torch::kInt), onnx::TensorProto::INT32);
+    auto* dqb = node("DequantizeLinear", {name + ".bias", name + ".bias_scale", name + ".bias_zero_point"});
+    attr_int(dqb, "axis", 0);
+    in.push_back(dqb->output(0));
+    return in;
+  }
+
+  // A tensor stored as it is (its dtype must be `type`'s).
+  void raw_initializer(const std::string& name, const at::Tensor& value, int type) {
+    const auto t = value.detach().to(torch::kCPU).contiguous();
+    auto* init = graph_.add_initializer();
+    init->set_name(name);
+    init->set_data_type(type);
+    for (auto s : t.sizes()) init->add_dims(s);
+    init->set_raw_data(std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()));
   }
 
   Value initializer(const std::string& name, const at::Tensor& value) {
@@ -146,6 +220,8 @@ class OnnxEmitter : public GraphEmitter {
 
   onnx::GraphProto& graph_;
   const OnnxOptions& o_;
+  std::set<std::string> made_;             // quantization initializers already written
+  std::map<Value, double> scale_of_;       // DequantizeLinear outputs -> their scale
 };
 
 void set_shape(onnx::ValueInfoProto* v, const std::string& name, bool fp16, bool dynamic, std::int64_t batch,
@@ -183,9 +259,18 @@ std::size_t export_onnx(NetworkImpl& model, const OnnxOptions& o, const std::str
   }
   auto* graph = m.mutable_graph();
   graph->set_name("convnets");
+  if (o.int8 && o.fp16) throw Error("export: --int8 and --dtype fp16 exclude each other (INT8 graphs take fp32 input)");
   model.eval();
   OnnxEmitter emitter(*graph, o);
-  const auto logits = model.emit(emitter, "input");
+  std::string logits;
+  if (o.int8) {
+    auto points = o.int8->points;
+    quant::QdqEmitter qdq(emitter, emitter, points, o.int8->activations, /*creating=*/false);
+    logits = model.emit(qdq, "input");
+    qdq.finish();
+  } else {
+    logits = model.emit(emitter, "input");
+  }
   set_shape(graph->add_input(), "input", o.fp16, o.dynamic_batch, o.batch, {3, o.image_size, o.image_size});
   // The graph's last node writes the logits under the output's name.
   auto* last = graph->mutable_node(graph->node_size() - 1);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "models/network.h"
+#include "quant/qdq.h"
 
 #include <map>
 #include <string>
@@ -16,6 +17,9 @@ struct OnnxOptions {
   bool fold_bn = false;       // BN folded into the preceding conv's weights and bias
   bool fp16 = false;          // fp16 weights, input and output (the whole graph in half)
   int opset = 13;
+  // INT8: a QDQ graph with these calibrated ranges (quant/qdq.h: placement,
+  // per-channel int8 weights, BN folded); null: float.
+  const quant::Plan* int8 = nullptr;
   // model metadata_props: preprocessing, arch, class names, ...
   std::map<std::string, std::string> metadata;
 };

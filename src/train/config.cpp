@@ -97,6 +97,11 @@ namespace {
   X(num_classes, "classes of the classifier; must equal the data's (0: the data's)")                         \
   X(bad_images, "skip | fail: what an undecodable image does")                                               \
   X(max_image_pixels, codec::kMaxImagePixelsHelp)                                                            \
+  X(qat, "quantization-aware training: fine-tune with INT8 fake quantization where `export --int8` quantizes (needs --fine-tune, or --resume of a QAT run)") \
+  X(calibration_images, "--qat: training images (spread over the data) its activation ranges are calibrated on first") \
+  X(calibration_method, "--qat: minmax | percentile (99.99% of |x|) | entropy (TensorRT's KL)")            \
+  X(int8_activations, "--qat: uint8 (ONNX Runtime, OpenVINO) | int8 (symmetric: TensorRT)")                \
+  X(int8_reduce_range, "--qat: 7-bit weights (ONNX Runtime on x86 CPUs without VNNI)")                     \
   X(max_train_images, "use only the first N training samples (0: all)")                                      \
   X(max_val_images, "use only the first N validation samples (0: all)")
 
@@ -263,6 +268,9 @@ void validate(const TrainConfig& c) {
   check(c.top_k >= 1, "top_k", "at least 1", std::to_string(c.top_k));
   check_choice("bad_images", c.bad_images, {"skip", "fail"});
   check(c.max_image_pixels >= 0, "max_image_pixels", "0 (no limit) or positive", std::to_string(c.max_image_pixels));
+  check(c.calibration_images >= 1, "calibration_images", "at least 1", std::to_string(c.calibration_images));
+  check_choice("calibration_method", c.calibration_method, {"minmax", "percentile", "entropy"});
+  check_choice("int8_activations", c.int8_activations, {"uint8", "int8"});
   check_choice("data_backend", c.data_backend, {"auto", "cpu", "gpu"});
   check(c.max_train_images >= 0, "max_train_images", "0 or positive", std::to_string(c.max_train_images));
   check(c.max_val_images >= 0, "max_val_images", "0 or positive", std::to_string(c.max_val_images));

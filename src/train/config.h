@@ -93,6 +93,11 @@ struct TrainConfig {
   std::int64_t num_classes = 0;             // the classifier's size, checked against the data (DLE); 0: the data's
   std::string bad_images = "skip";
   std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;  // refuse larger images (0: no limit)
+  bool qat = false;                              // quantization-aware training (quant/eager.h)
+  std::int64_t calibration_images = 512;         // QAT: training images its ranges are calibrated on
+  std::string calibration_method = "percentile"; // minmax | percentile | entropy
+  std::string int8_activations = "uint8";        // uint8 | int8
+  bool int8_reduce_range = false;                // 7-bit weights
   std::string data_backend = "auto";  // auto | cpu | gpu (train/runtime.h use_device_decode)
   std::int64_t max_train_images = 0;        // use only the first N samples; 0: all
   std::int64_t max_val_images = 0;

@@ -5,6 +5,7 @@
 #include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
+#include "quant/eager.h"
 #include "train/evaluate.h"
 
 #include <torch/torch.h>
@@ -145,6 +146,41 @@ void check_resumable(const TrainingRun& run) {
   }
 }
 
+// --qat: the network behind fake quantization, with the ranges of the QAT run
+// being resumed or calibrated now on training images (eval transform; the
+// same images on every rank, so every rank gets the same ranges).
+void start_qat(TrainingRun& run) {
+  const auto& c = run.config;
+  if (run.resume) {
+    if (!run.resume->meta.contains("quantization")) {
+      throw Error("--qat --resume " + run.resume->path + ": that run was not quantization-aware",
+                  "start QAT from its weights with --fine-tune " + run.resume->path);
+    }
+    run.quant = std::make_shared<quant::Plan>(quant::plan_from_json(run.resume->meta.at("quantization"), run.resume->path));
+  } else {
+    if (run.options.fine_tune.empty()) {
+      throw Error("--qat fine-tunes a trained model: add --fine-tune WEIGHTS (or --resume a QAT run's checkpoint)",
+                  "calibrated ranges of an untrained network mean nothing; train it first, then QAT for a few epochs");
+    }
+    const auto ds = data::spread(run.train_data, static_cast<std::size_t>(c.calibration_images));
+    data::LoaderOptions lo;
+    lo.batch_size = c.batch_size;
+    lo.workers = static_cast<int>(c.workers);
+    const auto loader = make_eval_loader(ds, run.pre, c.max_image_pixels, lo);
+    const auto activations = quant::parse_activations(c.int8_activations, "--int8-activations");
+    const auto method = quant::parse_method(c.calibration_method, "--calibration-method");
+    auto plan = quant::calibrate(*run.model, *loader, run.rt, run.pre, activations, method, c.int8_reduce_range,
+                                 run.writer ? "qat calibration" : "");
+    if (run.writer) {
+      std::cout << "qat: " << plan.points.size() << " quantized tensors calibrated on " << ds->description() << " ("
+                << c.calibration_method << ", " << c.int8_activations << " activations"
+                << (c.int8_reduce_range ? ", 7-bit weights" : "") << ")\n";
+    }
+    run.quant = std::make_shared<quant::Plan>(std::move(plan));
+  }
+  run.model = std::make_shared<quant::FakeQuantNetworkImpl>(run.model, run.quant);
+}
+
 // The model with its starting weights, on the device, SyncBN wired in.
 void build_network(TrainingRun& run) {
   const auto& c = run.config;
@@ -162,6 +198,11 @@ void build_network(TrainingRun& run) {
   if (run.group && c.sync_bn) {
     // The group outlives the model's use of it: run_training owns both ends.
     layers::enable_sync_batchnorm(*run.model, std::shared_ptr<layers::BatchNormSync>(run.group, [](auto*) {}));
+  }
+  if (c.qat) {
+    start_qat(run);
+  } else if (run.resume && run.resume->meta.contains("quantization")) {
+    throw Error("--resume " + run.resume->path + " is a quantization-aware run", "resume it with --qat");
   }
 }
 
@@ -194,8 +235,9 @@ void build_training_state(TrainingRun& run) {
   }
   if (!c.teacher.empty()) run.teacher = load_teacher(c, run.num_classes, run.rt, run.teacher_pre);
   if (c.ema > 0) {
-    auto shadow = build_model(run.arch, model_options(run));
+    Network shadow = build_model(run.arch, model_options(run));
     prepare_model(*shadow, run.rt);
+    if (run.quant) shadow = std::make_shared<quant::FakeQuantNetworkImpl>(shadow, run.quant);
     run.ema = std::make_unique<Ema>(shadow, *run.model, c.ema, c.ema_warmup);
   }
 }
@@ -306,6 +348,7 @@ nlohmann::json checkpoint_meta(const TrainingRun& run) {
   m["loss_scale"] = run.scaler ? run.scaler->value() : 1.0;
   m["world_size"] = run.world;
   m["images_per_step"] = run.optimizer_batch;
+  if (run.quant) m["quantization"] = quant::to_json(*run.quant);
   return m;
 }
 

@@ -6,6 +6,7 @@
 #include "distributed/group.h"
 #include "models/network.h"
 #include "models/registry.h"
+#include "quant/qdq.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dllogger.h"
@@ -77,6 +78,7 @@ struct TrainingRun {
   std::unique_ptr<distributed::GradientReducer> reducer;  // data-parallel runs
   std::unique_ptr<LossScaler> scaler;                     // amp
   std::unique_ptr<Ema> ema;                               // --ema
+  std::shared_ptr<const quant::Plan> quant;               // --qat: the fake quantization's ranges
   RunPosition position;
 
   // Set by plan_steps.
