@@ -384,6 +384,21 @@ TEST(Report, ParsesDllLoggerAndDrawsCharts) {
   const auto chart = report::svg_chart("c", "x", "y", {{"s", {{1, 2}, {2, 4}}}});
   EXPECT_NE(chart.find("<polyline"), std::string::npos);
   EXPECT_NE(report::svg_chart("c", "x", "y", {}).find("no data"), std::string::npos);
+  // The summary in a person's units, and a finished run's page does not reload.
+  EXPECT_NE(html.find("<th>validation best top-1</th><td>60.00 %</td>"), std::string::npos);
+  EXPECT_EQ(html.find("http-equiv=\"refresh\""), std::string::npos);
+  EXPECT_TRUE(report::finished(run));
+
+  // A live run: its last line half written is not there yet, the page shows
+  // the last epoch's figures and reloads itself.
+  std::ofstream(path) << R"(DLLL {"type": "LOG", "step": [1], "data": {"val.top1": 50.0, "val.compute_latency_at99": 0.0123}})"
+                      << "\n" << R"(DLLL {"type": "LOG", "st)";
+  const auto live = report::parse_dllogger(path);
+  EXPECT_FALSE(report::finished(live));
+  const auto live_html = report::render_html(live, "t", 5);
+  EXPECT_NE(live_html.find("<meta http-equiv=\"refresh\" content=\"5\">"), std::string::npos);
+  EXPECT_NE(live_html.find("<th>validation latency, p99 (per batch)</th><td>12.30 ms</td>"), std::string::npos);
+  EXPECT_NE(live_html.find("<th>validation top-1</th><td>50.00 %</td>"), std::string::npos);
 
   std::ofstream(path) << "{\"plain\": 1}\n";
   EXPECT_THROW(report::parse_dllogger(path), Error);

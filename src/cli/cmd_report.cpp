@@ -6,9 +6,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 namespace convnets::cli {
 
@@ -16,22 +18,40 @@ void add_report_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("report", "Render a training run's log as an HTML page with SVG charts");
   struct Args {
     std::string run, output = "report.html", title;
+    int watch = 0;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("RUN", a->run, "the run's workspace folder, or its DLLogger log.json")->required();
   cmd->add_option("-o,--output", a->output, "HTML file to write");
   cmd->add_option("--title", a->title, "page title (default: the run's arch and folder)");
+  cmd->add_option("--watch", a->watch,
+                  "rewrite the page every SECONDS while the run is live (the page reloads itself); stop when the run "
+                  "logs its summary")
+      ->check(CLI::Range(1, 86400));
   cmd->callback([a] {
     namespace fs = std::filesystem;
-    const std::string log = fs::is_directory(a->run) ? (fs::path(a->run) / "log.json").string() : a->run;
-    const auto run = report::parse_dllogger(log);
-    const std::string title =
-        a->title.empty() ? "convnets run: " + run.parameters.value("arch", std::string("?")) + " (" + a->run + ")"
-                         : a->title;
-    const std::string html = report::render_html(run, title);
-    write_file_atomically(a->output, html);
-    std::cout << "report: " << a->output << " (" << run.epochs.size() << " epochs, " << html.size() / 1024
-              << " KiB)\n";
+    // A watched workspace may not exist yet: the run is starting.
+    const bool folder = fs::is_directory(a->run) || (a->watch > 0 && !fs::exists(a->run) &&
+                                                     fs::path(a->run).extension() != ".json");
+    const std::string log = folder ? (fs::path(a->run) / "log.json").string() : a->run;
+    for (;;) {
+      // A watched run may not have written its log yet.
+      if (a->watch > 0 && !fs::exists(log)) {
+        std::this_thread::sleep_for(std::chrono::seconds(a->watch));
+        continue;
+      }
+      const auto run = report::parse_dllogger(log);
+      const bool live = a->watch > 0 && !report::finished(run);
+      const std::string title =
+          a->title.empty() ? "convnets run: " + run.parameters.value("arch", std::string("?")) + " (" + a->run + ")"
+                           : a->title;
+      const std::string html = report::render_html(run, title, live ? a->watch : 0);
+      write_file_atomically(a->output, html);
+      std::cout << "report: " << a->output << " (" << run.epochs.size() << " epochs, " << html.size() / 1024
+                << " KiB" << (live ? ", live" : "") << ")" << std::endl;
+      if (!live) return;
+      std::this_thread::sleep_for(std::chrono::seconds(a->watch));
+    }
   });
 }
 

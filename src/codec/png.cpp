@@ -3,6 +3,7 @@
 #include <png.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 namespace convnets::codec {
@@ -29,7 +30,41 @@ void on_read(png_structp png, png_bytep out, png_size_t n) {
 
 void on_warning(png_structp, png_const_charp) {}  // ancillary-chunk trouble does not spoil the pixels
 
+void on_write(png_structp png, png_bytep data, png_size_t n) {
+  static_cast<std::string*>(png_get_io_ptr(png))->append(reinterpret_cast<const char*>(data), n);
+}
+
+void on_flush(png_structp) {}
+
 }  // namespace
+
+std::string encode_png(const std::uint8_t* pixels, int width, int height, int channels) {
+  Reader errors{nullptr, 0, 0, {}};
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &errors, on_error, on_warning);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  if (!info) {
+    png_destroy_write_struct(&png, nullptr);
+    throw std::runtime_error("encode_png: out of memory");
+  }
+  std::string out;
+  std::vector<png_const_bytep> rows(static_cast<std::size_t>(height));
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    throw std::runtime_error(std::string("encode_png: ") + errors.message);
+  }
+  png_set_write_fn(png, &out, on_write, on_flush);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8,
+               channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  for (int y = 0; y < height; ++y) {
+    rows[static_cast<std::size_t>(y)] = pixels + static_cast<std::size_t>(y) * static_cast<std::size_t>(width) * channels;
+  }
+  png_write_info(png, info);
+  png_write_image(png, const_cast<png_bytepp>(rows.data()));
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return out;
+}
 
 Rect png_size(const std::uint8_t* data, std::size_t size, const std::string& name) {
   if (size < 24 || sniff_format(data, size) != ImageFormat::Png || std::memcmp(data + 12, "IHDR", 4) != 0)

@@ -11,6 +11,10 @@ namespace convnets::codec {
 // transform crops afterwards. Throws DecodeError naming `name`.
 void decode_png(const std::uint8_t* data, std::size_t size, const std::string& name, Image& out);
 
+// 8-bit grey (channels 1) or RGB (3) rows, tightly packed, as a PNG file (for
+// image summaries). Throws std::runtime_error if libpng fails.
+std::string encode_png(const std::uint8_t* pixels, int width, int height, int channels);
+
 // Width and height from the IHDR chunk, without decoding.
 Rect png_size(const std::uint8_t* data, std::size_t size, const std::string& name);
 

@@ -53,6 +53,40 @@ Series series_of(const std::string& name, const std::vector<std::pair<int, nlohm
   return s;
 }
 
+// A DLLogger metric as a person reads it: a name in words and the value in
+// its unit (DLE logs accuracy in %, latencies in seconds, throughput in
+// images/s). Unknown keys keep their name and a plain number.
+std::pair<std::string, std::string> human_metric(const std::string& key, const nlohmann::json& value) {
+  if (!value.is_number()) return {key, value.is_string() ? value.get<std::string>() : value.dump()};
+  const double v = value.get<double>();
+  std::string prefix, metric = key;
+  if (const auto dot = key.find('.'); dot != std::string::npos) {
+    const std::string scope = key.substr(0, dot);
+    prefix = scope == "val" ? "validation " : scope == "val_ema" ? "validation (EMA) " : scope == "train" ? "training " : scope + " ";
+    metric = key.substr(dot + 1);
+  }
+  char buf[96];
+  auto fmt = [&](const char* f, double x) {
+    std::snprintf(buf, sizeof buf, f, x);
+    return std::string(buf);
+  };
+  if (metric == "top1" || metric == "top5" || metric == "best_top1") {
+    const std::string name = metric == "top5" ? "top-5" : metric == "best_top1" ? "best top-1" : "top-1";
+    return {prefix + name, fmt("%.2f %%", v)};
+  }
+  if (metric.rfind("compute_latency_", 0) == 0) {
+    const std::string which = metric.substr(16);
+    const std::string name = which == "mean" ? "latency, mean" : "latency, p" + which.substr(which.size() - 2);
+    return {prefix + name + " (per batch)", fmt("%.2f ms", v * 1e3)};
+  }
+  if (metric == "compute_ips") return {prefix + "throughput, forward only", fmt("%.1f images/s", v)};
+  if (metric == "total_ips") return {prefix + "throughput, with data loading", fmt("%.1f images/s", v)};
+  if (metric == "loss") return {prefix + "loss", fmt("%.4f", v)};
+  if (metric == "steps") return {prefix + "optimizer steps", fmt("%.0f", v)};
+  if (metric == "best_epoch") return {prefix + "best epoch", fmt("%.0f", v)};
+  return {key, value.is_number_float() ? num(v, 6) : value.dump()};
+}
+
 }  // namespace
 
 RunLog parse_dllogger(const std::string& path) {
@@ -66,8 +100,16 @@ RunLog parse_dllogger(const std::string& path) {
   while (std::getline(in, line)) {
     ++number;
     if (line.rfind("DLLL ", 0) != 0) continue;
-    const nlohmann::json j = parse_json(std::string_view(line).substr(5), path + ":" + std::to_string(number) +
-                                                                     " (a DLLogger record)");
+    // A last line without its newline is being written (a live run) or was
+    // cut by a kill: not an error, just not there yet.
+    const bool unterminated = in.eof();
+    nlohmann::json j;
+    try {
+      j = parse_json(std::string_view(line).substr(5), path + ":" + std::to_string(number) + " (a DLLogger record)");
+    } catch (const Error&) {
+      if (unterminated) break;
+      throw;
+    }
     ++records;
     if (j.value("type", "") != "LOG" || !j.contains("data")) continue;
     const auto& step = j["step"];
@@ -162,9 +204,16 @@ std::string svg_chart(const std::string& title, const std::string& x_label, cons
   return o.str();
 }
 
-std::string render_html(const RunLog& run, const std::string& title) {
-  std::vector<Series> loss{series_of("train loss", run.epochs, "train.loss"),
+std::string render_html(const RunLog& run, const std::string& title, int refresh_seconds) {
+  // The loss as logged every --print-freq steps (the window's mean), the
+  // epoch means over it, and validation.
+  Series step_loss{"train loss (per " + std::to_string(run.parameters.value("print_freq", 0)) + " steps)", {}};
+  for (const auto& [x, d] : run.steps) {
+    if (d.contains("train.loss") && d["train.loss"].is_number()) step_loss.points.emplace_back(x, d["train.loss"].get<double>());
+  }
+  std::vector<Series> loss{step_loss, series_of("train loss (epoch mean)", run.epochs, "train.loss"),
                            series_of("val loss", run.epochs, "val.loss")};
+
   std::vector<Series> top1{series_of("val top-1", run.epochs, "val.top1")};
   if (!series_of("", run.epochs, "val_ema.top1").points.empty()) {
     top1.push_back(series_of("val top-1 (EMA)", run.epochs, "val_ema.top1"));
@@ -178,18 +227,28 @@ std::string render_html(const RunLog& run, const std::string& title) {
                           series_of("train images/s (compute)", run.epochs, "train.compute_ips")};
 
   std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" << escape(title)
+  o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+  if (refresh_seconds > 0) o << "<meta http-equiv=\"refresh\" content=\"" << refresh_seconds << "\">\n";
+  o << "<title>" << escape(title)
     << "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}"
        ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:16px}"
        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}"
        "th{background:#f5f5f5}</style></head><body>\n<h1>"
     << escape(title) << "</h1>\n";
+  if (refresh_seconds > 0) {
+    o << "<p class=\"live\">Live: the run is still going; this page is rewritten and reloads every "
+      << refresh_seconds << " s.</p>\n";
+  }
   o << "<table><tr><th>arch</th><td>" << escape(run.parameters.value("arch", "?")) << "</td></tr>"
     << "<tr><th>epochs logged</th><td>" << run.epochs.size() << " of " << run.parameters.value("epochs", 0)
     << "</td></tr>";
-  for (auto it = run.summary.begin(); it != run.summary.end(); ++it) {
-    o << "<tr><th>" << escape(it.key()) << "</th><td>"
-      << escape(it.value().is_number_float() ? num(it.value().get<double>(), 6) : it.value().dump()) << "</td></tr>";
+  // The run's summary, or while it runs the last epoch's figures.
+  const nlohmann::json& shown = !run.summary.empty() ? run.summary
+                                : !run.epochs.empty() ? run.epochs.back().second
+                                                      : run.summary;
+  for (auto it = shown.begin(); it != shown.end(); ++it) {
+    const auto [name, text] = human_metric(it.key(), it.value());
+    o << "<tr><th>" << escape(name) << "</th><td>" << escape(text) << "</td></tr>";
   }
   o << "</table>\n<div class=\"grid\">\n"
     << svg_chart("Loss", "epoch", "loss", loss) << '\n'

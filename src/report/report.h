@@ -29,7 +29,12 @@ struct Series {
 std::string svg_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                       const std::vector<Series>& series);
 
-// The whole page: summary, loss, top-1, learning-rate and throughput charts, configuration.
-std::string render_html(const RunLog& run, const std::string& title);
+// Whether the run has ended: its summary entry (step []) is logged.
+inline bool finished(const RunLog& run) { return !run.summary.empty(); }
+
+// The whole page: summary (in %, ms and images/s), loss (per logged step and
+// per epoch), top-1, learning-rate and throughput charts, configuration.
+// refresh_seconds > 0: a live page that reloads itself that often.
+std::string render_html(const RunLog& run, const std::string& title, int refresh_seconds = 0);
 
 }  // namespace convnets::report

@@ -97,6 +97,8 @@ namespace {
   X(num_classes, "classes of the classifier; must equal the data's (0: the data's)")                         \
   X(bad_images, "skip | fail: what an undecodable image does")                                               \
   X(max_image_pixels, codec::kMaxImagePixelsHelp)                                                            \
+  X(tensorboard, "also write TensorBoard event files: log.json's scalars, the config, the first batch's images") \
+  X(tensorboard_dir, "--tensorboard's folder (default: WORKSPACE/tensorboard)")                          \
   X(qat, "quantization-aware training: fine-tune with INT8 fake quantization where `export --int8` quantizes (needs --fine-tune, or --resume of a QAT run)") \
   X(calibration_images, "--qat: training images (spread over the data) its activation ranges are calibrated on first") \
   X(calibration_method, "--qat: minmax | percentile (99.99% of |x|) | entropy (TensorRT's KL)")            \

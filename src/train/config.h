@@ -93,6 +93,8 @@ struct TrainConfig {
   std::int64_t num_classes = 0;             // the classifier's size, checked against the data (DLE); 0: the data's
   std::string bad_images = "skip";
   std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;  // refuse larger images (0: no limit)
+  bool tensorboard = false;                      // TensorBoard event files beside log.json (rank 0)
+  std::string tensorboard_dir;                   // empty: WORKSPACE/tensorboard
   bool qat = false;                              // quantization-aware training (quant/eager.h)
   std::int64_t calibration_images = 512;         // QAT: training images its ranges are calibrated on
   std::string calibration_method = "percentile"; // minmax | percentile | entropy

@@ -1,5 +1,6 @@
 #include "train/run.h"
 
+#include "codec/png.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "data/dataset.h"
@@ -476,6 +477,42 @@ void open_workspace(TrainingRun& run) {
     run.log->metadata(m, {{"unit", "images/s"}, {"format", ":>.2f"}});
   }
   for (const char* m : {"val.top1", "val.top5"}) run.log->metadata(m, {{"unit", "%"}, {"format", ":>.2f"}});
+  if (c.tensorboard) {
+    run.tensorboard = std::make_unique<report::EventWriter>(
+        c.tensorboard_dir.empty() ? (fs::path(c.workspace) / "tensorboard").string() : c.tensorboard_dir);
+    // A resumed run repeats the steps after its checkpoint: TensorBoard drops
+    // what the interrupted run logged from here on.
+    if (run.resume) run.tensorboard->session_start(run.position.global_step + 1);
+    run.tensorboard->text("config", run.position.global_step,
+                          "```\n" + dump_json(nlohmann::ordered_json{{"config", run.resolved_config}, {"derived", derived}}, 2) +
+                              "\n```");
+    run.tensorboard->flush();
+  }
+}
+
+void log_metrics(TrainingRun& run, const nlohmann::json& step, const nlohmann::ordered_json& data) {
+  if (run.log) run.log->log(step, data);
+  if (!run.tensorboard) return;
+  const bool per_step = step.size() == 2;
+  for (auto it = data.begin(); it != data.end(); ++it) {
+    if (!it.value().is_number()) continue;
+    const std::string& k = it.key();
+    const bool validation = k.rfind("val", 0) == 0;
+    run.tensorboard->scalar(per_step || validation ? k : "epoch/" + k, run.position.global_step, it.value().get<double>());
+  }
+  run.tensorboard->flush();
+}
+
+void log_images(TrainingRun& run, const at::Tensor& images) {
+  if (!run.tensorboard || !images.defined()) return;
+  const auto cpu = images.to(torch::kCPU).contiguous();  // uint8 [B, H, W, C]
+  const int h = static_cast<int>(cpu.size(1)), w = static_cast<int>(cpu.size(2)), ch = static_cast<int>(cpu.size(3));
+  const auto n = std::min<std::int64_t>(cpu.size(0), 8);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto png = codec::encode_png(cpu[i].data_ptr<std::uint8_t>(), w, h, ch);
+    run.tensorboard->image("train/first_batch/" + std::to_string(i), run.position.global_step, png, h, w, ch);
+  }
+  run.tensorboard->flush();
 }
 
 void print_run_summary(const TrainingRun& run) {

@@ -7,6 +7,7 @@
 #include "models/network.h"
 #include "models/registry.h"
 #include "quant/qdq.h"
+#include "report/tensorboard.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dllogger.h"
@@ -90,6 +91,7 @@ struct TrainingRun {
   std::string last_path;                  // WORKSPACE/last.safetensors
   nlohmann::ordered_json resolved_config;  // the config as run, in every checkpoint
   std::unique_ptr<DlLogger> log;          // rank 0
+  std::unique_ptr<report::EventWriter> tensorboard;  // rank 0, --tensorboard
 };
 
 // Validates the config, connects the data-parallel group (first, so a rank
@@ -121,5 +123,16 @@ void print_run_summary(const TrainingRun& run);
 // run.position; rank 0 writes, the others hold the same state; nothing with
 // --no-checkpoints.
 void save_run(const TrainingRun& run, const std::string& path);
+
+// A DLLogger entry of the running epoch (step [epoch, iteration]) or of its
+// end ([epoch]) into log.json and, with --tensorboard, as scalars at the
+// global optimizer step: per-step entries under their DLLogger names
+// (train.loss, train.lr, ...), epoch entries' validation figures likewise
+// (val.top1, val_ema.top1, ...) and their training means as epoch/train.*.
+void log_metrics(TrainingRun& run, const nlohmann::json& step, const nlohmann::ordered_json& data);
+
+// --tensorboard: the first training batch as images (after augmentation,
+// before normalisation), up to 8, at step 0.
+void log_images(TrainingRun& run, const at::Tensor& images);
 
 }  // namespace convnets::train

@@ -150,7 +150,7 @@ void log_window(TrainingRun& run, StepTotals& window, Progress& progress, std::i
                                {"train.compute_time", window.compute_s / steps},
                                {"train.lr", lr}};
   if (run.scaler) entry["train.loss_scale"] = run.scaler->value();
-  if (run.log) run.log->log({epoch + 1, done}, entry);
+  log_metrics(run, {epoch + 1, done}, entry);
   window.reset();
   if (run.writer) {
     progress.update(done, entry["train.total_ips"].get<double>(), "loss " + fmt("%.4f", loss) + "  lr " + fmt("%.4g", lr));
@@ -174,6 +174,7 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
   for (std::int64_t s = first; s < run.steps_per_epoch; ++s) {
     const auto t0 = Clock::now();
     const auto micro = next_step_batches(run, batch);
+    if (pos.global_step == 0) log_images(run, batch.images);
     const auto t1 = Clock::now();
     lr = run.schedule->at(pos.global_step);
     const at::Tensor step_loss = stepper.run(micro, lr, pos.global_step);
@@ -390,7 +391,7 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
         pos.best_epoch = epoch + 1;
       }
     }
-    if (run.log) run.log->log({epoch + 1}, e.log);
+    log_metrics(run, {epoch + 1}, e.log);
     if (e.complete) {
       pos.epoch = epoch + 1;
       pos.step_in_epoch = 0;

@@ -1,0 +1,155 @@
+"""Watching a run: `convnets train --tensorboard`'s event files read by TensorBoard's own reader (PyPI
+`tensorboard`), and `convnets report --watch` following a live run.
+
+Every scalar of log.json is found under its name with the same global step and
+value (float32, as TensorBoard stores them), the resolved config as text, the
+first batch as images; a record cut at the end of a file (a run killed
+mid-write) is skipped by the reader, and a run resumed from an earlier
+checkpoint shows each step once, with the values of the resumed run.
+"""
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+import numpy as np
+from PIL import Image
+from tensorboard.backend.event_processing import event_accumulator as ea
+
+BIN = os.environ["CONVNETS_BIN"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def convnets(*args, timeout=600):
+    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def read_log(path):
+    with open(path) as f:
+        return [json.loads(line.removeprefix("DLLL ")) for line in f if line.startswith("DLLL ")]
+
+
+def load(folder):
+    acc = ea.EventAccumulator(folder, size_guidance={ea.SCALARS: 0, ea.IMAGES: 0, ea.TENSORS: 0})
+    acc.Reload()
+    return acc
+
+
+def expected_scalars(log):
+    """{(tag, global step): value} from log.json, the last entry winning (a resumed run's)."""
+    steps_per_epoch = max(e["step"][1] for e in log if e["type"] == "LOG" and len(e.get("step", [])) == 2)
+    out = {}
+    for e in log:
+        if e["type"] != "LOG" or not isinstance(e["step"], list) or not e["step"]:
+            continue
+        if len(e["step"]) == 2:
+            step = (e["step"][0] - 1) * steps_per_epoch + e["step"][1]
+            items = {k: v for k, v in e["data"].items()}
+        else:
+            step = e["step"][0] * steps_per_epoch
+            items = {(k if k.startswith("val") else "epoch/" + k): v for k, v in e["data"].items()}
+        for k, v in items.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[(k, step)] = v
+    return out
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), f"{FASHION} (Debian's fashion-mnist package) is not installed")
+class TensorBoard(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-tb-")
+        cls.ws = os.path.join(cls.tmp, "run")
+        cls.common = ["--recipe", "fashion-mnist-resnet8", "--workspace", cls.ws, "--max-train-images", "2560",
+                      "--max-val-images", "500", "--print-freq", "5", "--epochs", "3"]
+        cls.first = convnets("train", *cls.common, "--tensorboard", "--save-every", "2")
+        cls.tb = os.path.join(cls.ws, "tensorboard")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_1_every_logged_scalar_config_and_images(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stdout + self.first.stderr)
+        acc = load(self.tb)
+        want = expected_scalars(read_log(os.path.join(self.ws, "log.json")))
+        tags = set(acc.Tags()["scalars"])
+        for name in ("train.loss", "train.lr", "train.total_ips", "val.top1", "val.top5", "val.loss",
+                     "val.compute_latency_at99", "epoch/train.loss"):
+            self.assertIn(name, tags)
+        got = {(t, s.step): s.value for t in tags for s in acc.Scalars(t)}
+        self.assertEqual(set(got), set(want))
+        for key, v in want.items():
+            self.assertEqual(got[key], float(np.float32(v)), key)
+        text = acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
+        self.assertIn('"arch": "resnet8"', text)
+        self.assertIn('"tensorboard": true', text)
+        images = [t for t in acc.Tags()["images"] if t.startswith("train/first_batch/")]
+        self.assertEqual(len(images), 8)
+        event = acc.Images(images[0])[0]
+        self.assertEqual(event.step, 0)
+        pixels = np.asarray(Image.open(io.BytesIO(event.encoded_image_string)))
+        self.assertEqual(pixels.shape[:2], (28, 28))
+        self.assertGreater(pixels.std(), 10)  # an image, not a blank
+
+    def test_2_a_cut_record_is_skipped_and_a_resume_shows_each_step_once(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stdout + self.first.stderr)
+        files = sorted(os.listdir(self.tb))
+        self.assertEqual(len(files), 1)
+        path = os.path.join(self.tb, files[0])
+        with open(path, "r+b") as f:  # killed inside the last record
+            f.truncate(os.path.getsize(path) - 7)
+        cut = load(self.tb)
+        self.assertIn("val.top1", cut.Tags()["scalars"])
+        # Epoch 3 again, from the epoch-2 checkpoint: its steps were logged once already.
+        r = convnets("train", "--workspace", self.ws, "--resume", os.path.join(self.ws, "epoch-2.safetensors"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(len(os.listdir(self.tb)), 2)  # a new file; the cut one is left as it is
+        acc = load(self.tb)
+        want = expected_scalars(read_log(os.path.join(self.ws, "log.json")))
+        for tag in acc.Tags()["scalars"]:
+            steps = [s.step for s in acc.Scalars(tag)]
+            self.assertEqual(len(steps), len(set(steps)), tag)  # no step twice
+            self.assertEqual(steps, sorted(steps), tag)
+        got = {(t, s.step): s.value for t in acc.Tags()["scalars"] for s in acc.Scalars(t)}
+        for key, v in want.items():
+            self.assertEqual(got[key], float(np.float32(v)), key)  # the resumed run's values for epoch 3
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), f"{FASHION} (Debian's fashion-mnist package) is not installed")
+class ReportWatch(unittest.TestCase):
+    def test_the_page_follows_a_live_run_and_stops_when_it_ends(self):
+        tmp = tempfile.mkdtemp(prefix="convnets-watch-")
+        self.addCleanup(shutil.rmtree, tmp)
+        ws, page = os.path.join(tmp, "run"), os.path.join(tmp, "report.html")
+        # Started first: it waits for the run's log to appear.
+        watch = subprocess.Popen([BIN, "report", ws, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
+        train = subprocess.Popen([BIN, "--threads", "1", "train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws,
+                                  "--max-train-images", "3840", "--max-val-images", "500", "--epochs", "3",
+                                  "--print-freq", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seen = set()
+        while train.poll() is None:
+            if os.path.exists(page):
+                with open(page, encoding="utf-8") as f:
+                    seen.add(f.read())
+            time.sleep(0.3)
+        self.assertEqual(train.returncode, 0, train.stderr.read())
+        out, _ = watch.communicate(timeout=60)
+        self.assertEqual(watch.returncode, 0, out)
+        live = [p for p in seen if '<meta http-equiv="refresh" content="1">' in p]
+        self.assertGreaterEqual(len(live), 2)  # rewritten while the run went on
+        with open(page, encoding="utf-8") as f:
+            final = f.read()
+        self.assertNotIn("http-equiv=\"refresh\"", final)  # the run ended: the last page stays
+        self.assertIn("<th>epochs logged</th><td>3 of 3</td>", final)
+        self.assertRegex(final, r"<th>validation top-1</th><td>\d+\.\d\d %</td>")
+        self.assertRegex(final, r"<th>validation latency, p99 \(per batch\)</th><td>\d+\.\d\d ms</td>")
+        self.assertIn("train loss (per 5 steps)", final)
+
+
+if __name__ == "__main__":
+    unittest.main()
