@@ -5,6 +5,8 @@
 #include "io/state_dict.h"
 #include "models/layers.h"
 #include "models/registry.h"
+#include "train/asp.h"
+#include "train/checkpoint.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -30,6 +32,7 @@ struct ModelsArgs {
   int input_size = 0;
   bool json = false;
   bool definition = false;
+  bool sparsity = false;
   std::string forward_save;
   std::int64_t seed = 0;
 };
@@ -65,7 +68,76 @@ void print_table(const std::vector<nlohmann::ordered_json>& rows) {
   }
 }
 
+std::string percent(std::int64_t part, std::int64_t whole) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  return buf;
+}
+
+// --sparsity: every conv/linear weight (a 4-D or 2-D "*weight") of a weights
+// file or of a training checkpoint's model (and EMA), with its zeros and
+// whether it is 2:4 along its input channels, as sparse tensor cores need.
+void report_sparsity(const ModelsArgs& a) {
+  if (a.weights.empty()) throw Error("--sparsity reports on the weights of --weights FILE");
+  const auto ckpt = train::load_checkpoint(a.weights);
+  nlohmann::ordered_json out{{"weights", a.weights}};
+  auto section = [&](const std::string& prefix) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    std::int64_t layers = 0, sparse_layers = 0, values = 0, sparse_values = 0, zeros = 0, all = 0, all_zeros = 0;
+    for (const auto& [name, t] : ckpt.section(prefix).tensors) {
+      if (!t.is_floating_point()) continue;
+      const auto s = train::sparsity_of(t);
+      all += s.numel, all_zeros += s.zeros;
+      const bool weight = (t.dim() == 2 || t.dim() == 4) && name.size() >= 6 && name.substr(name.size() - 6) == "weight";
+      if (!weight) continue;
+      ++layers, values += s.numel, zeros += s.zeros;
+      if (s.is_2_4()) ++sparse_layers, sparse_values += s.numel;
+      const std::string pattern = s.is_2_4()     ? "2:4"
+                                  : s.groupable ? "dense (" + std::to_string(s.dense_groups) + " of " +
+                                                      std::to_string(s.groups) + " groups of 4 hold more than 2)"
+                                                : "dense (" + std::to_string(t.size(1)) + " input channels)";
+      rows.push_back({{"name", name},
+                      {"shape", t.sizes().vec()},
+                      {"zeros", s.zeros},
+                      {"numel", s.numel},
+                      {"pattern", pattern},
+                      {"masked", ckpt.file.find("asp_mask." + name) != nullptr}});
+    }
+    return nlohmann::ordered_json{{"layers", rows},
+                                  {"conv_linear_weights", layers},
+                                  {"2_4_weights", sparse_layers},
+                                  {"2_4_values", sparse_values},
+                                  {"weight_values", values},
+                                  {"weight_zeros", zeros},
+                                  {"parameters", all},
+                                  {"parameter_zeros", all_zeros}};
+  };
+  out["model"] = section("model.");
+  const bool ema = ckpt.is_training_checkpoint() && !ckpt.section("ema.").tensors.empty();
+  if (ema) out["ema"] = section("ema.");
+  if (a.json) {
+    std::cout << out.dump(2) << '\n';
+    return;
+  }
+  auto summary = [](const nlohmann::ordered_json& s) {
+    const auto n = [&](const char* k) { return s[k].get<std::int64_t>(); };
+    return std::to_string(n("2_4_weights")) + " of " + std::to_string(n("conv_linear_weights")) +
+           " conv/linear weights are 2:4 (" + with_commas(n("2_4_values")) + " of " + with_commas(n("weight_values")) +
+           " values); zeros: " + percent(n("weight_zeros"), n("weight_values")) + " of conv/linear weights, " +
+           percent(n("parameter_zeros"), n("parameters")) + " of all " + with_commas(n("parameters")) + " values";
+  };
+  std::printf("%-36s %-18s %8s  %s\n", "weight", "shape", "zeros", "pattern (groups of 4 input channels)");
+  for (const auto& r : out["model"]["layers"]) {
+    std::printf("%-36s %-18s %8s  %s%s\n", r["name"].get<std::string>().c_str(), r["shape"].dump().c_str(),
+                percent(r["zeros"].get<std::int64_t>(), r["numel"].get<std::int64_t>()).c_str(),
+                r["pattern"].get<std::string>().c_str(), r["masked"].get<bool>() ? ", masked (asp_mask)" : "");
+  }
+  std::printf("\n%s: %s\n", ckpt.is_training_checkpoint() ? "model" : "weights", summary(out["model"]).c_str());
+  if (ema) std::printf("ema: %s\n", summary(out["ema"]).c_str());
+}
+
 void run(const ModelsArgs& a) {
+  if (a.sparsity) return report_sparsity(a);
   ModelOptions options;
   options.num_classes = a.num_classes;
   options.conv_init = a.init == "fan_out" ? ConvInit::FanOut : ConvInit::FanIn;
@@ -174,6 +246,9 @@ void add_models_command(CLI::App& app) {
   cmd->add_option("--forward-save", args->forward_save,
                   "With --forward: write the input and the logits to a safetensors file, to compare with another "
                   "implementation");
+  cmd->add_flag("--sparsity", args->sparsity,
+                "With --weights (a weights file or a training checkpoint; --arch not needed): each conv/linear "
+                "weight's zeros and whether it is 2:4 along its input channels (--asp)");
   cmd->add_option("--seed", args->seed, "Seed of the initial weights and the --forward input (default 0)");
   cmd->callback([args] { run(*args); });
 }

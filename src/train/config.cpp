@@ -62,6 +62,8 @@ namespace {
   X(teacher_img_size, "knowledge distillation: the teacher's evaluation size (--test-teacher), as DLE's GPUNet train.py; with --teacher-two-res also its training size (0: the student's)") \
   X(teacher_two_res, "knowledge distillation: images load at --teacher-img-size for the teacher and the student gets them resized (bicubic); off: the teacher sees the student's batch, as DLE") \
   X(test_teacher, "knowledge distillation: validate the teacher before training and print its accuracy (GPUNet's --test-teacher)") \
+  X(asp, "2:4 structured sparsity (NVIDIA's ASP): prune every eligible conv/linear weight to 2 of each 4 input channels by magnitude, then train with the masks kept (needs --fine-tune, --resume or --asp-dense-epochs)") \
+  X(asp_dense_epochs, "--asp from scratch: epochs trained dense before the weights are pruned (0: prune at the start)") \
   X(precision, "fp32 | tf32 | amp | bf16 (--amp: amp)")                                                      \
   X(static_loss_scale, "amp: the initial loss scale, doubled after 100 clean steps and halved on overflow, as DLE's GradScaler (0: from 65536, doubled after 2000)") \
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
@@ -270,6 +272,12 @@ void validate(const TrainConfig& c) {
   check(c.top_k >= 1, "top_k", "at least 1", std::to_string(c.top_k));
   check_choice("bad_images", c.bad_images, {"skip", "fail"});
   check(c.max_image_pixels >= 0, "max_image_pixels", "0 (no limit) or positive", std::to_string(c.max_image_pixels));
+  check(c.asp_dense_epochs >= 0, "asp_dense_epochs", "0 or positive", std::to_string(c.asp_dense_epochs));
+  check(c.asp_dense_epochs == 0 || c.asp, "asp_dense_epochs", "used with --asp", "no --asp");
+  check(c.asp_dense_epochs < c.epochs, "asp_dense_epochs", "less than --epochs (" + std::to_string(c.epochs) + ")",
+        std::to_string(c.asp_dense_epochs));
+  check(!(c.asp && c.qat), "asp", "used without --qat (fake quantization would train the pruned weights behind its wrapper)",
+        "--qat");
   check(c.calibration_images >= 1, "calibration_images", "at least 1", std::to_string(c.calibration_images));
   check_choice("calibration_method", c.calibration_method, {"minmax", "percentile", "entropy"});
   check_choice("int8_activations", c.int8_activations, {"uint8", "int8"});

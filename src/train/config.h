@@ -59,6 +59,8 @@ struct TrainConfig {
   std::int64_t teacher_img_size = 0;        // the teacher's evaluation size (--test-teacher); 0: the student's
   bool teacher_two_res = false;             // images load at teacher_img_size, the student gets them resized
   bool test_teacher = false;                // validate the teacher before training (GPUNet's --test-teacher)
+  bool asp = false;                         // 2:4 structured sparsity (train/asp.h): prune, then keep the masks
+  std::int64_t asp_dense_epochs = 0;        // --asp: epochs trained dense before pruning (from scratch; 0: at the start)
   std::string precision = "fp32";           // fp32 | tf32 | amp | bf16
   double static_loss_scale = 0;             // amp, DLE: the initial loss scale, grown after 100 clean steps (0: GradScaler's defaults)
   std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw

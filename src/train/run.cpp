@@ -7,6 +7,7 @@
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
 #include "quant/eager.h"
+#include "train/asp.h"
 #include "train/evaluate.h"
 
 #include <torch/torch.h>
@@ -145,6 +146,13 @@ void check_resumable(const TrainingRun& run) {
     throw Error("--resume " + path + " has " + std::to_string(m.at("num_classes").get<std::int64_t>()) +
                 " classes, the data " + std::to_string(run.num_classes));
   }
+  if (!run.config.asp) {
+    for (const auto& t : run.resume->file.tensors) {
+      if (t.first.rfind("asp_mask.", 0) != 0) continue;
+      throw Error("--resume " + path + " is a 2:4-sparse run (--asp); without --asp its pruned weights would grow back",
+                  "resume it with --asp, or train its weights dense with --fine-tune " + path);
+    }
+  }
 }
 
 // --qat: the network behind fake quantization, with the ranges of the QAT run
@@ -207,6 +215,42 @@ void build_network(TrainingRun& run) {
   }
 }
 
+// --asp: the optimizer goes behind AspOptimizer. Every conv/linear weight is
+// listed, those left dense with the reason; an arch with no weight that can
+// be 2:4 is refused.
+void start_asp(TrainingRun& run) {
+  const auto& c = run.config;
+  if (!run.resume && run.options.fine_tune.empty() && c.asp_dense_epochs == 0) {
+    throw Error("--asp prunes a trained model, and this run starts from random weights",
+                "add --fine-tune WEIGHTS or --resume CHECKPOINT of a dense run (NVIDIA's ASP workflow), or "
+                "--asp-dense-epochs N to train N epochs dense first");
+  }
+  auto layers = plan_2_4(*run.model, classifier_prefix(*run.model) + "weight");
+  std::vector<std::string> dense;
+  std::int64_t masked = 0, weights = 0, masked_weights = 0;
+  for (const auto& l : layers) {
+    std::int64_t n = 1;
+    for (auto d : l.shape) n *= d;
+    weights += n;
+    if (l.masked()) ++masked, masked_weights += n;
+    else dense.push_back(l.describe());
+  }
+  if (masked == 0) {
+    throw Error("--asp: no weight of " + run.arch.name + " can be 2:4; left dense: " + join(dense, "; "),
+                "2:4 sparsity needs conv/linear weights with a multiple of 16 input channels and of 8 outputs");
+  }
+  auto asp = std::make_unique<AspOptimizer>(std::move(run.optimizer), std::move(layers));
+  run.asp = asp.get();
+  run.optimizer = std::move(asp);
+  if (!run.writer) return;
+  std::cout << "asp: 2:4 masks on " << masked << " of " << masked + static_cast<std::int64_t>(dense.size())
+            << " conv/linear weights (" << masked_weights << " of " << weights << " values), "
+            << (c.asp_dense_epochs > 0 ? "after " + std::to_string(c.asp_dense_epochs) + " dense epochs"
+                                       : std::string("before the first step"))
+            << '\n';
+  for (const auto& d : dense) std::cout << "     left dense: " << d << '\n';
+}
+
 // Optimizer, gradient reducer, loss scaler, teacher and EMA.
 void build_training_state(TrainingRun& run) {
   const auto& c = run.config;
@@ -219,6 +263,7 @@ void build_training_state(TrainingRun& run) {
   oo.alpha = c.rmsprop_alpha;
   oo.eps = c.opt_eps;
   run.optimizer = make_optimizer(*run.model, oo);
+  if (c.asp) start_asp(run);
   if (run.group) {
     run.reducer = std::make_unique<distributed::GradientReducer>(*run.group, run.optimizer->flat(), c.bucket_mb,
                                                                  /*broadcast_buffers=*/!c.sync_bn);
@@ -257,6 +302,11 @@ void restore_resumed_state(TrainingRun& run) {
     } else {
       load_weights(*run.ema->model(), r, "ema.", run.arch.import_key);
     }
+  }
+  if (run.asp && run.asp->pruned()) {
+    // The masks of the run, not new ones from its trained weights.
+    if (run.ema) run.asp->apply_to(*run.ema->model());
+    if (run.writer) std::cout << "asp: 2:4 masks restored from " << r.path << '\n';
   }
   const auto& m = r.meta;
   run.position.epoch = m.at("epoch").get<std::int64_t>();
@@ -546,6 +596,23 @@ void print_run_summary(const TrainingRun& run) {
   if (run.resume) {
     std::cout << "resume: " << run.resume->path << " at epoch " << run.position.epoch + 1 << ", step "
               << run.position.step_in_epoch << "/" << run.steps_per_epoch << '\n';
+  }
+}
+
+void prune_when_due(TrainingRun& run, std::int64_t epoch) {
+  if (!run.asp || run.asp->pruned() || epoch < run.config.asp_dense_epochs) return;
+  run.asp->prune();
+  // Every rank holds the same weights, so computed the same masks; rank 0's
+  // are made the law anyway, as they decide what all ranks train from here.
+  if (run.group) {
+    run.group->broadcast(run.asp->flat_mask());
+    run.asp->reapply();
+  }
+  // From here the EMA averages masked weights: its pruned entries stay exactly 0.
+  if (run.ema) run.asp->apply_to(*run.ema->model());
+  if (run.writer) {
+    std::cout << "asp: pruned to 2:4 at the start of epoch " << epoch + 1 << ": " << run.asp->masked_numel() / 2
+              << " weights zeroed\n";
   }
 }
 

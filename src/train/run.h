@@ -28,6 +28,8 @@
 
 namespace convnets::train {
 
+class AspOptimizer;
+
 // Where a run stands: the next step to run. Every checkpoint records it and
 // --resume restores it.
 struct RunPosition {
@@ -79,6 +81,7 @@ struct TrainingRun {
   std::unique_ptr<distributed::GradientReducer> reducer;  // data-parallel runs
   std::unique_ptr<LossScaler> scaler;                     // amp
   std::unique_ptr<Ema> ema;                               // --ema
+  AspOptimizer* asp = nullptr;                            // --asp: `optimizer`, which keeps the 2:4 masks
   std::shared_ptr<const quant::Plan> quant;               // --qat: the fake quantization's ranges
   RunPosition position;
 
@@ -112,6 +115,11 @@ void plan_steps(TrainingRun& run);
 // opens log.json (appending when resuming) with the parameters and metric
 // metadata. Rank 0 only; other ranks get the paths alone.
 void open_workspace(TrainingRun& run);
+
+// --asp: prunes the weights to 2:4 at the start of `epoch` once
+// --asp-dense-epochs are done, unless the masks are already there (restored
+// by --resume); zeroes the same weights of the EMA.
+void prune_when_due(TrainingRun& run, std::int64_t epoch);
 
 // Whether best.safetensors follows the EMA's top-1 (--best-by, with an EMA).
 bool best_by_ema(const TrainingRun& run);

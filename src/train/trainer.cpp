@@ -375,6 +375,7 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
   const std::int64_t end_epoch =
       config.run_epochs > 0 ? std::min(config.epochs, pos.epoch + config.run_epochs) : config.epochs;
   for (std::int64_t epoch = pos.epoch; epoch < end_epoch; epoch = pos.epoch) {
+    prune_when_due(run, epoch);
     EpochOutcome e = train_one_epoch(run, stepper, epoch);
     if (e.interrupted_by != 0) {
       return interrupted(run, e.interrupted_by, "at epoch " + std::to_string(epoch + 1) + ", step " +
