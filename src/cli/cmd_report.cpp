@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "report/report.h"
+#include "train/dllogger.h"
 
 #include <CLI/CLI.hpp>
 
@@ -26,7 +27,7 @@ void add_report_command(CLI::App& app) {
   cmd->add_option("--title", a->title, "page title (default: the run's arch and folder)");
   cmd->add_option("--watch", a->watch,
                   "rewrite the page every SECONDS while the run is live (the page reloads itself); stop when the run "
-                  "logs its summary")
+                  "logs its summary, or when no process writes its log any more (killed)")
       ->check(CLI::Range(1, 86400));
   cmd->callback([a] {
     namespace fs = std::filesystem;
@@ -34,6 +35,7 @@ void add_report_command(CLI::App& app) {
     const bool folder = fs::is_directory(a->run) || (a->watch > 0 && !fs::exists(a->run) &&
                                                      fs::path(a->run).extension() != ".json");
     const std::string log = folder ? (fs::path(a->run) / "log.json").string() : a->run;
+    int unlocked_polls = 0;
     for (;;) {
       // A watched run may not have written its log yet.
       if (a->watch > 0 && !fs::exists(log)) {
@@ -41,7 +43,16 @@ void add_report_command(CLI::App& app) {
         continue;
       }
       const auto run = report::parse_dllogger(log);
-      const bool live = a->watch > 0 && !report::finished(run);
+      bool live = a->watch > 0 && !report::finished(run);
+      // A run killed (or failed) before its summary never logs one. Its
+      // logger's lock went with it; two polls in a row rule out catching a
+      // starting run between creating the log and locking it.
+      bool stopped = false;
+      if (live) {
+        unlocked_polls = train::being_written(log) == false ? unlocked_polls + 1 : 0;
+        stopped = unlocked_polls >= 2;
+        live = !stopped;
+      }
       const std::string title =
           a->title.empty() ? "convnets run: " + run.parameters.value("arch", std::string("?")) + " (" + a->run + ")"
                            : a->title;
@@ -49,6 +60,9 @@ void add_report_command(CLI::App& app) {
       write_file_atomically(a->output, html);
       std::cout << "report: " << a->output << " (" << run.epochs.size() << " epochs, " << html.size() / 1024
                 << " KiB" << (live ? ", live" : "") << ")" << std::endl;
+      if (stopped)
+        std::cout << "report: the run stopped without logging its summary (killed, or it failed): no process is "
+                     "writing " << log << std::endl;
       if (!live) return;
       std::this_thread::sleep_for(std::chrono::seconds(a->watch));
     }

@@ -33,6 +33,7 @@ struct TrainArgs {
   // fill only fields that no resumed run, recipe or flag set.
   nlohmann::json timm_defaults = nlohmann::json::object();
   std::optional<bool> enable_distill;  // GPUNet's --enable-distill True|False
+  std::string tensorboard_folder;      // the DIR of --tensorboard [DIR], if one was given
   nlohmann::json flags = nlohmann::json::object();
   distributed::LaunchOptions launch;
 };
@@ -171,6 +172,11 @@ int run(TrainArgs& a) {
     std::cout << dump_json(train::to_json(config), 2) << '\n';
     return 0;
   }
+  if (config.data.empty() && !a.tensorboard_folder.empty()) {
+    // An optional value takes the word after it: here that was DATA.
+    throw Error("no training data given: --tensorboard took '" + a.tensorboard_folder + "' as its folder",
+                "put DATA before --tensorboard, or write --tensorboard --tensorboard-dir DIR");
+  }
   train::validate(config);  // once, in the launcher, rather than once per worker
   return launch_or_run(a.launch, [&](const distributed::WorkerEnv* worker) {
     if (worker) options.dist = *worker;
@@ -265,6 +271,17 @@ void add_train_command(CLI::App& app) {
          "GPUNet: validate the teacher before training: --test-teacher alone or True; False or absent: not")
       ->expected(0, 1)
       ->default_str("True");
+  cmd->add_option_function<std::string>(
+         "--tensorboard",
+         [args](const std::string& dir) {
+           args->flags["tensorboard"] = true;
+           if (!dir.empty()) args->flags["tensorboard_dir"] = args->tensorboard_folder = dir;
+         },
+         "also write TensorBoard event files: log.json's scalars, the config, the first batch's images; in DIR if "
+         "given (default: WORKSPACE/tensorboard)")
+      ->expected(0, 1)
+      ->type_name("[DIR]");
+  cmd->add_flag_callback("--no-tensorboard", [args] { args->flags["tensorboard"] = false; }, "turn off --tensorboard");
   static const std::map<std::string, std::string> dle_aliases = {
       {"arch", "-a,--model"},   {"batch_size", "-b"}, {"workers", "-j"},     {"print_freq", "-p"},
       {"weight_decay", "--wd"}, {"lr", "--learning-rate"}, {"ema", "--use-ema,--model-ema-decay"}, {"top_k", "--topk"},
@@ -276,7 +293,8 @@ void add_train_command(CLI::App& app) {
   const auto defaults = train::to_json(train::TrainConfig{});
   for (auto it = defaults.begin(); it != defaults.end(); ++it) {
     const std::string field = it.key();
-    if (field == "data" || field == "test_teacher") continue;  // the positional DATA; --test-teacher [True|False] above
+    // The positional DATA; --test-teacher [True|False] and --tensorboard [DIR] above.
+    if (field == "data" || field == "test_teacher" || field == "tensorboard") continue;
     const std::string flag = train::flag_for(field);
     const std::string help = std::string(train::field_help(field)) + " [default " + it.value().dump() + "]";
     if (it.value().is_boolean()) {
@@ -294,6 +312,10 @@ void add_train_command(CLI::App& app) {
   }
   // Only fields whose flag was given override the recipe: drop the untouched entries.
   cmd->callback([cmd, args] {
+    if (!args->tensorboard_folder.empty() && args->values.count("tensorboard_dir") &&
+        cmd->get_option("--tensorboard-dir")->count() > 0 && args->values["tensorboard_dir"] != args->tensorboard_folder)
+      throw Error("--tensorboard " + args->tensorboard_folder + " and --tensorboard-dir " +
+                  args->values["tensorboard_dir"] + " name two folders", "give one of them");
     for (auto it = args->values.begin(); it != args->values.end();) {
       const auto* opt = cmd->get_option_no_throw(train::flag_for(it->first));
       it = (opt && opt->count() > 0) ? std::next(it) : args->values.erase(it);

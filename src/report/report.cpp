@@ -238,6 +238,9 @@ std::string render_html(const RunLog& run, const std::string& title, int refresh
   if (refresh_seconds > 0) {
     o << "<p class=\"live\">Live: the run is still going; this page is rewritten and reloads every "
       << refresh_seconds << " s.</p>\n";
+  } else if (!finished(run)) {
+    o << "<p class=\"live\">No summary: the run is still going or stopped before its end; the figures are those of "
+         "the last epoch logged.</p>\n";
   }
   o << "<table><tr><th>arch</th><td>" << escape(run.parameters.value("arch", "?")) << "</td></tr>"
     << "<tr><th>epochs logged</th><td>" << run.epochs.size() << " of " << run.parameters.value("epochs", 0)
@@ -257,7 +260,10 @@ std::string render_html(const RunLog& run, const std::string& title, int refresh
     << svg_chart("Throughput", "epoch", "images/s", ips) << "\n</div>\n";
   o << "<h2>Configuration</h2>\n<table>";
   for (auto it = run.parameters.begin(); it != run.parameters.end(); ++it) {
-    o << "<tr><th>" << escape(it.key()) << "</th><td>" << escape(it.value().dump()) << "</td></tr>";
+    // A text as it is: its JSON form would double the backslash of a \xNN escape.
+    const auto& v = it.value();
+    o << "<tr><th>" << escape(it.key()) << "</th><td>" << escape(v.is_string() ? v.get<std::string>() : v.dump())
+      << "</td></tr>";
   }
   o << "</table>\n</body></html>\n";
   return o.str();

@@ -4,9 +4,14 @@
 #include "core/json.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 namespace convnets::train {
 
@@ -42,6 +47,18 @@ std::uintmax_t drop_unfinished_line(const std::string& path) {
 }  // namespace
 
 DlLogger::DlLogger(const std::string& path, bool append) : path_(path), start_(std::chrono::steady_clock::now()) {
+  // Locked before anything is cut or appended: a second process given the
+  // same log (a --resume of a run that is still going) is refused instead of
+  // interleaving its lines and checkpoints with the first's.
+  lock_fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) throw Error(system_error("cannot write the log", path));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    ::close(lock_fd_);
+    throw Error(path + " is being written by another convnets process: a run in this workspace is still going",
+                "wait for it to end (or stop it) before resuming; or give this run another --workspace");
+  }
+  // Any other flock failure (a file system without it) only costs
+  // report --watch its way to notice a killed run, so it is not an error.
   if (append) {
     if (const auto dropped = drop_unfinished_line(path)) {
       std::cerr << "convnets: warning: " << path << ": dropped its unfinished last line (" << dropped
@@ -49,7 +66,22 @@ DlLogger::DlLogger(const std::string& path, bool append) : path_(path), start_(s
     }
   }
   out_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!out_) throw Error(system_error("cannot write the log", path));
+  if (!out_) {
+    ::close(lock_fd_);
+    throw Error(system_error("cannot write the log", path));
+  }
+}
+
+DlLogger::~DlLogger() { ::close(lock_fd_); }
+
+std::optional<bool> being_written(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  const int failed = ::flock(fd, LOCK_SH | LOCK_NB) != 0 ? errno : 0;
+  ::close(fd);  // releases the lock if it was taken
+  if (failed == 0) return false;
+  if (failed == EWOULDBLOCK) return true;
+  return std::nullopt;
 }
 
 void DlLogger::write(nlohmann::ordered_json record) {

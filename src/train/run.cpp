@@ -505,10 +505,15 @@ void open_workspace(TrainingRun& run) {
   }
   if (!run.resume && fs::exists(log_path)) {
     // A run without checkpoints (or stopped before its first) leaves only its log.
-    throw Error("--workspace " + c.workspace + " already holds a run's log (" + log_path + ")",
+    const bool live = being_written(log_path) == true;
+    throw Error("--workspace " + c.workspace + " already holds a run's log (" + log_path + "), " +
+                    (live ? "written by a run that is still going" : "with no checkpoint to resume from"),
                 "pick another --workspace or --raport-file");
   }
   fs::create_directories(c.workspace);
+  // First, so that a run still going in this workspace is found (the log's
+  // lock) before anything of it is touched.
+  run.log = std::make_unique<DlLogger>(log_path, /*append=*/run.resume != nullptr);
   // A run killed while saving leaves its temporary file, as large as a
   // checkpoint; resuming in a workspace that keeps them would fill the disk.
   for (const auto& stale : remove_stale_temporaries(c.workspace)) {
@@ -517,7 +522,6 @@ void open_workspace(TrainingRun& run) {
   const auto derived = derived_values(run);
   write_file_atomically((fs::path(c.workspace) / "config.json").string(),
                         dump_json(nlohmann::ordered_json{{"config", run.resolved_config}, {"derived", derived}}, 2) + "\n");
-  run.log = std::make_unique<DlLogger>(log_path, /*append=*/run.resume != nullptr);
   nlohmann::ordered_json params = run.resolved_config;
   params.update(derived);
   params["resumed_from"] = run.resume ? run.resume->path : "";

@@ -149,6 +149,80 @@ class ReportWatch(unittest.TestCase):
         self.assertRegex(final, r"<th>validation top-1</th><td>\d+\.\d\d %</td>")
         self.assertRegex(final, r"<th>validation latency, p99 \(per batch\)</th><td>\d+\.\d\d ms</td>")
         self.assertIn("train loss (per 5 steps)", final)
+        self.assertNotIn("stopped without logging its summary", out)
+
+    def test_a_live_run_is_locked_and_a_killed_one_ends_the_watch(self):
+        tmp = tempfile.mkdtemp(prefix="convnets-watch-")
+        self.addCleanup(shutil.rmtree, tmp)
+        ws, page = os.path.join(tmp, "run"), os.path.join(tmp, "report.html")
+        log = os.path.join(ws, "log.json")
+        train = subprocess.Popen([BIN, "--threads", "1", "train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws,
+                                  "--max-train-images", "3840", "--max-val-images", "500", "--epochs", "30",
+                                  "--print-freq", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(train.kill)
+        deadline = time.time() + 300
+        last = os.path.join(ws, "last.safetensors")
+        while not os.path.exists(last):
+            self.assertIsNone(train.poll(), "the run ended before its first checkpoint")
+            self.assertLess(time.time(), deadline, "no checkpoint in 300 s")
+            time.sleep(0.3)
+        # A second process resuming the live run is refused before it touches the workspace.
+        r = convnets("train", "--workspace", ws, "--resume", last)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn(log + " is being written by another convnets process", r.stderr)
+        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("already holds a run", r.stderr)
+        watch = subprocess.Popen([BIN, "report", ws, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(watch.kill)
+        time.sleep(3)
+        self.assertIsNone(watch.poll(), "the watch stopped while the run was live")
+        with open(page, encoding="utf-8") as f:
+            self.assertIn('http-equiv="refresh"', f.read())
+        train.kill()  # SIGKILL: no summary, no clean-up
+        train.wait()
+        out, _ = watch.communicate(timeout=30)
+        self.assertEqual(watch.returncode, 0, out)
+        self.assertIn("the run stopped without logging its summary", out)
+        with open(page, encoding="utf-8") as f:
+            final = f.read()
+        self.assertNotIn('http-equiv="refresh"', final)
+        self.assertIn("No summary: the run is still going or stopped before its end", final)
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), f"{FASHION} (Debian's fashion-mnist package) is not installed")
+class LeftLog(unittest.TestCase):
+    def test_a_log_without_checkpoint_says_no_run_is_going(self):
+        with tempfile.TemporaryDirectory() as ws:
+            with open(os.path.join(ws, "log.json"), "w") as f:
+                f.write('DLLL {"type": "LOG", "step": "PARAMETER", "data": {}}\n')
+            r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("already holds a run's log (%s/log.json), with no checkpoint to resume from" % ws, r.stderr)
+            self.assertEqual(os.listdir(ws), ["log.json"])  # nothing written
+
+
+class TensorBoardFolder(unittest.TestCase):
+    """`--tensorboard [DIR]`: the folder is optional, and a value that swallowed DATA is named."""
+
+    def test_the_optional_folder(self):
+        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--tensorboard", "/tmp/tb-elsewhere",
+                     "--print-config")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        config = json.loads(r.stdout)
+        self.assertEqual((config["tensorboard"], config["tensorboard_dir"]), (True, "/tmp/tb-elsewhere"))
+        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--tensorboard", "--print-config")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        config = json.loads(r.stdout)
+        self.assertEqual((config["tensorboard"], config["tensorboard_dir"]), (True, ""))
+        r = convnets("train", "--arch", "resnet18", "--tensorboard", "/data/imagenet")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--tensorboard took '/data/imagenet' as its folder", r.stderr)
+        self.assertIn("put DATA before --tensorboard", r.stderr)
+        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--tensorboard", "a", "--tensorboard-dir", "b",
+                     "--print-config")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("name two folders", r.stderr)
 
 
 if __name__ == "__main__":
