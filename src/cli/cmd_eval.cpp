@@ -6,6 +6,7 @@
 #include "data/loader.h"
 #include "models/graph.h"
 #include "models/registry.h"
+#include "quant/eager.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/runtime.h"
@@ -25,7 +26,7 @@ struct EvalArgs {
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
   int workers = 0;
   double crop_ratio = 0;
-  bool ema = false, json = false, fold_bn = false;
+  bool ema = false, json = false, fold_bn = false, as_float = false;
 };
 
 void run(const EvalArgs& a) {
@@ -67,6 +68,18 @@ void run(const EvalArgs& a) {
   auto model = build_model(arch, mo);
   train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
   train::prepare_model(*model, rt);
+  // A QAT checkpoint is the INT8 network that `export --int8` writes: it is
+  // measured through the same fake quantization as its validation in training
+  // (ranges from its metadata), unless --float asks for the float weights.
+  const bool quantized = ckpt.meta.contains("quantization") && !a.as_float;
+  if (quantized) {
+    if (a.fold_bn) {
+      throw Error("--fold-bn: " + a.checkpoint + " is quantization-aware; its quantized network folds its BatchNorms "
+                  "already", "drop --fold-bn, or add --float to measure the float weights folded");
+    }
+    model = std::make_shared<quant::FakeQuantNetworkImpl>(
+        model, std::make_shared<quant::Plan>(quant::plan_from_json(ckpt.meta.at("quantization"), a.checkpoint)));
+  }
   if (a.fold_bn) fold_batchnorm(*model);
 
   data::LoaderOptions lo;
@@ -74,11 +87,15 @@ void run(const EvalArgs& a) {
   lo.workers = a.workers;
   lo.bad_images = data::parse_bad_image_policy(a.bad_images);
   const auto loader = train::make_eval_loader(ds, pre, a.max_image_pixels, lo);
-  if (!a.json) std::cout << "eval: " << arch.name << " from " << a.checkpoint << " on " << ds->description() << '\n';
+  if (!a.json) {
+    std::cout << "eval: " << arch.name << (quantized ? " (INT8 fake-quantized, the QAT run's ranges)" : "") << " from "
+              << a.checkpoint << " on " << ds->description() << '\n';
+  }
   const auto r = train::evaluate(*model, *loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
   if (a.json) {
     auto j = r.to_dllogger("val");
     j["images"] = r.images;
+    j["quantized"] = quantized;
     std::cout << dump_json(j, 2) << '\n';
     return;
   }
@@ -115,6 +132,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--bad-images", a->bad_images, "skip | fail")->check(CLI::IsMember({"skip", "fail"}));
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
+  cmd->add_flag("--float", a->as_float,
+                "a QAT checkpoint: measure its float weights (default: the INT8 network, fake-quantized)");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");
   cmd->callback([a] { run(*a); });

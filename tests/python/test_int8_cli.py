@@ -166,6 +166,20 @@ class Int8(unittest.TestCase):
         # The same computation up to float summation order: a handful of borderline images may flip.
         graph_top1 = self.top1(run_ort(path, x, optimized=False))
         self.assertLess(abs(graph_top1 - fake_quant_top1), 0.3, (graph_top1, fake_quant_top1))
+        # `convnets eval` measures the QAT checkpoint as that INT8 network; --float, its float weights.
+        evaluated = {}
+        for extra in ([], ["--float"]):
+            r = convnets("eval", FASHION, "--checkpoint", os.path.join(ws, "last.safetensors"), "--max-images",
+                         str(VAL_IMAGES), "--json", *extra)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            evaluated[bool(extra)] = json.loads(r.stdout)
+        self.assertEqual((evaluated[False]["quantized"], evaluated[True]["quantized"]), (True, False))
+        self.assertNotEqual(evaluated[False]["val.loss"], evaluated[True]["val.loss"])  # two computations
+        self.assertLess(abs(evaluated[False]["val.top1"] - fake_quant_top1), 0.3,
+                        (evaluated[False]["val.top1"], fake_quant_top1))
+        r = convnets("eval", FASHION, "--checkpoint", os.path.join(ws, "last.safetensors"), "--fold-bn")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is quantization-aware; its quantized network folds its BatchNorms already", r.stderr)
         # QAT checkpoints carry their ranges: no recalibration, and the flags that would change them are refused.
         r = convnets("export", "--checkpoint", os.path.join(ws, "last.safetensors"), "--format", "onnx", "--int8",
                      "--calibration", FASHION, "-o", os.path.join(self.tmp, "no.onnx"))
