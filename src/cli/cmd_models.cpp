@@ -17,13 +17,14 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace convnets::cli {
 namespace {
 
 struct ModelsArgs {
   std::string arch;
-  int64_t num_classes = 1000;
+  std::optional<int64_t> num_classes;  // unset: a training checkpoint's count, else 1000
   std::string init = "fan_in";
   bool zero_init_residual = false;
   std::string weights, save;
@@ -138,8 +139,27 @@ void report_sparsity(const ModelsArgs& a) {
 
 void run(const ModelsArgs& a) {
   if (a.sparsity) return report_sparsity(a);
+  int64_t num_classes = a.num_classes.value_or(1000);  // build_model refuses a given count below 1
+  // --weights takes a training checkpoint too: its "model." weights, with the
+  // class count it was trained for.
+  std::optional<train::Checkpoint> ckpt;
+  if (!a.weights.empty() && !a.arch.empty()) {
+    ckpt = train::load_checkpoint(a.weights);
+    if (ckpt->is_training_checkpoint()) {
+      if (!same_architecture(find_architecture(a.arch), ckpt->meta)) {
+        throw Error("--arch " + a.arch + " disagrees with --weights " + a.weights + ", a " +
+                    ckpt->meta.at("arch").get<std::string>() + " training checkpoint");
+      }
+      const auto trained = ckpt->meta.at("num_classes").get<int64_t>();
+      if (a.num_classes && *a.num_classes != trained) {
+        throw Error("--num-classes " + std::to_string(num_classes) + " disagrees with --weights " + a.weights +
+                    ", trained for " + std::to_string(trained) + " classes");
+      }
+      num_classes = trained;
+    }
+  }
   ModelOptions options;
-  options.num_classes = a.num_classes;
+  options.num_classes = num_classes;
   options.conv_init = a.init == "fan_out" ? ConvInit::FanOut : ConvInit::FanIn;
   options.zero_init_residual = a.zero_init_residual;
 
@@ -151,7 +171,7 @@ void run(const ModelsArgs& a) {
     std::vector<nlohmann::ordered_json> rows;
     for (const auto& arch : architectures()) {
       auto net = build_model(arch, options);
-      rows.push_back(describe(arch, *net, a.num_classes));
+      rows.push_back(describe(arch, *net, num_classes));
     }
     if (a.json) {
       std::cout << nlohmann::ordered_json(rows).dump(2) << '\n';
@@ -170,10 +190,13 @@ void run(const ModelsArgs& a) {
   if (!a.forward_save.empty() && !a.forward) throw Error("--forward-save needs --forward");
   torch::manual_seed(static_cast<std::uint64_t>(a.seed));
   auto net = build_model(arch, options);
-  auto info = describe(arch, *net, a.num_classes);
+  auto info = describe(arch, *net, num_classes);
   if (!a.weights.empty()) {
-    const auto file = load_safetensors(a.weights);
-    load_state_dict(*net, file, a.weights, arch.import_key);
+    if (ckpt->is_training_checkpoint()) {
+      train::load_weights(*net, *ckpt, "model.", arch.import_key);
+    } else {
+      load_state_dict(*net, ckpt->file, a.weights, arch.import_key);
+    }
     info["weights"] = a.weights;
   }
   if (a.forward) {
@@ -196,7 +219,7 @@ void run(const ModelsArgs& a) {
   }
   if (!a.save.empty()) {
     save_safetensors(a.save, state_dict(*net),
-                     {{"format", "pt"}, {"arch", arch.name}, {"num_classes", std::to_string(a.num_classes)}});
+                     {{"format", "pt"}, {"arch", arch.name}, {"num_classes", std::to_string(num_classes)}});
     info["saved"] = a.save;
   }
 
@@ -229,7 +252,7 @@ void add_models_command(CLI::App& app) {
   auto args = std::make_shared<ModelsArgs>();
   auto* cmd = app.add_subcommand("models", "List the model archs (params, GMACs, input size), or inspect one");
   cmd->add_option("--arch", args->arch, "Show one arch; needed by --weights, --save and --forward");
-  cmd->add_option("--num-classes", args->num_classes, "Classifier outputs (default 1000)");
+  cmd->add_option("--num-classes", args->num_classes, "Classifier outputs (default: a training checkpoint's given by --weights, else 1000)");
   cmd->add_option("--init", args->init, "Conv weight init: kaiming fan_in (DLE) or fan_out (torchvision)")
       ->check(CLI::IsMember({"fan_in", "fan_out"}));
   cmd->add_flag("--zero-init-residual", args->zero_init_residual, "Zero the last BN gamma of every residual branch");

@@ -146,6 +146,18 @@ class Asp(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         report = json.loads(r.stdout)["model"]
         self.assertEqual((report["conv_linear_weights"], report["2_4_weights"]), (10, 0))
+        # A training checkpoint is --weights for the model views too: its model weights, its class count.
+        r = convnets("models", "--arch", "resnet8", "--weights", self.ckpt, "--forward", "--input-size", "28", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        info = json.loads(r.stdout)
+        self.assertEqual((info["num_classes"], info["forward"]["output_shape"]), (10, [1, 10]))
+        r = convnets("models", "--arch", "resnet8", "--num-classes", "1000", "--weights", self.ckpt)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--num-classes 1000 disagrees with --weights %s, trained for 10 classes" % self.ckpt, r.stderr)
+        r = convnets("models", "--arch", "resnet18", "--weights", self.ckpt)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--arch resnet18 disagrees with --weights %s, a resnet8 training checkpoint" % self.ckpt,
+                      r.stderr)
 
     def test_two_processes_keep_the_pattern_and_agree_with_one(self):
         env = dict(os.environ, OMP_NUM_THREADS="1")
