@@ -3,6 +3,7 @@
 #include "core/json.h"
 #include "codec/image.h"
 #include "core/error.h"
+#include "data/dataset.h"
 #include "data/transforms.h"
 #include "models/graph.h"
 #include "models/registry.h"
@@ -15,9 +16,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 
 namespace convnets::cli {
@@ -52,16 +51,6 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& args) {
   }
   if (out.empty()) throw Error("classify: no images given", "pass image paths, or - to read a list from stdin");
   return out;
-}
-
-bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = system_error("cannot open", path);
-    return false;
-  }
-  bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return true;
 }
 
 void print_table(const std::vector<Result>& results, const std::vector<std::string>& names) {
@@ -124,8 +113,8 @@ void run(const ClassifyArgs& a) {
                          r.path = paths[static_cast<std::size_t>(i)];
                          data::SampleData s;
                          s.name = r.path;
-                         if (!read_file(r.path, s.bytes, r.error)) continue;
                          try {
+                           data::read_image_file(r.path, s.bytes);
                            transform.apply(s, rng, ws, batch.data_ptr<std::uint8_t>() + (i - static_cast<std::int64_t>(begin)) * pixels,
                                            nullptr);
                          } catch (const std::bad_alloc&) {

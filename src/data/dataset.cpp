@@ -20,13 +20,11 @@
 namespace fs = std::filesystem;
 
 namespace convnets::data {
-namespace {
 
-// One read of the whole file: this runs once per sample per epoch. Only a
-// regular file is read: opening a FIFO would wait for a writer forever (the
-// run hangs), and a directory or device is no image either; each is a bad
-// image named as such. O_NONBLOCK makes the open itself return for a FIFO.
-void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
+// One read of the whole file: this runs once per sample per epoch. Opening a
+// FIFO would wait for a writer forever (the run hangs): O_NONBLOCK makes the
+// open itself return for one.
+void read_image_file(const std::string& path, std::vector<std::uint8_t>& out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw codec::DecodeError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -57,6 +55,8 @@ void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
   }
 }
 
+namespace {
+
 bool lower_ends_with(std::string s, const std::string& suffix) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -77,7 +77,7 @@ class FileDataset : public Dataset {
   void load(std::size_t i, SampleData& out) const override {
     out.name = paths_[i];
     out.encoded = true;
-    read_file(paths_[i], out.bytes);
+    read_image_file(paths_[i], out.bytes);
   }
 
  private:

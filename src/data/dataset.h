@@ -36,6 +36,11 @@ class Dataset {
 
 using DatasetPtr = std::shared_ptr<const Dataset>;
 
+// The bytes of one image file. Only a regular file is read: a FIFO, a
+// directory or a device is no image, and each throws codec::DecodeError
+// naming the path and what it is, as an unreadable file does.
+void read_image_file(const std::string& path, std::vector<std::uint8_t>& out);
+
 // DIR/<class>/**/<image>, classes sorted by name and files in torchvision
 // ImageFolder order. Only .jpg/.jpeg/.png (any case) are samples; other files
 // are counted by extension in the description, so none vanish silently.

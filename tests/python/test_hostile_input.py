@@ -143,8 +143,9 @@ class HostileImages(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(html, encoding="utf-8") as f:  # strict
             page = f.read()
-        # The configuration table shows values as JSON text: the escape's backslash doubled.
-        self.assertIn("d\\\\xff&quot;</td>", page)
+        # The configuration table shows a text value as it is: the one escape, its backslash not doubled.
+        self.assertIn("d\\xff</td>", page)
+        self.assertNotIn("\\\\xff", page)
 
     def test_classify_reports_the_bomb_by_path_and_classifies_the_others(self):
         self.assertEqual(self.train.returncode, 0, self.train.stderr)
@@ -158,6 +159,21 @@ class HostileImages(unittest.TestCase):
         self.assertEqual(bomb["path"], self.escaped(self.bomb))
         self.assertIn(f"{self.escaped(self.bomb)}: 100000x100000 = 10000.0 Mpixels exceeds the limit", bomb["error"])
         self.assertEqual([len(out["results"][i].get("top", [])) for i in (0, 2)], [2, 2])
+
+    def test_classify_names_a_fifo_or_a_folder_instead_of_waiting(self):
+        self.assertEqual(self.train.returncode, 0, self.train.stderr)
+        fifo, folder = os.path.join(self.tmp, "pipe.png"), os.path.join(self.tmp, "folder.png")
+        os.mkfifo(fifo)
+        os.mkdir(folder)
+        good = os.fsdecode(os.path.join(self.data, b"a", b"0.png"))
+        r = convnets("classify", fifo, good, folder, "--checkpoint", os.path.join(self.ws, "last.safetensors"),
+                     "--json", timeout=120)  # a FIFO opened for reading waits for a writer: the run would hang
+        self.assertEqual(r.returncode, 1, r.stderr)
+        out = strict_json(r.stdout)
+        self.assertEqual(out["failed"], 2)
+        self.assertEqual(out["results"][0]["error"], fifo + ": is a FIFO (named pipe), not an image file")
+        self.assertEqual(len(out["results"][1]["top"]), 2)
+        self.assertEqual(out["results"][2]["error"], folder + ": is a directory, not an image file")
 
     # AddressSanitizer's operator new ends the process on a failed allocation
     # instead of throwing std::bad_alloc (allocator_may_return_null covers
