@@ -9,11 +9,22 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <thread>
 
 namespace convnets::cli {
+
+namespace {
+
+bool holds_a_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  return std::getline(in, line) && !in.eof();
+}
+
+}  // namespace
 
 void add_report_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("report", "Render a training run's log as an HTML page with SVG charts");
@@ -36,22 +47,38 @@ void add_report_command(CLI::App& app) {
                                                      fs::path(a->run).extension() != ".json");
     const std::string log = folder ? (fs::path(a->run) / "log.json").string() : a->run;
     int unlocked_polls = 0;
+    std::uintmax_t last_size = 0;
     for (;;) {
-      // A watched run may not have written its log yet.
-      if (a->watch > 0 && !fs::exists(log)) {
+      // A watched run may not have created its log yet, or not finished its
+      // first line (the log exists, locked, from a moment before it).
+      if (a->watch > 0 && !holds_a_line(log)) {
         std::this_thread::sleep_for(std::chrono::seconds(a->watch));
         continue;
       }
       const auto run = report::parse_dllogger(log);
-      bool live = a->watch > 0 && !report::finished(run);
+      // A summary ends the watch unless a process still writes the log: a
+      // resumed run, whose log holds the summary of the invocation before it
+      // until its own first line, and locks it from its first moment.
+      const bool writing = a->watch > 0 && train::being_written(log) == true;
+      bool live = a->watch > 0 && (!report::finished(run) || writing);
       // A run killed (or failed) before its summary never logs one. Its
-      // logger's lock went with it; two polls in a row rule out catching a
-      // starting run between creating the log and locking it.
+      // logger's lock went with it. Trusted only from a writer that says it
+      // locks (DLE's Python DLLogger does not), and only when the log also
+      // stood still between two polls in a row: that rules out catching a
+      // starting run between creating the log and locking it, and a run on a
+      // file system whose locks the watching machine does not see (NFS
+      // mounted nolock) is still seen live while it writes.
       bool stopped = false;
-      if (live) {
-        unlocked_polls = train::being_written(log) == false ? unlocked_polls + 1 : 0;
+      if (live && !writing && run.parameters.value("log_lock", false)) {
+        std::error_code ec;
+        const std::uintmax_t size = std::filesystem::file_size(log, ec);
+        const bool still = !ec && size == last_size;
+        last_size = ec ? 0 : size;
+        unlocked_polls = still ? unlocked_polls + 1 : 0;
         stopped = unlocked_polls >= 2;
         live = !stopped;
+      } else {
+        unlocked_polls = 0;
       }
       const std::string title =
           a->title.empty() ? "convnets run: " + run.parameters.value("arch", std::string("?")) + " (" + a->run + ")"

@@ -270,6 +270,7 @@ void add_train_command(CLI::App& app) {
          "--test-teacher", [args, truth](const std::string& v) { args->flags["test_teacher"] = truth("--test-teacher", v); },
          "GPUNet: validate the teacher before training: --test-teacher alone or True; False or absent: not")
       ->expected(0, 1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->default_str("True");
   cmd->add_option_function<std::string>(
          "--tensorboard",
@@ -280,6 +281,7 @@ void add_train_command(CLI::App& app) {
          "also write TensorBoard event files: log.json's scalars, the config, the first batch's images; in DIR if "
          "given (default: WORKSPACE/tensorboard)")
       ->expected(0, 1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)  // the last flag wins, as for every other flag
       ->type_name("[DIR]");
   cmd->add_flag_callback("--no-tensorboard", [args] { args->flags["tensorboard"] = false; }, "turn off --tensorboard");
   static const std::map<std::string, std::string> dle_aliases = {

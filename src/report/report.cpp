@@ -116,6 +116,7 @@ RunLog parse_dllogger(const std::string& path) {
     const auto& data = j["data"];
     if (step.is_string() && step.get<std::string>() == "PARAMETER") {
       run.parameters.update(data);
+      run.summary = nlohmann::json::object();  // a resumed run: the summary of an earlier invocation is not this one's end
     } else if (step.is_array() && step.size() == 1 && step[0].is_number()) {
       epochs[step[0].get<int>()] = data;  // a resumed epoch replaces the interrupted one
     } else if (step.is_array() && step.size() == 2 && step[0].is_number() && step[1].is_number()) {

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
-#include <filesystem>
+#include <cstring>
 #include <iostream>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace convnets::train {
@@ -20,17 +22,17 @@ namespace {
 // A record cut short by a full disk (or by a kill between the writes of a
 // long line) would fuse with the next one appended, and the stream would no
 // longer parse: it never was a whole record, so it goes. Returns its bytes.
-std::uintmax_t drop_unfinished_line(const std::string& path) {
-  std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size == 0) return 0;
-  std::ifstream in(path, std::ios::binary);
+// Through the lock's descriptor: on NFS, where flock is a POSIX lock, closing
+// any other descriptor of the file would drop the lock.
+std::uintmax_t drop_unfinished_line(int fd) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0) return 0;
+  const auto size = static_cast<std::uintmax_t>(st.st_size);
   char buf[4096];
   std::uintmax_t end = size;
   while (end > 0) {
     const std::uintmax_t n = std::min<std::uintmax_t>(end, sizeof buf);
-    in.seekg(static_cast<std::streamoff>(end - n));
-    if (!in.read(buf, static_cast<std::streamsize>(n))) return 0;
+    if (::pread(fd, buf, n, static_cast<off_t>(end - n)) != static_cast<ssize_t>(n)) return 0;
     std::uintmax_t k = n;
     while (k > 0 && buf[k - 1] != '\n') --k;
     if (k > 0 || end == n) {
@@ -40,39 +42,68 @@ std::uintmax_t drop_unfinished_line(const std::string& path) {
     end -= n;
   }
   if (end == size) return 0;
-  std::filesystem::resize_file(path, end, ec);
-  return ec ? 0 : size - end;
+  return ::ftruncate(fd, static_cast<off_t>(end)) == 0 ? size - end : 0;
 }
 
 }  // namespace
 
-DlLogger::DlLogger(const std::string& path, bool append) : path_(path), start_(std::chrono::steady_clock::now()) {
-  // Locked before anything is cut or appended: a second process given the
-  // same log (a --resume of a run that is still going) is refused instead of
-  // interleaving its lines and checkpoints with the first's.
-  lock_fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) throw Error(system_error("cannot write the log", path));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-    ::close(lock_fd_);
-    throw Error(path + " is being written by another convnets process: a run in this workspace is still going",
-                "wait for it to end (or stop it) before resuming; or give this run another --workspace");
+LogLock LogLock::take(const std::string& path, bool create) {
+  LogLock lock;
+  lock.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+  if (lock.fd_ < 0) {
+    if (!create && errno == ENOENT) return lock;
+    throw Error(system_error("cannot write the log", path));
   }
-  // Any other flock failure (a file system without it) only costs
-  // report --watch its way to notice a killed run, so it is not an error.
+  // report --watch holds the lock shared for an instant when it probes:
+  // a run starting at that instant waits it out rather than refusing itself.
+  for (int attempt = 0;; ++attempt) {
+    if (::flock(lock.fd_, LOCK_EX | LOCK_NB) == 0) {
+      lock.held_ = true;
+      return lock;
+    }
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      std::cerr << "convnets: warning: " << path << ": its file system does not lock files ("
+                << std::strerror(errno) << "): a second run in this workspace is not refused, and report --watch "
+                << "cannot tell whether this run is still going\n";
+      return lock;
+    }
+    if (attempt == 20) {
+      throw Error(path + " is being written by another convnets process: a run in this workspace is still going",
+                  "wait for it to end (or stop it) before resuming; or give this run another --workspace");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+LogLock& LogLock::operator=(LogLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    held_ = other.held_;
+  }
+  return *this;
+}
+
+LogLock::~LogLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+DlLogger::DlLogger(const std::string& path, bool append, LogLock lock)
+    : path_(path),
+      start_(std::chrono::steady_clock::now()),
+      // Locked before anything is cut or appended: a second process given the
+      // same log (a --resume of a run that is still going) is refused instead
+      // of interleaving its lines and checkpoints with the first's.
+      lock_(lock.fd() >= 0 ? std::move(lock) : LogLock::take(path, /*create=*/true)) {
   if (append) {
-    if (const auto dropped = drop_unfinished_line(path)) {
+    if (const auto dropped = drop_unfinished_line(lock_.fd())) {
       std::cerr << "convnets: warning: " << path << ": dropped its unfinished last line (" << dropped
                 << " bytes), cut short when the run before stopped\n";
     }
   }
   out_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!out_) {
-    ::close(lock_fd_);
-    throw Error(system_error("cannot write the log", path));
-  }
+  if (!out_) throw Error(system_error("cannot write the log", path));
 }
-
-DlLogger::~DlLogger() { ::close(lock_fd_); }
 
 std::optional<bool> being_written(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

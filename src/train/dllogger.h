@@ -7,8 +7,30 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace convnets::train {
+
+// An exclusive flock(2) on a run's log, held by the process that writes it;
+// the kernel drops it when that process ends, however it ends. It is how a
+// second writer is refused and how being_written() sees a live run.
+class LogLock {
+ public:
+  LogLock() = default;
+  // Locks `path`, creating it when `create` (else an absent file gives an
+  // empty lock). Throws Error naming the path when another process holds it.
+  static LogLock take(const std::string& path, bool create);
+  LogLock(LogLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)), held_(other.held_) {}
+  LogLock& operator=(LogLock&& other) noexcept;
+  ~LogLock();
+  int fd() const { return fd_; }
+  // False where the file system has no flock (then nothing is refused).
+  bool held() const { return held_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = false;
+};
 
 // Mirrors dllogger.JSONStreamBackend: each line is "DLLL " + a JSON object
 // with timestamp (string, seconds since the epoch), datetime, elapsedtime
@@ -19,11 +41,13 @@ class DlLogger {
  public:
   // Appends when `append` (a resumed run), after dropping a last line that an
   // interrupted write left unfinished; else truncates. Throws Error naming the path.
-  // While it lives the logger holds an exclusive flock(2) on the log, which
-  // the kernel drops when the process ends, however it ends: see
-  // being_written(). Throws Error when another process holds it.
-  DlLogger(const std::string& path, bool append);
-  ~DlLogger();
+  // While it lives the logger holds the log's LogLock: `lock` when the
+  // caller took it earlier (a resumed run, from its start), else its own.
+  // Throws Error when another process holds it.
+  DlLogger(const std::string& path, bool append, LogLock lock = {});
+  // Whether the lock is held: written into the PARAMETER record so that
+  // report --watch trusts an unlocked log to mean a stopped run only then.
+  bool locked() const { return lock_.held(); }
   DlLogger(const DlLogger&) = delete;
   DlLogger& operator=(const DlLogger&) = delete;
   void metadata(const std::string& metric, const nlohmann::json& metadata);
@@ -34,7 +58,7 @@ class DlLogger {
   std::string path_;
   std::ofstream out_;
   std::chrono::steady_clock::time_point start_;
-  int lock_fd_ = -1;
+  LogLock lock_;
 };
 
 // Whether a live process has `path` open as its DlLogger: how `report --watch`

@@ -493,7 +493,7 @@ void plan_steps(TrainingRun& run) {
   }
 }
 
-void open_workspace(TrainingRun& run) {
+void open_workspace(TrainingRun& run, LogLock log_lock) {
   const auto& c = run.config;
   run.last_path = last_checkpoint_path(c.workspace);
   run.resolved_config = to_json(c);
@@ -513,7 +513,7 @@ void open_workspace(TrainingRun& run) {
   fs::create_directories(c.workspace);
   // First, so that a run still going in this workspace is found (the log's
   // lock) before anything of it is touched.
-  run.log = std::make_unique<DlLogger>(log_path, /*append=*/run.resume != nullptr);
+  run.log = std::make_unique<DlLogger>(log_path, /*append=*/run.resume != nullptr, std::move(log_lock));
   // A run killed while saving leaves its temporary file, as large as a
   // checkpoint; resuming in a workspace that keeps them would fill the disk.
   for (const auto& stale : remove_stale_temporaries(c.workspace)) {
@@ -525,6 +525,9 @@ void open_workspace(TrainingRun& run) {
   nlohmann::ordered_json params = run.resolved_config;
   params.update(derived);
   params["resumed_from"] = run.resume ? run.resume->path : "";
+  // report --watch reads an unlocked log as a stopped run only from a writer
+  // that says it locks (not DLE's Python DLLogger, nor a file system without flock).
+  params["log_lock"] = run.log->locked();
   run.log->log("PARAMETER", params);
   for (const char* m : {"train.loss", "val.loss"}) run.log->metadata(m, {{"unit", ""}, {"format", ":>.5f"}});
   for (const char* m : {"train.total_ips", "train.compute_ips", "val.total_ips", "val.compute_ips"}) {

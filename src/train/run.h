@@ -114,7 +114,8 @@ void plan_steps(TrainingRun& run);
 // Refuses a workspace that holds another run, then writes config.json and
 // opens log.json (appending when resuming) with the parameters and metric
 // metadata. Rank 0 only; other ranks get the paths alone.
-void open_workspace(TrainingRun& run);
+// `log_lock`: the log's lock when the caller took it before build_run.
+void open_workspace(TrainingRun& run, LogLock log_lock = {});
 
 // --asp: prunes the weights to 2:4 at the start of `epoch` once
 // --asp-dense-epochs are done, unless the masks are already there (restored

@@ -359,10 +359,20 @@ StepRunner make_stepper(TrainingRun& run) {
 }
 
 int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<distributed::Group>& group) {
+  // A resumed run holds its log's lock from its first moment, not from
+  // open_workspace: loading the data and the model can take minutes, during
+  // which report --watch would otherwise see an unlocked log and call the run
+  // stopped, and a second --resume would not be refused until then.
+  // Taking the lock writes nothing.
+  LogLock early_lock;
+  const bool writer = !options.dist || options.dist->world_size <= 1 || options.dist->rank == 0;
+  if (options.resume && writer && !config.evaluate) {
+    early_lock = LogLock::take((fs::path(config.workspace) / config.raport_file).string(), /*create=*/false);
+  }
   TrainingRun run = build_run(config, options, group);  // writes nothing; bad input throws here
   if (config.evaluate) return evaluate_only(run);
   plan_steps(run);
-  open_workspace(run);
+  open_workspace(run, std::move(early_lock));
   print_run_summary(run);
   if (run.teacher_val_loader) test_teacher(run);
   SignalScope signals;

@@ -7,6 +7,7 @@ first batch as images; a record cut at the end of a file (a run killed
 mid-write) is skipped by the reader, and a run resumed from an earlier
 checkpoint shows each step once, with the values of the resumed run.
 """
+import fcntl
 import io
 import json
 import os
@@ -190,6 +191,68 @@ class ReportWatch(unittest.TestCase):
         self.assertIn("No summary: the run is still going or stopped before its end", final)
 
 
+    def test_a_resumed_run_is_watched_from_its_start_to_its_new_end(self):
+        tmp = tempfile.mkdtemp(prefix="convnets-watch-")
+        self.addCleanup(shutil.rmtree, tmp)
+        ws, page = os.path.join(tmp, "run"), os.path.join(tmp, "report.html")
+        base = ["train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws,
+                "--max-train-images", "1280", "--max-val-images", "500", "--epochs", "3", "--print-freq", "5"]
+        r = convnets(*base, "--run-epochs", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len([x for x in read_log(os.path.join(ws, "log.json")) if x.get("step") == []]), 1)
+        # The log holds that invocation's summary; the resumed run must not be
+        # taken for ended by it, nor for killed while it loads data and model
+        # (its log is locked from its first moment).
+        train = subprocess.Popen([BIN, "--threads", "1"] + base + ["--resume", os.path.join(ws, "last.safetensors")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(train.kill)
+        # The watch starts once the resumed process holds the log (as a user
+        # starts it after the resume), before that process has logged anything.
+        deadline = time.time() + 60
+        with open(os.path.join(ws, "log.json"), "rb") as f:
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    break
+                self.assertIsNone(train.poll(), "the resumed run ended before it was seen")
+                self.assertLess(time.time(), deadline, "the resumed run never locked its log")
+                time.sleep(0.01)
+        watch = subprocess.Popen([BIN, "report", ws, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(watch.kill)
+        self.assertEqual(train.wait(timeout=600), 0, train.stderr.read())
+        out, _ = watch.communicate(timeout=60)
+        self.assertEqual(watch.returncode, 0, out)
+        self.assertNotIn("stopped without logging its summary", out)
+        self.assertIn("live", out)  # it watched the resumed run rather than ending on the old summary
+        with open(page, encoding="utf-8") as f:
+            final = f.read()
+        self.assertNotIn('http-equiv="refresh"', final)
+        # The resumed run keeps the checkpoint's --run-epochs 1: one more epoch, its own summary.
+        self.assertIn("<th>epochs logged</th><td>2 of 3</td>", final)
+
+    def test_a_log_whose_writer_does_not_lock_is_watched_until_its_summary(self):
+        # DLE's Python DLLogger takes no lock: its unlocked log says nothing
+        # about whether the run is going, so only the summary ends the watch.
+        tmp = tempfile.mkdtemp(prefix="convnets-watch-")
+        self.addCleanup(shutil.rmtree, tmp)
+        log, page = os.path.join(tmp, "log.json"), os.path.join(tmp, "report.html")
+        with open(log, "w") as f:
+            f.write('DLLL {"type": "LOG", "step": "PARAMETER", "data": {"arch": "resnet50", "epochs": 2}}\n')
+            f.write('DLLL {"type": "LOG", "step": [1], "data": {"train.loss": 2.5, "val.top1": 40.0}}\n')
+        watch = subprocess.Popen([BIN, "report", log, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(watch.kill)
+        time.sleep(5)
+        self.assertIsNone(watch.poll(), "the watch of an unlocked DLE log ended without its summary")
+        with open(log, "a") as f:
+            f.write('DLLL {"type": "LOG", "step": [2], "data": {"train.loss": 2.0, "val.top1": 50.0}}\n')
+            f.write('DLLL {"type": "LOG", "step": [], "data": {"val.top1": 50.0}}\n')
+        out, _ = watch.communicate(timeout=30)
+        self.assertEqual(watch.returncode, 0, out)
+        self.assertNotIn("stopped without logging its summary", out)
+
+
 @unittest.skipUnless(os.path.isdir(FASHION), f"{FASHION} (Debian's fashion-mnist package) is not installed")
 class LeftLog(unittest.TestCase):
     def test_a_log_without_checkpoint_says_no_run_is_going(self):
@@ -215,6 +278,11 @@ class TensorBoardFolder(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         config = json.loads(r.stdout)
         self.assertEqual((config["tensorboard"], config["tensorboard_dir"]), (True, ""))
+        # Given twice, the last one wins (as for every flag), with or without its folder.
+        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--tensorboard", "--tensorboard", "/tmp/tb-last",
+                     "--print-config")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["tensorboard_dir"], "/tmp/tb-last")
         r = convnets("train", "--arch", "resnet18", "--tensorboard", "/data/imagenet")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--tensorboard took '/data/imagenet' as its folder", r.stderr)
