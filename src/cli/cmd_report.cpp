@@ -52,6 +52,13 @@ void add_report_command(CLI::App& app) {
       // A watched run may not have created its log yet, or not finished its
       // first line (the log exists, locked, from a moment before it).
       if (a->watch > 0 && !holds_a_line(log)) {
+        // A run that died between creating its log and its first line leaves
+        // it empty and unlocked: two polls rule out one about to lock it.
+        unlocked_polls = fs::exists(log) && train::being_written(log) == false ? unlocked_polls + 1 : 0;
+        if (unlocked_polls >= 2) {
+          throw Error(log + " holds no complete line and no process writes it: the run stopped before logging anything",
+                      "see the run's own output for why it stopped");
+        }
         std::this_thread::sleep_for(std::chrono::seconds(a->watch));
         continue;
       }
@@ -63,13 +70,14 @@ void add_report_command(CLI::App& app) {
       bool live = a->watch > 0 && (!report::finished(run) || writing);
       // A run killed (or failed) before its summary never logs one. Its
       // logger's lock went with it. Trusted only from a writer that says it
-      // locks (DLE's Python DLLogger does not), and only when the log also
+      // locks (DLE's Python DLLogger does not; convnets logs from before the
+      // log_lock field are told by their resumed_from field), and only when the log also
       // stood still between two polls in a row: that rules out catching a
       // starting run between creating the log and locking it, and a run on a
       // file system whose locks the watching machine does not see (NFS
       // mounted nolock) is still seen live while it writes.
       bool stopped = false;
-      if (live && !writing && run.parameters.value("log_lock", false)) {
+      if (live && !writing && run.parameters.value("log_lock", run.parameters.contains("resumed_from"))) {
         std::error_code ec;
         const std::uintmax_t size = std::filesystem::file_size(log, ec);
         const bool still = !ec && size == last_size;

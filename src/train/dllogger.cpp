@@ -79,7 +79,7 @@ LogLock& LogLock::operator=(LogLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
-    held_ = other.held_;
+    held_ = std::exchange(other.held_, false);
   }
   return *this;
 }

@@ -20,7 +20,7 @@ class LogLock {
   // Locks `path`, creating it when `create` (else an absent file gives an
   // empty lock). Throws Error naming the path when another process holds it.
   static LogLock take(const std::string& path, bool create);
-  LogLock(LogLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)), held_(other.held_) {}
+  LogLock(LogLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)), held_(std::exchange(other.held_, false)) {}
   LogLock& operator=(LogLock&& other) noexcept;
   ~LogLock();
   int fd() const { return fd_; }

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <exception>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -365,11 +366,18 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
   // stopped, and a second --resume would not be refused until then.
   // Taking the lock writes nothing.
   LogLock early_lock;
-  const bool writer = !options.dist || options.dist->world_size <= 1 || options.dist->rank == 0;
-  if (options.resume && writer && !config.evaluate) {
-    early_lock = LogLock::take((fs::path(config.workspace) / config.raport_file).string(), /*create=*/false);
+  std::exception_ptr lock_failure;
+  const bool data_parallel = options.dist && options.dist->world_size > 1;
+  if (options.resume && (!data_parallel || options.dist->rank == 0) && !config.evaluate) {
+    try {
+      early_lock = LogLock::take((fs::path(config.workspace) / config.raport_file).string(), /*create=*/false);
+    } catch (const Error&) {
+      if (!data_parallel) throw;
+      lock_failure = std::current_exception();  // thrown once the group connects, so the other ranks hear why
+    }
   }
   TrainingRun run = build_run(config, options, group);  // writes nothing; bad input throws here
+  if (lock_failure) std::rethrow_exception(lock_failure);
   if (config.evaluate) return evaluate_only(run);
   plan_steps(run);
   open_workspace(run, std::move(early_lock));

@@ -232,6 +232,16 @@ class ReportWatch(unittest.TestCase):
         # The resumed run keeps the checkpoint's --run-epochs 1: one more epoch, its own summary.
         self.assertIn("<th>epochs logged</th><td>2 of 3</td>", final)
 
+    def test_an_empty_log_nobody_writes_ends_the_watch_with_an_error(self):
+        # A run killed between creating its log and its first line.
+        with tempfile.TemporaryDirectory() as ws:
+            open(os.path.join(ws, "log.json"), "w").close()
+            r = subprocess.run([BIN, "report", ws, "-o", os.path.join(ws, "r.html"), "--watch", "1"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn("log.json holds no complete line and no process writes it", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(ws, "r.html")))
+
     def test_a_log_whose_writer_does_not_lock_is_watched_until_its_summary(self):
         # DLE's Python DLLogger takes no lock: its unlocked log says nothing
         # about whether the run is going, so only the summary ends the watch.
