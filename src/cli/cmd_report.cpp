@@ -46,16 +46,28 @@ void add_report_command(CLI::App& app) {
     const bool folder = fs::is_directory(a->run) || (a->watch > 0 && !fs::exists(a->run) &&
                                                      fs::path(a->run).extension() != ".json");
     const std::string log = folder ? (fs::path(a->run) / "log.json").string() : a->run;
-    int unlocked_polls = 0;
+    // Each poll: whether a process writes the log (its writer's lock), and
+    // how many polls in a row found none while the log stood still. Two such
+    // polls rule out a run caught between creating its log and locking it,
+    // and keep a run whose locks this machine does not see (NFS mounted
+    // nolock) live while it writes.
+    int quiet_polls = 0;
     std::uintmax_t last_size = 0;
+    auto probe = [&] {
+      const auto holder = train::being_written(log);
+      std::error_code ec;
+      const std::uintmax_t size = fs::file_size(log, ec);
+      quiet_polls = holder == false && !ec && size == last_size ? quiet_polls + 1 : 0;
+      last_size = ec ? 0 : size;
+      return holder == true;
+    };
     for (;;) {
+      const bool writing = a->watch > 0 && probe();
       // A watched run may not have created its log yet, or not finished its
-      // first line (the log exists, locked, from a moment before it).
+      // first line (the log exists, locked, from a moment before it). One
+      // that died in between leaves it empty, and nobody writes it.
       if (a->watch > 0 && !holds_a_line(log)) {
-        // A run that died between creating its log and its first line leaves
-        // it empty and unlocked: two polls rule out one about to lock it.
-        unlocked_polls = fs::exists(log) && train::being_written(log) == false ? unlocked_polls + 1 : 0;
-        if (unlocked_polls >= 2) {
+        if (quiet_polls >= 2) {
           throw Error(log + " holds no complete line and no process writes it: the run stopped before logging anything",
                       "see the run's own output for why it stopped");
         }
@@ -66,28 +78,14 @@ void add_report_command(CLI::App& app) {
       // A summary ends the watch unless a process still writes the log: a
       // resumed run, whose log holds the summary of the invocation before it
       // until its own first line, and locks it from its first moment.
-      const bool writing = a->watch > 0 && train::being_written(log) == true;
       bool live = a->watch > 0 && (!report::finished(run) || writing);
-      // A run killed (or failed) before its summary never logs one. Its
-      // logger's lock went with it. Trusted only from a writer that says it
-      // locks (DLE's Python DLLogger does not; convnets logs from before the
-      // log_lock field are told by their resumed_from field), and only when the log also
-      // stood still between two polls in a row: that rules out catching a
-      // starting run between creating the log and locking it, and a run on a
-      // file system whose locks the watching machine does not see (NFS
-      // mounted nolock) is still seen live while it writes.
-      bool stopped = false;
-      if (live && !writing && run.parameters.value("log_lock", run.parameters.contains("resumed_from"))) {
-        std::error_code ec;
-        const std::uintmax_t size = std::filesystem::file_size(log, ec);
-        const bool still = !ec && size == last_size;
-        last_size = ec ? 0 : size;
-        unlocked_polls = still ? unlocked_polls + 1 : 0;
-        stopped = unlocked_polls >= 2;
-        live = !stopped;
-      } else {
-        unlocked_polls = 0;
-      }
+      // A run killed (or failed) before its summary never logs one, and its
+      // lock went with it. Trusted only from a writer that says it locks
+      // (DLE's Python DLLogger does not; convnets logs from before the
+      // log_lock field are told by their resumed_from field).
+      const bool stopped = live && quiet_polls >= 2 &&
+                           run.parameters.value("log_lock", run.parameters.contains("resumed_from"));
+      live = live && !stopped;
       const std::string title =
           a->title.empty() ? "convnets run: " + run.parameters.value("arch", std::string("?")) + " (" + a->run + ")"
                            : a->title;
