@@ -68,7 +68,8 @@ start=$SECONDS
 status=0
 CONVNETS_BUILD_TYPE=Debug ./scripts/setup.sh "$build" \
   "-DCMAKE_CXX_FLAGS=$flags -D_GLIBCXX_ASSERTIONS" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-  "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" || status=$?
+  "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" \
+  -DCONVNETS_BUILD_PYTHON=OFF || status=$?  # an ASan extension needs the runtime preloaded into Python
 echo "sanitize: set up and built in $((SECONDS - start)) s"
 if ((status == 0)); then
   start=$SECONDS

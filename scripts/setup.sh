@@ -47,27 +47,10 @@ if [[ ! -x $venv/bin/python ]] || ! cmp -s "$requirements" "$venv/requirements.i
   cp "$requirements" "$venv/requirements.installed"
 fi
 
-# The wheels' CUDA (nvidia/cu13) laid out as a toolkit, for CMake and nvcc:
-# lib64/ with the unversioned names a linker looks for (the wheels ship only
-# libcudart.so.13 and the like), and nvcc itself a hard link (a copy across
-# file systems) rather than a symbolic one, because nvcc finds its profile,
-# headers and lib64/ relative to the path it runs from once links are resolved.
+# The wheels' CUDA (nvidia/cu13) laid out as a toolkit, for CMake and nvcc.
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-wheel_cuda=$site/nvidia/cu13
 cuda=$venv/cuda
-if [[ ! -x $cuda/bin/nvcc || ! -e $cuda/lib64/libcudart.so || $cuda/bin/nvcc -ot $wheel_cuda/bin/nvcc ]]; then
-  rm -rf "$cuda"
-  mkdir -p "$cuda/bin" "$cuda/lib64"
-  for d in include nvvm; do ln -s "$wheel_cuda/$d" "$cuda/$d"; done
-  for f in "$wheel_cuda"/bin/*; do ln -s "$f" "$cuda/bin/"; done
-  rm "$cuda/bin/nvcc"
-  ln "$wheel_cuda/bin/nvcc" "$cuda/bin/nvcc" 2>/dev/null || cp "$wheel_cuda/bin/nvcc" "$cuda/bin/nvcc"
-  for f in "$wheel_cuda"/lib/*.so.* "$wheel_cuda"/lib/*.a; do
-    b=$(basename "$f")
-    ln -s "$f" "$cuda/lib64/$b"
-    if [[ $b == *.so.* ]]; then ln -sf "$f" "$cuda/lib64/${b%%.so.*}.so"; fi
-  done
-fi
+./scripts/cuda-from-wheels.sh "$site" "$cuda"
 
 torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 build_type=${CONVNETS_BUILD_TYPE:-Release}
@@ -76,3 +59,14 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_
   -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" \
   -DCONVNETS_PYTHON="$venv/bin/python" "${@:2}" >/dev/null
 cmake --build "$build"
+
+# `import convnets` in .venv: the package as the build stages it (the .py
+# files linked from python/convnets, the extension module beside them), so a
+# rebuild is all a change needs. Only for ./build, the build the README uses.
+if [[ $build == build ]]; then
+  if ! ls "$build"/python/convnets/_convnets.*.so >/dev/null 2>&1; then
+    echo "setup: the Python module was not built (see CMake's warning above)" >&2
+    exit 1
+  fi
+  echo "$PWD/$build/python" >"$site/convnets-build.pth"
+fi

@@ -93,10 +93,11 @@ TEST(Quant, CalibratedFakeQuantizedNetworkIsCloseTrainsAndFitsOnlyItsNetwork) {
   auto net = trained_looking("resnet18", 1000);
   Preprocessing pre;
   pre.input_size = 64;
-  data::LoaderOptions lo;
+  data::PipelineOptions lo;
   lo.batch_size = 8;
   lo.workers = 0;
-  const auto loader = train::make_eval_loader(data::open_dataset("synthetic:16", "train"), pre, 0, lo);
+  lo.max_image_pixels = 0;
+  const auto loader = train::make_eval_loader(data::open_dataset("synthetic:16", "train"), pre, lo);
   const train::Runtime rt;
   auto plan = std::make_shared<quant::Plan>(
       quant::calibrate(*net, *loader, rt, pre, quant::Activations::UInt8, quant::Method::Percentile, false, ""));

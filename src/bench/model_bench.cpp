@@ -4,7 +4,7 @@
 #include "core/compat.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "data/loader.h"
+#include "data/pipeline.h"
 #include "distributed/grad_sync.h"
 #include "models/graph.h"
 #include "models/registry.h"
@@ -56,15 +56,14 @@ struct FileInput {
   std::int64_t steps = 0;
 
   FileInput(const ModelBenchOptions& o, std::int64_t batch, int size, bool device_decode) {
-    data::LoaderOptions lo;
+    data::PipelineOptions lo;
+    lo.image_size = size;
     lo.batch_size = batch;
     lo.workers = o.workers;
     lo.prefetch = 4;
     lo.drop_last = true;
     lo.device_decode = device_decode;
-    loader = std::make_unique<data::Loader>(data::open_dataset(o.data, "train"),
-                                            std::make_shared<const data::Transform>(data::TransformOptions::train(size)),
-                                            lo);
+    loader = data::make_loader(data::open_dataset(o.data, "train"), lo);
     loader->start_epoch(0);
   }
   data::Batch next() {

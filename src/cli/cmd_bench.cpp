@@ -4,11 +4,12 @@
 #include "core/json.h"
 #include "bench/model_bench.h"
 #include "core/error.h"
-#include "data/loader.h"
+#include "data/pipeline.h"
 #include "distributed/env.h"
 #include "distributed/group.h"
 #include "distributed/launcher.h"
 #include "io/atomic_file.h"
+#include "io/safetensors.h"
 #include "models/registry.h"
 
 #include <CLI/CLI.hpp>
@@ -42,6 +43,9 @@ struct BenchDataArgs {
   std::string backend = "cpu";
   std::string augment, interpolation = "bilinear";
   double reprob = 0;
+  bool drop_last = false;
+  int rank = 0, world_size = 1;
+  std::string save_batches;
   bool json = false;
 };
 
@@ -52,31 +56,32 @@ void run_bench_data(const BenchDataArgs& a) {
     throw Error("--augment and --reprob are training transforms: leave out --eval");
   auto dataset = data::open_dataset(a.location, train ? "train" : "val");
 
-  data::TransformOptions t = train ? data::TransformOptions::train(a.size) : data::TransformOptions::eval(a.size);
-  if (a.dct_scaling != "auto") t.dct_scaling = a.dct_scaling == "on";
-  t.max_pixels = a.max_image_pixels;
-  if (train) {
-    t.random_filter = a.interpolation == "random";
-    if (!t.random_filter) t.filter = data::parse_filter(a.interpolation, "--interpolation");
-    t.augment = a.augment;
-    t.augment_fill = data::mean_fill(Preprocessing{}.mean);  // the ImageNet mean, as timm's default
-  }
-  auto transform = std::make_shared<const data::Transform>(t);
-
-  data::LoaderOptions o;
+  data::PipelineOptions o;
+  o.train = train;
+  o.image_size = a.size;
   o.batch_size = a.batch_size;
   o.workers = a.workers;
   o.prefetch = a.prefetch;
-  o.drop_last = false;  // every image counts once per pass
-  o.shard.shuffle = train;
-  o.shard.seed = a.seed;
-  o.bad_images = data::parse_bad_image_policy(a.bad_images);
-  o.erasing.prob = a.reprob;  // boxes drawn on the loader threads; the fill runs on the training device
+  o.seed = a.seed;
+  o.drop_last = a.drop_last;  // default off: every image counts once per pass
+  o.rank = a.rank;
+  o.world_size = a.world_size;
+  if (a.dct_scaling != "auto") o.dct_scaling = a.dct_scaling == "on";
+  o.max_image_pixels = a.max_image_pixels;
+  o.bad_images = a.bad_images;
+  o.interpolation = a.interpolation;
+  o.augment = a.augment;  // with the ImageNet mean as its fill, as timm's default
+  o.reprob = a.reprob;    // boxes drawn on the loader threads; the fill runs on the training device
   // gpu: the loader threads only entropy-decode; the device stage runs here
   // on CUDA when there is one (else the figures are the CPU side alone).
   o.device_decode = a.backend == "gpu";
   const bool device_stage = o.device_decode && torch::cuda::is_available();
-  data::Loader loader(dataset, transform, o);
+  const data::TransformOptions t = data::transform_options(o);
+  const auto loader_ptr = data::make_loader(dataset, o);
+  data::Loader& loader = *loader_ptr;
+  // --save-batches: what the loader yielded, to compare with another loader
+  // (the Python package's) batch for batch.
+  NamedTensors saved;
 
   if (!a.json) {
     std::printf("dataset     %s\n", dataset->description().c_str());
@@ -102,6 +107,12 @@ void run_bench_data(const BenchDataArgs& a) {
     loader.start_epoch(epoch);
     while (loader.next(batch)) {
       if (device_stage) data::decode_on_device(*batch.encoded, at::Device(at::kCUDA, 0), at::kHalf);
+      if (!a.save_batches.empty() && batch.images.defined()) {
+        const std::string key = std::to_string(epoch) + "." + std::to_string(batch.number);
+        saved.emplace_back("images." + key, batch.images);
+        saved.emplace_back("labels." + key, batch.labels);
+        if (batch.erase.defined()) saved.emplace_back("erase." + key, batch.erase);
+      }
       if (++seen_batches == warmup) t0 = Clock::now();
       else if (seen_batches > warmup) timed_images += batch.labels.size(0);
       if (timed_images >= a.images) break;
@@ -113,6 +124,10 @@ void run_bench_data(const BenchDataArgs& a) {
                   static_cast<long long>(s.bad_images), loader.bad_files().size());
   }
   if (device_stage) torch::cuda::synchronize();
+  if (!a.save_batches.empty()) {
+    if (saved.empty()) throw Error("--save-batches saves decoded pixels: leave out --data-backend gpu");
+    save_safetensors(a.save_batches, saved, {{"format", "convnets-batches/1"}});
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const double rate = timed_images / seconds;
   const std::int64_t total_images = sum.images, bad = sum.bad_images;
@@ -168,7 +183,7 @@ void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
     throw Error("bench train measures one machine: leave out --nnodes", "run `convnets train` across machines");
   }
   char pattern[] = "/tmp/convnets-bench-XXXXXX";
-  if (!::mkdtemp(pattern)) throw Error(system_error("bench: cannot create a folder", pattern));
+  if (!::mkdtemp(pattern)) throw SystemError("bench: cannot create a folder", pattern);
   const std::string dir = pattern;
   const std::string one = dir + "/one.json", many = dir + "/many.json";
   const double grace = a.launch.timeout_s + 15;
@@ -307,7 +322,7 @@ void add_bench_command(CLI::App& app) {
                   "Image folder (DIR/<class>/..., or DIR with train/ and val/), list file, IDX folder, or synthetic[:N]")
       ->required();
   cmd->add_option("--workers", args->workers, "Decoding threads (default: one per CPU)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--size", args->size, "Output side in pixels (default 224)")->check(CLI::Range(1, 8192));
+  cmd->add_option("--image-size,--size", args->size, "Output side in pixels (default 224)")->check(CLI::Range(1, 8192));
   auto* train = cmd->add_flag("--train", args->train, "RandomResizedCrop + flip (the default)");
   auto* eval = cmd->add_flag("--eval", args->eval, "Resize to size/0.875 + centre crop");
   train->excludes(eval);
@@ -324,8 +339,17 @@ void add_bench_command(CLI::App& app) {
                   "cpu (threads decode fully) or gpu (threads entropy-decode; the rest runs on the GPU when present)")
       ->check(CLI::IsMember({"cpu", "gpu"}));
   cmd->add_option("--augment", args->augment, "Train: augmentation policy (autoaugment, or timm's rand-m9-mstd0.5 ...)");
-  cmd->add_option("--train-interpolation", args->interpolation, "Train: bilinear | bicubic | random (timm's)")
+  cmd->add_option("--interpolation,--train-interpolation", args->interpolation,
+                  "bilinear | bicubic | random (train only: timm's, either per image)")
       ->check(CLI::IsMember({"bilinear", "bicubic", "random"}));
+  cmd->add_flag("--drop-last", args->drop_last,
+                "Drop each epoch's final partial batch (train: ranks then get whole batches in turn, as `train`)");
+  cmd->add_option("--rank", args->rank, "The shard of this rank (default 0)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--world-size", args->world_size, "Ranks the data is split over (default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--save-batches", args->save_batches,
+                  "Write every batch loaded (uint8 images, labels, erasing boxes) to this safetensors file, keyed "
+                  "images.EPOCH.BATCH");
   cmd->add_option("--reprob", args->reprob, "Train: random erasing probability (draws the boxes)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--json", args->json, "Print JSON");

@@ -1,19 +1,12 @@
 // `convnets classify`: top-k classes of JPEG/PNG files with a checkpoint's own preprocessing and class names.
 #include "cli/commands.h"
-#include "core/json.h"
 #include "codec/image.h"
 #include "core/error.h"
-#include "data/dataset.h"
-#include "data/transforms.h"
-#include "models/graph.h"
-#include "models/registry.h"
-#include "train/checkpoint.h"
-#include "train/runtime.h"
+#include "core/json.h"
+#include "deploy/inference.h"
 
 #include <CLI/CLI.hpp>
-#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include <cstdio>
 #include <iostream>
@@ -26,13 +19,7 @@ struct ClassifyArgs {
   std::vector<std::string> images;
   std::string checkpoint, device = "auto", precision = "fp32", memory_format = "nhwc";
   std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels;
-  bool ema = false, json = false, fold_bn = false;
-};
-
-struct Result {
-  std::string path;
-  std::string error;  // empty: classified
-  std::vector<std::pair<std::int64_t, double>> top;  // class index, probability
+  bool ema = false, json = false, fold_bn = false, as_float = false;
 };
 
 // The image arguments, with "-" replaced by the paths read from stdin (one per line).
@@ -53,7 +40,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& args) {
   return out;
 }
 
-void print_table(const std::vector<Result>& results, const std::vector<std::string>& names) {
+void print_table(const std::vector<deploy::Prediction>& results, const std::vector<std::string>& names) {
   for (const auto& r : results) {
     std::printf("%s\n", r.path.c_str());
     if (!r.error.empty()) {
@@ -70,105 +57,20 @@ void print_table(const std::vector<Result>& results, const std::vector<std::stri
 void run(const ClassifyArgs& a) {
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
   if (a.top_k < 1) throw Error("--top-k must be at least 1, got " + std::to_string(a.top_k));
-  const auto ckpt = train::load_checkpoint(a.checkpoint);
-  if (!ckpt.is_training_checkpoint()) {
-    throw Error("--checkpoint " + a.checkpoint + " is a plain weights file without class names or preprocessing",
-                "classify needs a checkpoint written by `convnets train`");
-  }
-  const auto& arch = architecture_of_checkpoint(ckpt.meta, a.checkpoint);
-  const Preprocessing pre = preprocessing_from_json(ckpt.meta.at("preprocessing"));
-  const auto num_classes = ckpt.meta.at("num_classes").get<std::int64_t>();
-  auto names = ckpt.meta.value("class_names", std::vector<std::string>{});
-  if (names.size() != static_cast<std::size_t>(num_classes)) {
-    names.clear();
-    for (std::int64_t i = 0; i < num_classes; ++i) names.push_back(std::to_string(i));
-  }
+  deploy::InferenceOptions io;
+  io.ema = a.ema;
+  io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
+  io.fold_bn = a.fold_bn;
+  io.as_float = a.as_float;
+  const deploy::InferenceModel model(a.checkpoint, io);
   const auto paths = expand_inputs(a.images);  // stdin is read before any work
-  const auto rt = train::resolve_runtime(a.device, a.precision, a.memory_format);
-  ModelOptions mo;
-  mo.num_classes = num_classes;
-  auto model = build_model(arch, mo);
-  train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
-  train::prepare_model(*model, rt);
-  model->eval();
-  if (a.fold_bn) fold_batchnorm(*model);
-  auto topts = data::TransformOptions::eval(pre.input_size, pre.crop_ratio, data::parse_filter(pre.interpolation, "interpolation"));
-  topts.max_pixels = a.max_image_pixels;
-  const data::Transform transform(topts);
-  const std::int64_t k = std::min<std::int64_t>(a.top_k, num_classes);
-  const std::int64_t side = pre.input_size, pixels = side * side * 3;
-
-  std::vector<Result> results(paths.size());
-  torch::NoGradGuard no_grad;
-  for (std::size_t begin = 0; begin < paths.size(); begin += static_cast<std::size_t>(a.batch_size)) {
-    const std::size_t end = std::min(paths.size(), begin + static_cast<std::size_t>(a.batch_size));
-    auto batch = torch::empty({static_cast<std::int64_t>(end - begin), side, side, 3}, torch::kByte);
-    // Decoding dominates a CPU run; the model's own threads wait for it anyway.
-    at::parallel_for(static_cast<std::int64_t>(begin), static_cast<std::int64_t>(end), 1,
-                     [&](std::int64_t lo, std::int64_t hi) {
-                       data::Workspace ws;
-                       data::Rng rng(0);  // eval transforms draw nothing
-                       for (std::int64_t i = lo; i < hi; ++i) {
-                         auto& r = results[static_cast<std::size_t>(i)];
-                         r.path = paths[static_cast<std::size_t>(i)];
-                         data::SampleData s;
-                         s.name = r.path;
-                         try {
-                           data::read_image_file(r.path, s.bytes);
-                           transform.apply(s, rng, ws, batch.data_ptr<std::uint8_t>() + (i - static_cast<std::int64_t>(begin)) * pixels,
-                                           nullptr);
-                         } catch (const std::bad_alloc&) {
-                           r.error = r.path + ": out of memory while decoding it (std::bad_alloc)";
-                         } catch (const std::exception& e) {
-                           r.error = e.what();
-                         }
-                       }
-                     });
-    std::vector<std::int64_t> ok;
-    for (std::size_t i = begin; i < end; ++i) {
-      if (results[i].error.empty()) ok.push_back(static_cast<std::int64_t>(i - begin));
-    }
-    if (ok.empty()) continue;
-    const auto good = batch.index_select(0, torch::tensor(ok, torch::kLong));
-    const auto logits = model->forward(train::network_input(good, pre, rt)).to(torch::kFloat).cpu();
-    const auto [probs, indices] = torch::softmax(logits, 1).topk(k, 1);
-    for (std::size_t j = 0; j < ok.size(); ++j) {
-      auto& r = results[begin + static_cast<std::size_t>(ok[j])];
-      for (std::int64_t c = 0; c < k; ++c) {
-        r.top.emplace_back(indices[static_cast<std::int64_t>(j)][c].item<std::int64_t>(),
-                           probs[static_cast<std::int64_t>(j)][c].item<double>());
-      }
-    }
-  }
-
+  const auto results = model.classify(paths, a.top_k, a.batch_size, a.max_image_pixels);
   std::size_t failed = 0;
   for (const auto& r : results) failed += r.error.empty() ? 0 : 1;
   if (a.json) {
-    auto list = nlohmann::ordered_json::array();
-    for (const auto& r : results) {
-      nlohmann::ordered_json j{{"path", r.path}};
-      if (!r.error.empty()) {
-        j["error"] = r.error;
-      } else {
-        auto top = nlohmann::ordered_json::array();
-        for (const auto& [index, p] : r.top) {
-          top.push_back({{"class", names[static_cast<std::size_t>(index)]}, {"index", index}, {"probability", p}});
-        }
-        j["top"] = std::move(top);
-      }
-      list.push_back(std::move(j));
-    }
-    std::cout << dump_json(nlohmann::ordered_json{{"checkpoint", a.checkpoint},
-                                                  {"arch", arch.name},
-                                                  {"weights", a.ema ? "ema" : "model"},
-                                                  {"preprocessing", to_json(pre)},
-                                                  {"images", paths.size()},
-                                                  {"failed", failed},
-                                                  {"results", std::move(list)}},
-                           2)
-              << '\n';
+    std::cout << dump_json(model.to_json(results), 2) << '\n';
   } else {
-    print_table(results, names);
+    print_table(results, model.class_names());
   }
   if (failed > 0) {
     throw Error(std::to_string(failed) + " of " + std::to_string(paths.size()) +
@@ -193,6 +95,8 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--memory-format", a->memory_format, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
+  cmd->add_flag("--float", a->as_float,
+                "a QAT checkpoint: its float weights (default: the INT8 network, fake-quantized, as eval measures it)");
   cmd->add_flag("--json", a->json, "print JSON: per image its top-k (class, index, probability) or its error");
   cmd->callback([a] { run(*a); });
   cmd->footer("An image that cannot be read or decoded is reported in the output and the others are still "

@@ -4,12 +4,8 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "models/graph.h"
-#include "models/registry.h"
-#include "quant/eager.h"
-#include "train/checkpoint.h"
+#include "deploy/inference.h"
 #include "train/evaluate.h"
-#include "train/runtime.h"
 
 #include <CLI/CLI.hpp>
 
@@ -32,66 +28,40 @@ struct EvalArgs {
 void run(const EvalArgs& a) {
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
   if (a.top_k < 1) throw Error("--top-k must be at least 1, got " + std::to_string(a.top_k));
-  const auto ckpt = train::load_checkpoint(a.checkpoint);
-  const ArchInfo* found = nullptr;
-  if (ckpt.is_training_checkpoint()) {
-    // A GPUNet trained from a user's JSON file rebuilds from the layer list the checkpoint carries.
-    found = &architecture_of_checkpoint(ckpt.meta, a.checkpoint);
-    if (!a.arch.empty() && !same_architecture(find_architecture(a.arch), ckpt.meta)) {
-      throw Error("--arch " + a.arch + " disagrees with --checkpoint " + a.checkpoint + ", a " +
-                  ckpt.meta.at("arch").get<std::string>());
-    }
-  } else if (a.arch.empty()) {
-    throw Error("--checkpoint " + a.checkpoint + " is a plain weights file; name its --arch");
-  } else {
-    found = &find_architecture(a.arch);
+  auto ds = data::head(data::open_dataset(a.data, "val"), static_cast<std::size_t>(a.max_images));
+  deploy::InferenceOptions io;
+  io.ema = a.ema;
+  io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
+  io.fold_bn = a.fold_bn;
+  io.as_float = a.as_float;  // a QAT checkpoint: measured as its INT8 network unless --float
+  io.arch = a.arch;
+  io.num_classes = static_cast<std::int64_t>(ds->num_classes());  // a plain weights file's
+  const deploy::InferenceModel model(a.checkpoint, io);
+  if (model.trained() && (model.has_class_names() ? model.class_names() != ds->classes()
+                                                  : model.num_classes() != static_cast<std::int64_t>(ds->num_classes()))) {
+    throw Error(a.data + " has " + std::to_string(ds->num_classes()) + " classes that differ from the " +
+                    std::to_string(model.num_classes()) + " the checkpoint was trained on",
+                "evaluate on data with the same class folders");
   }
-  const auto& arch = *found;
-  const auto rt = train::resolve_runtime(a.device, a.precision, a.memory_format);
-  Preprocessing pre = ckpt.is_training_checkpoint() ? preprocessing_from_json(ckpt.meta.at("preprocessing"))
-                                                    : arch.preprocessing;
+  const auto& arch = model.arch();
+  const auto& rt = model.runtime();
+  const bool quantized = model.quantized();
+  Preprocessing pre = model.preprocessing();
   if (a.image_size > 0) pre.input_size = static_cast<int>(a.image_size);
   if (a.crop_ratio > 0) pre.crop_ratio = a.crop_ratio;
   if (!a.interpolation.empty()) pre.interpolation = a.interpolation;
 
-  auto ds = data::head(data::open_dataset(a.data, "val"), static_cast<std::size_t>(a.max_images));
-  if (ckpt.is_training_checkpoint()) {
-    const auto names = ckpt.meta.value("class_names", std::vector<std::string>{});
-    if (!names.empty() && names != ds->classes()) {
-      throw Error(a.data + " has " + std::to_string(ds->num_classes()) + " classes that differ from the " +
-                  std::to_string(names.size()) + " the checkpoint was trained on",
-                  "evaluate on data with the same class folders");
-    }
-  }
-  ModelOptions mo;
-  mo.num_classes = static_cast<std::int64_t>(ds->num_classes());
-  auto model = build_model(arch, mo);
-  train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
-  train::prepare_model(*model, rt);
-  // A QAT checkpoint is the INT8 network that `export --int8` writes: it is
-  // measured through the same fake quantization as its validation in training
-  // (ranges from its metadata), unless --float asks for the float weights.
-  const bool quantized = ckpt.meta.contains("quantization") && !a.as_float;
-  if (quantized) {
-    if (a.fold_bn) {
-      throw Error("--fold-bn: " + a.checkpoint + " is quantization-aware; its quantized network folds its BatchNorms "
-                  "already", "drop --fold-bn, or add --float to measure the float weights folded");
-    }
-    model = std::make_shared<quant::FakeQuantNetworkImpl>(
-        model, std::make_shared<quant::Plan>(quant::plan_from_json(ckpt.meta.at("quantization"), a.checkpoint)));
-  }
-  if (a.fold_bn) fold_batchnorm(*model);
-
-  data::LoaderOptions lo;
+  data::PipelineOptions lo;
   lo.batch_size = a.batch_size;
   lo.workers = a.workers;
-  lo.bad_images = data::parse_bad_image_policy(a.bad_images);
-  const auto loader = train::make_eval_loader(ds, pre, a.max_image_pixels, lo);
+  lo.bad_images = a.bad_images;
+  lo.max_image_pixels = a.max_image_pixels;
+  const auto loader = train::make_eval_loader(ds, pre, lo);
   if (!a.json) {
     std::cout << "eval: " << arch.name << (quantized ? " (INT8 fake-quantized, the QAT run's ranges)" : "") << " from "
               << a.checkpoint << " on " << ds->description() << '\n';
   }
-  const auto r = train::evaluate(*model, *loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
+  const auto r = train::evaluate(model.network(), *loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
   if (a.json) {
     auto j = r.to_dllogger("val");
     j["images"] = r.images;

@@ -49,17 +49,6 @@ std::string with_commas(int64_t n) {
   return s;
 }
 
-nlohmann::ordered_json describe(const ArchInfo& arch, NetworkImpl& net, int64_t num_classes) {
-  nlohmann::ordered_json row{{"name", arch.name},
-                             {"description", arch.description},
-                             {"num_classes", num_classes},
-                             {"params", count_parameters(net)},
-                             {"gmacs", static_cast<double>(count_macs(net, arch.preprocessing.input_size)) / 1e9}};
-  row.update(to_json(arch.preprocessing));
-  row["reference"] = arch.reference;
-  return row;
-}
-
 void print_table(const std::vector<nlohmann::ordered_json>& rows) {
   std::printf("%-22s %12s %8s %6s  %s\n", "arch", "params", "GMACs", "input", "description");
   for (const auto& r : rows) {
@@ -168,11 +157,7 @@ void run(const ModelsArgs& a) {
       throw Error("--weights, --save, --forward and --definition act on one model and need --arch",
                   "e.g. convnets models --arch resnet50 --forward");
     }
-    std::vector<nlohmann::ordered_json> rows;
-    for (const auto& arch : architectures()) {
-      auto net = build_model(arch, options);
-      rows.push_back(describe(arch, *net, num_classes));
-    }
+    const auto rows = describe_architectures(options);
     if (a.json) {
       std::cout << nlohmann::ordered_json(rows).dump(2) << '\n';
     } else {
@@ -190,7 +175,7 @@ void run(const ModelsArgs& a) {
   if (!a.forward_save.empty() && !a.forward) throw Error("--forward-save needs --forward");
   torch::manual_seed(static_cast<std::uint64_t>(a.seed));
   auto net = build_model(arch, options);
-  auto info = describe(arch, *net, num_classes);
+  auto info = describe_architecture(arch, *net, num_classes);
   if (!a.weights.empty()) {
     if (ckpt->is_training_checkpoint()) {
       train::load_weights(*net, *ckpt, "model.", arch.import_key);

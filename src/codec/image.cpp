@@ -31,7 +31,8 @@ void check_image_size(const Rect& full, std::int64_t max_pixels, const std::stri
   if (max_pixels > 0 && pixels > max_pixels) {
     throw DecodeError(name + ": " + size + " = " + mpix(pixels) + " exceeds the limit of " + mpix(max_pixels) +
                       " (--max-image-pixels " + std::to_string(max_pixels) +
-                      "); refused before decoding, as a decompression bomb or a damaged header");
+                      "); refused before decoding, as a decompression bomb or a damaged header",
+                      {}, /*too_large=*/true);
   }
   if (max_pixels > 0 && pixels > max_pixels / 2) {
     // Each epoch meets the file again; one line per file is enough.

@@ -57,9 +57,15 @@ ImageFormat sniff_format(const std::uint8_t* data, std::size_t size);
 
 // A file that cannot be decoded (corrupt, truncated, not an image). The loader
 // catches exactly this type to apply its bad-image policy; other errors stop the run.
+// `too_large`: refused by the pixel limit (PIL's DecompressionBombError), not damaged.
 class DecodeError : public Error {
  public:
-  using Error::Error;
+  explicit DecodeError(const std::string& what, std::string hint = {}, bool too_large = false)
+      : Error(what, std::move(hint)), too_large_(too_large) {}
+  bool too_large() const { return too_large_; }
+
+ private:
+  bool too_large_;
 };
 
 }  // namespace convnets::codec

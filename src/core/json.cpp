@@ -124,10 +124,10 @@ nlohmann::json parse_json(std::string_view text, const std::string& source, int 
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what, int max_depth) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(system_error("cannot open " + what, path));
+  if (!in) throw SystemError("cannot open " + what, path);
   std::ostringstream text;
   text << in.rdbuf();
-  if (!in && !in.eof()) throw Error(system_error("cannot read " + what, path));
+  if (!in && !in.eof()) throw SystemError("cannot read " + what, path);
   return parse_json(text.str(), path, max_depth);
 }
 

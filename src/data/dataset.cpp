@@ -130,7 +130,7 @@ class PixelDataset : public Dataset {
 
 std::vector<std::uint8_t> read_maybe_gzip(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");  // zlib reads plain files transparently
-  if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
+  if (!f) throw Error(path + ": cannot open: " + std::strerror(errno), {}, errno_kind(errno));
   std::vector<std::uint8_t> out;
   std::uint8_t chunk[1 << 16];
   int n;
@@ -235,7 +235,7 @@ DatasetPtr image_folder(const std::string& dir) {
 
 DatasetPtr list_file(const std::string& path, const std::string& root_in, std::int64_t num_classes) {
   std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open list file: " + std::strerror(errno));
+  if (!in) throw Error(path + ": cannot open list file: " + std::strerror(errno), {}, errno_kind(errno));
   const std::string root = root_in.empty() ? fs::path(path).parent_path().string() : root_in;
   std::vector<std::string> paths;
   std::vector<std::int32_t> labels;
@@ -271,7 +271,8 @@ DatasetPtr list_file(const std::string& path, const std::string& root_in, std::i
   std::error_code exists_ec;
   if (!fs::exists(paths.front(), exists_ec))
     throw Error(path + ":1: '" + paths.front() + "' " + (exists_ec ? "cannot be checked: " + exists_ec.message() : "does not exist"),
-                "paths are relative to the list file's folder unless a data root is given");
+                "paths are relative to the list file's folder unless a data root is given",
+                exists_ec ? ErrorKind::Io : ErrorKind::NotFound);
   const std::int64_t n = num_classes > 0 ? num_classes : max_label + 1;
   std::string desc = "list file " + path + ": " + std::to_string(paths.size()) + " images, " + std::to_string(n) +
                      " classes";
@@ -367,7 +368,7 @@ DatasetPtr open_dataset(const std::string& location, const std::string& split) {
   if (fs::is_regular_file(location, ec)) return list_file(location);
   if (!fs::is_directory(location, ec))
     throw Error(location + ": no such file or directory",
-                "give an image folder, a list file, an IDX folder or synthetic[:N]");
+                "give an image folder, a list file, an IDX folder or synthetic[:N]", ErrorKind::NotFound);
   const std::string prefix = split == "train" ? "train" : "t10k";
   for (const char* suffix : {".gz", ""}) {
     const fs::path images = fs::path(location) / (prefix + "-images-idx3-ubyte" + suffix);

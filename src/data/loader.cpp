@@ -58,6 +58,7 @@ Loader::~Loader() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    ++generation_;  // workers drop the batch they build rather than finish it
   }
   work_cv_.notify_all();
   for (auto& t : threads_) t.join();
@@ -83,10 +84,19 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
 }
 
 bool Loader::next(Batch& out) {
+  for (;;) {
+    const Wait w = next_for(out, std::chrono::hours(1));
+    if (w != Wait::Timeout) return w == Wait::Batch;
+  }
+}
+
+Loader::Wait Loader::next_for(Batch& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!active_) throw Error("loader: next() before start_epoch()");
-  if (next_return_ >= batches_) return false;
-  ready_cv_.wait(lock, [&] { return ready_.count(next_return_) != 0; });
+  if (next_return_ >= batches_) return Wait::End;
+  if (!ready_cv_.wait_for(lock, timeout, [&] { return !active_ || ready_.count(next_return_) != 0; }))
+    return Wait::Timeout;
+  if (!active_) throw Error("loader: the epoch was stopped while next() waited");
   auto node = ready_.extract(next_return_);
   ++next_return_;
   work_cv_.notify_all();
@@ -94,7 +104,27 @@ bool Loader::next(Batch& out) {
   if (r.error) std::rethrow_exception(r.error);
   stats_ += r.stats;
   out = std::move(r.batch);
-  return true;
+  return Wait::Batch;
+}
+
+void Loader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_ = false;
+    ++generation_;
+    ready_.clear();
+  }
+  ready_cv_.notify_all();
+}
+
+bool Loader::active() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return active_;
+}
+
+std::int64_t Loader::epoch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return epoch_;
 }
 
 EpochStats Loader::stats() const {
@@ -118,7 +148,7 @@ void Loader::run(Worker& w) {
     const std::int64_t number = next_claim_++, generation = generation_, epoch = epoch_;
     ++in_flight_;
     lock.unlock();
-    Result r = build(w, number, epoch);
+    Result r = build(w, number, epoch, generation);
     lock.lock();
     --in_flight_;
     if (generation == generation_) {
@@ -129,7 +159,7 @@ void Loader::run(Worker& w) {
   }
 }
 
-Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch) {
+Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch, std::int64_t generation) {
   Result r;
   try {
     const std::int64_t begin = number * options_.batch_size;
@@ -161,6 +191,8 @@ Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch)
     }
     const std::int64_t stride = std::int64_t(size) * size * channels;
     for (std::int64_t k = 0; k < count; ++k) {
+      // Stopped or restarted meanwhile: nobody will take this batch.
+      if (generation_.load(std::memory_order_relaxed) != generation) return r;
       const std::int64_t used = fill(w, order_[begin + k], epoch, dst ? dst + k * stride : nullptr, r.stats);
       r.batch.indices[k] = used;
       labels[k] = dataset_->label(static_cast<std::size_t>(used));
@@ -206,26 +238,28 @@ std::int64_t Loader::fill(Worker& w, std::int64_t index, std::int64_t epoch, std
       if (attempt > 0) ++stats.bad_images;  // one replaced sample, however many bad files it walked past
       return candidate;
     } catch (const codec::DecodeError& e) {
-      skip_bad(candidate, e.what());
+      skip_bad(candidate, e);
     } catch (const std::bad_alloc&) {
       // A file that needs more memory than the machine has is the file's
       // problem, not the run's (a header within --max-image-pixels can still
       // ask for more than a small machine holds).
-      skip_bad(candidate, dataset_->name(static_cast<std::size_t>(candidate)) +
-                              ": out of memory while decoding it (std::bad_alloc)");
+      skip_bad(candidate, codec::DecodeError(dataset_->name(static_cast<std::size_t>(candidate)) +
+                                             ": out of memory while decoding it (std::bad_alloc)"));
     }
   }
   throw Error("loader: none of the " + std::to_string(n) + " samples in " + dataset_->description() +
               " could be decoded");
 }
 
-void Loader::skip_bad(std::int64_t index, const std::string& what) {
-  if (options_.bad_images == BadImagePolicy::Fail)
-    throw Error(what, "--bad-images skip replaces bad files with other samples and reports them");
+void Loader::skip_bad(std::int64_t index, const codec::DecodeError& error) {
+  if (options_.bad_images == BadImagePolicy::Fail) {
+    throw codec::DecodeError(error.what(), "--bad-images skip replaces bad files with other samples and reports them",
+                             error.too_large());
+  }
   std::lock_guard<std::mutex> lock(bad_mutex_);
   if (bad_indices_.insert(index).second) {
     bad_files_.push_back(dataset_->name(static_cast<std::size_t>(index)));
-    const std::string msg = "bad image skipped: " + what;
+    const std::string msg = std::string("bad image skipped: ") + error.what();
     if (options_.warn) {
       options_.warn(msg);
     } else {

@@ -9,6 +9,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -87,6 +89,16 @@ class Loader {
   // The next batch of the epoch, or false when it is over. Rethrows a worker's
   // error (a bad image under BadImagePolicy::Fail, or anything unexpected).
   bool next(Batch& out);
+  // next() that gives up after `timeout`, so that a caller can look at other
+  // things (an interpreter's pending signals) while the workers decode.
+  enum class Wait { Batch, End, Timeout };
+  Wait next_for(Batch& out, std::chrono::milliseconds timeout);
+  // Ends the epoch now: batches in flight are dropped and each worker gives
+  // up the batch it builds after its current sample, then waits for the next
+  // start_epoch(). next() afterwards throws, as before any start_epoch().
+  void stop();
+  bool active() const;
+  std::int64_t epoch() const;
   // Totals over the batches returned so far in this epoch.
   EpochStats stats() const;
   // Every distinct bad file seen since construction.
@@ -100,11 +112,11 @@ class Loader {
   };
   struct Worker;
   void run(Worker& w);
-  Result build(Worker& w, std::int64_t number, std::int64_t epoch);
+  Result build(Worker& w, std::int64_t number, std::int64_t epoch, std::int64_t generation);
   // One sample into dst (pixels) or, when dst is null, into the worker's EncodedBatchBuilder.
   std::int64_t fill(Worker& w, std::int64_t index, std::int64_t epoch, std::uint8_t* dst, EpochStats& stats);
   // The bad-image policy for sample `index`: throws under Fail, else records and warns once.
-  void skip_bad(std::int64_t index, const std::string& what);
+  void skip_bad(std::int64_t index, const codec::DecodeError& error);
 
   DatasetPtr dataset_;
   std::shared_ptr<const Transform> transform_;
@@ -115,7 +127,10 @@ class Loader {
   mutable std::mutex mutex_;
   std::condition_variable work_cv_, ready_cv_, idle_cv_;
   std::vector<std::int64_t> order_;
-  std::int64_t epoch_ = 0, generation_ = 0, next_claim_ = 0, next_return_ = 0;
+  std::int64_t epoch_ = 0, next_claim_ = 0, next_return_ = 0;
+  // Bumped (under mutex_) by every start_epoch, stop and the destructor; a
+  // worker reads it between samples without the lock to give up a stale batch.
+  std::atomic<std::int64_t> generation_{0};
   int in_flight_ = 0;
   bool active_ = false, stopping_ = false;
   std::map<std::int64_t, Result> ready_;

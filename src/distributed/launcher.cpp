@@ -78,7 +78,7 @@ int launch_workers(const WorkerEnv& plan, const std::vector<std::string>& argv, 
   std::vector<pid_t> pids(static_cast<std::size_t>(n), -1);
   for (int local = 0; local < n; ++local) {
     const pid_t pid = ::fork();
-    if (pid < 0) throw Error(system_error("launcher: cannot start worker", std::to_string(local)));
+    if (pid < 0) throw SystemError("launcher: cannot start worker", std::to_string(local));
     if (pid == 0) {
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);

@@ -62,7 +62,7 @@ AtomicFile::AtomicFile(std::string path, std::uint64_t size)
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     if (errno == ENOSPC || errno == EDQUOT) throw no_space_error(errno, path_, size_, false);
-    throw Error(system_error("cannot create", tmp_));
+    throw SystemError("cannot create", tmp_);
   }
   if (size_ > 0) {
     int rc;
@@ -90,7 +90,7 @@ void AtomicFile::fail(const std::string& what, std::uint64_t pending) {
     throw no_space_error(err, path_, known ? size_ : written_ + pending, !known);
   }
   errno = err;
-  throw Error(system_error(what, tmp_));
+  throw SystemError(what, tmp_);
 }
 
 void AtomicFile::write(const void* data, std::size_t size) {
@@ -118,7 +118,7 @@ void AtomicFile::commit() {
     ::unlink(tmp_.c_str());
     if (err == ENOSPC || err == EDQUOT) throw no_space_error(err, path_, written_, false);
     errno = err;
-    throw Error(system_error("cannot flush", tmp_));
+    throw SystemError("cannot flush", tmp_);
   }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const auto msg = system_error("cannot rename temporary file to", path_);
@@ -136,7 +136,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 
 void copy_file_atomically(const std::string& from, const std::string& to) {
   const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) throw Error(system_error("cannot read", from));
+  if (in < 0) throw SystemError("cannot read", from);
   struct stat st {};
   const std::uint64_t size = ::fstat(in, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
   std::vector<char> buffer(1 << 20);
@@ -145,7 +145,7 @@ void copy_file_atomically(const std::string& from, const std::string& to) {
     for (;;) {
       const ssize_t n = ::read(in, buffer.data(), buffer.size());
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw Error(system_error("cannot read", from));
+      if (n < 0) throw SystemError("cannot read", from);
       if (n == 0) break;
       out.write(buffer.data(), static_cast<std::size_t>(n));
     }

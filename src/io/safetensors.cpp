@@ -56,7 +56,7 @@ const torch::Tensor* TensorFile::find(const std::string& name) const {
 
 TensorFile load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error(system_error("cannot open weights file", path));
+  if (!in) throw SystemError("cannot open weights file", path);
   const auto file_size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   const std::string where = "safetensors file '" + path + "'";
@@ -159,7 +159,7 @@ TensorFile load_safetensors(const std::string& path) {
     auto tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
     in.seekg(data_start + static_cast<std::streamoff>(e.begin));
     in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
-    if (!in) throw Error(system_error("read failed in", path));
+    if (!in) throw SystemError("read failed in", path);
     result.tensors.emplace_back(std::move(e.name), std::move(tensor));
   }
   return result;

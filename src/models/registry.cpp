@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "models/efficientnet.h"
+#include "models/layers.h"
 #include "models/resnet.h"
 
 #include <deque>
@@ -213,6 +214,26 @@ Network build_model(const ArchInfo& arch, const ModelOptions& options) {
     throw Error("--num-classes must be at least 1, got " + std::to_string(options.num_classes));
   }
   return arch.build(options);
+}
+
+nlohmann::ordered_json describe_architecture(const ArchInfo& arch, NetworkImpl& net, int64_t num_classes) {
+  nlohmann::ordered_json row{{"name", arch.name},
+                             {"description", arch.description},
+                             {"num_classes", num_classes},
+                             {"params", count_parameters(net)},
+                             {"gmacs", static_cast<double>(count_macs(net, arch.preprocessing.input_size)) / 1e9}};
+  row.update(to_json(arch.preprocessing));
+  row["reference"] = arch.reference;
+  return row;
+}
+
+std::vector<nlohmann::ordered_json> describe_architectures(const ModelOptions& options) {
+  std::vector<nlohmann::ordered_json> rows;
+  for (const auto& arch : architectures()) {
+    auto net = build_model(arch, options);
+    rows.push_back(describe_architecture(arch, *net, options.num_classes));
+  }
+  return rows;
 }
 
 }  // namespace convnets

@@ -63,4 +63,11 @@ Preprocessing preprocessing_from_json(const nlohmann::json& j);
 // Validates the options (num_classes >= 1) and builds.
 Network build_model(const ArchInfo& arch, const ModelOptions& options);
 
+// One row of `convnets models`: name, description, num_classes, params,
+// GMACs at its input size, its preprocessing and reference, for `net` built
+// from `arch`.
+nlohmann::ordered_json describe_architecture(const ArchInfo& arch, NetworkImpl& net, int64_t num_classes);
+// Every registered arch built with `options`, described.
+std::vector<nlohmann::ordered_json> describe_architectures(const ModelOptions& options);
+
 }  // namespace convnets

@@ -52,7 +52,7 @@ LogLock LogLock::take(const std::string& path, bool create) {
   lock.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
   if (lock.fd_ < 0) {
     if (!create && errno == ENOENT) return lock;
-    throw Error(system_error("cannot write the log", path));
+    throw SystemError("cannot write the log", path);
   }
   // report --watch holds the lock shared for an instant when it probes:
   // a run starting at that instant waits it out rather than refusing itself.
@@ -102,7 +102,7 @@ DlLogger::DlLogger(const std::string& path, bool append, LogLock lock)
     }
   }
   out_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!out_) throw Error(system_error("cannot write the log", path));
+  if (!out_) throw SystemError("cannot write the log", path);
 }
 
 std::optional<bool> being_written(const std::string& path) {
@@ -133,7 +133,7 @@ void DlLogger::write(nlohmann::ordered_json record) {
   for (auto it = record.begin(); it != record.end(); ++it) line[it.key()] = it.value();
   out_ << "DLLL " << dump_json(line) << '\n';
   out_.flush();  // a killed run keeps every line written so far
-  if (!out_) throw Error(system_error("cannot write the log", path_));
+  if (!out_) throw SystemError("cannot write the log", path_);
 }
 
 void DlLogger::metadata(const std::string& metric, const nlohmann::json& metadata) {

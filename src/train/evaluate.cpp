@@ -21,16 +21,17 @@ double percentile(std::vector<double> values, double q) {
   return values[std::min(values.size() - 1, rank > 0 ? rank - 1 : 0)];
 }
 
-std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre, std::int64_t max_pixels,
-                                               data::LoaderOptions options) {
+std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre,
+                                               data::PipelineOptions options) {
+  options.train = false;
   options.drop_last = false;
-  options.shard.shuffle = false;
-  options.shard.pad = false;  // with several ranks, each sample is evaluated exactly once
-  const auto filter = data::parse_filter(pre.interpolation, "interpolation");
-  auto t = data::TransformOptions::eval(pre.input_size, pre.crop_ratio, filter);
-  t.max_pixels = max_pixels;
-  auto transform = std::make_shared<data::Transform>(t);
-  return std::make_unique<data::Loader>(std::move(dataset), std::move(transform), std::move(options));
+  options.image_size = pre.input_size;
+  options.crop_ratio = pre.crop_ratio;
+  options.interpolation = pre.interpolation;
+  options.augment.clear();
+  options.reprob = 0;
+  options.device_decode = false;
+  return data::make_loader(std::move(dataset), options);
 }
 
 nlohmann::ordered_json EvalResult::to_dllogger(const std::string& p) const {

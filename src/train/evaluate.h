@@ -2,6 +2,7 @@
 #pragma once
 
 #include "data/loader.h"
+#include "data/pipeline.h"
 #include "models/network.h"
 #include "train/runtime.h"
 
@@ -27,10 +28,11 @@ struct EvalResult {
   nlohmann::ordered_json to_dllogger(const std::string& prefix) const;
 };
 
-// The validation loader: `options` with every sample once, in order, through
-// the eval transform (resize + centre crop) of `pre`.
-std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre, std::int64_t max_pixels,
-                                               data::LoaderOptions options);
+// The validation loader: `options` (batch size, workers, ranks, bad-image
+// policy, pixel limit) with every sample once, in order, through the eval
+// transform (resize + centre crop) of `pre`.
+std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre,
+                                               data::PipelineOptions options);
 
 // Runs one epoch of `loader` (eval transform, no shuffling) in eval mode.
 // `phase` names the progress line (empty: no progress output); print_every as Progress.

@@ -172,10 +172,11 @@ void start_qat(TrainingRun& run) {
                   "calibrated ranges of an untrained network mean nothing; train it first, then QAT for a few epochs");
     }
     const auto ds = data::spread(run.train_data, static_cast<std::size_t>(c.calibration_images));
-    data::LoaderOptions lo;
+    data::PipelineOptions lo;
     lo.batch_size = c.batch_size;
     lo.workers = static_cast<int>(c.workers);
-    const auto loader = make_eval_loader(ds, run.pre, c.max_image_pixels, lo);
+    lo.max_image_pixels = c.max_image_pixels;
+    const auto loader = make_eval_loader(ds, run.pre, lo);
     const auto activations = quant::parse_activations(c.int8_activations, "--int8-activations");
     const auto method = quant::parse_method(c.calibration_method, "--calibration-method");
     auto plan = quant::calibrate(*run.model, *loader, run.rt, run.pre, activations, method, c.int8_reduce_range,
@@ -322,44 +323,39 @@ void make_loaders(TrainingRun& run) {
   // useTwoRes is always false); --teacher-two-res loads at the teacher's size
   // and the step resizes for the student instead.
   run.load_size = c.teacher_two_res ? static_cast<int>(c.teacher_img_size) : run.pre.input_size;
-  data::TransformOptions train_t = data::TransformOptions::train(run.load_size);
-  train_t.crop.scale_min = c.crop_scale_min;
-  train_t.flip = c.flip;
-  const std::string& train_filter = c.train_interpolation.empty() ? run.pre.interpolation : c.train_interpolation;
-  train_t.random_filter = train_filter == "random";
-  if (!train_t.random_filter) train_t.filter = data::parse_filter(train_filter, "--train-interpolation");
-  train_t.augment = c.augment;
-  train_t.augment_fill = data::mean_fill(run.pre.mean);
-  train_t.max_pixels = c.max_image_pixels;
-  data::LoaderOptions lo;
+  data::PipelineOptions lo;
   lo.batch_size = c.batch_size;
   lo.workers = static_cast<int>(c.workers);
   if (lo.workers == 0 && run.worker && run.worker->local_world_size > 1) {
     lo.workers = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / run.worker->local_world_size);
   }
-  lo.shard.rank = run.rank;
-  lo.shard.world_size = run.world;
-  lo.drop_last = true;
-  lo.shard.shuffle = true;
-  lo.shard.seed = static_cast<std::uint64_t>(c.seed);
-  lo.bad_images = data::parse_bad_image_policy(c.bad_images);
+  lo.rank = run.rank;
+  lo.world_size = run.world;
+  lo.seed = static_cast<std::uint64_t>(c.seed);
+  lo.bad_images = c.bad_images;
+  lo.max_image_pixels = c.max_image_pixels;
   lo.prefetch = static_cast<int>(c.prefetch);
   if (!c.evaluate) {
-    data::LoaderOptions tlo = lo;
-    tlo.shard.block = c.batch_size;  // whole micro-batches per rank: see ShardOptions::block
-    tlo.shard.drop_tail = true;
-    tlo.device_decode = use_device_decode(c.data_backend, run.rt);
-    tlo.erasing.prob = c.reprob;
-    tlo.erasing.count = static_cast<int>(c.recount);
-    tlo.erasing.mode = c.remode;
-    run.train_loader =
-        std::make_unique<data::Loader>(run.train_data, std::make_shared<data::Transform>(train_t), tlo);
+    data::PipelineOptions t = lo;
+    t.train = true;
+    t.drop_last = true;
+    t.image_size = run.load_size;
+    t.crop_scale_min = c.crop_scale_min;
+    t.flip = c.flip;
+    t.interpolation = c.train_interpolation.empty() ? run.pre.interpolation : c.train_interpolation;
+    t.augment = c.augment;
+    t.mean = run.pre.mean;
+    t.device_decode = use_device_decode(c.data_backend, run.rt);
+    t.reprob = c.reprob;
+    t.recount = static_cast<int>(c.recount);
+    t.remode = c.remode;
+    run.train_loader = data::make_loader(run.train_data, t);
   }
-  if (run.val_data) run.val_loader = make_eval_loader(run.val_data, run.pre, c.max_image_pixels, lo);
+  if (run.val_data) run.val_loader = make_eval_loader(run.val_data, run.pre, lo);
   if (c.test_teacher && run.val_data) {
     // As GPUNet's loader_teacher_eval: the teacher's own preprocessing at --teacher-img-size.
     run.teacher_pre.input_size = c.teacher_img_size > 0 ? static_cast<int>(c.teacher_img_size) : run.pre.input_size;
-    run.teacher_val_loader = make_eval_loader(run.val_data, run.teacher_pre, c.max_image_pixels, lo);
+    run.teacher_val_loader = make_eval_loader(run.val_data, run.teacher_pre, lo);
   }
 }
 

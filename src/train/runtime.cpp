@@ -13,6 +13,10 @@ namespace convnets::train {
 
 Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
                         int cuda_index) {
+  // The CLI's parser checks these too; a library caller (the Python package) reaches here directly.
+  check_choice("--device", device, {"auto", "cpu", "cuda"});
+  check_choice("--precision", precision, {"fp32", "tf32", "amp", "bf16"});
+  check_choice("--memory-format", memory_format, {"nhwc", "nchw"});
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
   if (device == "cuda" && !cuda) {

@@ -1,0 +1,171 @@
+"""convnets from Python: the C++ toolkit's data loader, checkpoints, inference and export for PyTorch scripts.
+
+The package is a thin front over the same C++ library as the ``convnets``
+command line, linked against the same LibTorch as the ``torch`` it imports, so
+the two give the same answers for the same inputs::
+
+    import convnets
+    loader = convnets.data.Loader("data/train", batch_size=256, device="cuda")
+    for images, labels in loader:          # normalised float batches on the GPU
+        ...
+    model = convnets.load("runs/x/best.safetensors")
+    model.predict(["cat.jpg"], top_k=5)    # what `convnets classify` prints
+    convnets.models()                      # what `convnets models --json` lists
+    convnets.export("runs/x/best.safetensors", "model.onnx", format="onnx")
+
+Errors are Python exceptions carrying the command line's messages:
+FileNotFoundError for a missing path, ValueError for a bad option or file,
+OSError for a failed write, :class:`BadImageError` (an OSError) for an image
+that cannot be decoded, :class:`ImageTooLargeError` for one above the pixel limit.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+# LibTorch's libraries, which the extension links, come from torch's own import.
+import torch
+
+from . import _convnets, data
+from ._convnets import BadImageError, BadImageWarning, ImageTooLargeError
+
+__version__: str = _convnets.__version__
+
+__all__ = ["BadImageError", "BadImageWarning", "ImageTooLargeError", "Model", "__version__", "data", "engine_versions",
+           "export", "load", "models"]
+
+_StrPath = Union[str, "os.PathLike[str]"]
+
+
+def engine_versions() -> str:
+    """The LibTorch, CUDA and cuDNN versions the extension was built with (what ``convnets --version`` prints)."""
+    return _convnets.engine_versions()
+
+
+class Model(_convnets._Model):
+    """A trained network from a ``convnets train`` checkpoint, ready for inference (eval mode, no gradients).
+
+    Call it on a batch to get float32 logits on its device: ``uint8``
+    ``[B, H, W, 3]`` pixels (what :class:`convnets.data.Loader` yields by
+    default; normalised here with the checkpoint's mean and std) or an already
+    normalised float ``[B, 3, H, W]`` batch. ``predict(paths)`` classifies
+    image files through the checkpoint's own evaluation preprocessing, as
+    ``convnets classify --json`` does, and returns the same list.
+
+    Attributes (read-only): ``arch``, ``classes`` (the checkpoint's class
+    names), ``num_classes``, ``preprocessing`` (input_size, crop_ratio, mean,
+    std, interpolation), ``checkpoint``, ``weights`` ("model" or "ema"),
+    ``quantized`` (a QAT checkpoint run as its INT8 network), ``device``,
+    ``precision``.
+
+    Build it with :func:`convnets.load`.
+    """
+
+    def predict(self, paths: Union[_StrPath, Sequence[_StrPath]], top_k: int = 5, *, batch_size: int = 64,
+                max_image_pixels: int = _convnets.default_max_image_pixels) -> List[Dict[str, Any]]:
+        """Top-k classes of image files, as ``convnets classify --json`` reports them.
+
+        Returns one dict per path, in order: ``{"path", "top": [{"class",
+        "index", "probability"}, ...]}`` best first, or ``{"path", "error"}``
+        for a file that could not be read or decoded (the others are still
+        classified, as on the command line).
+        """
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        return super().predict([os.fspath(p) for p in paths], top_k, batch_size, max_image_pixels)
+
+    def __repr__(self) -> str:
+        return (f"<convnets.Model {self.arch} ({self.weights} weights{', INT8' if self.quantized else ''}) "
+                f"from {self.checkpoint}, {self.num_classes} classes, {self.device} {self.precision}>")
+
+
+def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", precision: str = "fp32",
+         memory_format: str = "nhwc", fold_bn: bool = False, float_weights: bool = False,
+         arch: Optional[str] = None, num_classes: Optional[int] = None) -> Model:
+    """The network of a checkpoint, as ``convnets classify`` and ``convnets eval`` load it.
+
+    Args:
+        checkpoint: a ``.safetensors`` checkpoint written by ``convnets train``
+            (or plain weights, with ``arch`` and ``num_classes``).
+        ema: the checkpoint's EMA weights instead of the model's.
+        device: "auto" (CUDA when present), "cpu" or "cuda".
+        precision: "fp32", "tf32", "amp" or "bf16" (the last three need a GPU).
+        memory_format: "nhwc" (channels-last) or "nchw".
+        fold_bn: fold each BatchNorm into the preceding convolution.
+        float_weights: a quantization-aware (QAT) checkpoint runs as its INT8
+            network unless this asks for its float weights (``--float``).
+        arch: the arch of a plain weights file (checked against a checkpoint's).
+        num_classes: the class count of a plain weights file.
+
+    Raises:
+        FileNotFoundError: no such checkpoint.
+        ValueError: not a checkpoint, or an option it cannot meet.
+    """
+    o = _convnets.InferenceOptions()
+    o.ema = ema
+    o.device = device
+    o.precision = precision
+    o.memory_format = memory_format
+    o.fold_bn = fold_bn
+    o.as_float = float_weights
+    o.arch = arch or ""
+    o.num_classes = num_classes
+    return Model(os.fspath(checkpoint), o)
+
+
+def models(num_classes: int = 1000) -> List[Dict[str, Any]]:
+    """Every architecture, as ``convnets models --json`` lists them.
+
+    Each dict has name, description, num_classes, params, gmacs (at its input
+    size), input_size, crop_ratio, mean, std, interpolation and reference.
+    """
+    return _convnets.models(num_classes)
+
+
+def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors", ema: bool = False,
+           arch: Optional[str] = None, dtype: str = "fp32", key_style: str = "reference", fold_bn: bool = False,
+           dynamic_batch: bool = False, batch_size: int = 1, image_size: int = 0, opset: int = 13, int8: bool = False,
+           calibration: Optional[_StrPath] = None, calibration_images: int = 512,
+           calibration_method: Optional[str] = None, int8_activations: Optional[str] = None,
+           int8_reduce_range: bool = False, calibration_batch_size: int = 32, device: str = "cpu", workers: int = 2,
+           max_image_pixels: int = _convnets.default_max_image_pixels) -> str:
+    """Does what ``convnets export`` does; each keyword is its flag (``key_style`` is ``--key-style``).
+
+    ``format="safetensors"`` writes the weights with the reference
+    implementation's names (torchvision's for ResNets, DLE's for GPUNets),
+    which ``torchvision.models.resnet50(num_classes=N).load_state_dict(...)``
+    takes as is. ``format="onnx"`` writes the network as ONNX (opset 13, BN
+    folded with ``fold_bn``, a symbolic batch with ``dynamic_batch``); with
+    ``int8=True`` as a QDQ graph calibrated on ``calibration`` images (or with
+    a QAT checkpoint's own ranges). The file is written atomically. Returns
+    the line the command prints.
+    """
+    o = _convnets.ExportOptions()
+    o.checkpoint = os.fspath(checkpoint)
+    o.output = os.fspath(output)
+    o.format = format
+    o.ema = ema
+    o.arch = arch or ""
+    o.dtype = dtype
+    o.key_style = key_style
+    o.fold_bn = fold_bn
+    o.dynamic_batch = dynamic_batch
+    o.batch_size = batch_size
+    o.image_size = image_size
+    o.opset = opset
+    o.int8 = int8
+    o.calibration = "" if calibration is None else os.fspath(calibration)
+    o.calibration_images = calibration_images
+    o.method_given = calibration_method is not None
+    if calibration_method is not None:
+        o.calibration_method = calibration_method
+    o.activations_given = int8_activations is not None
+    if int8_activations is not None:
+        o.activations = int8_activations
+    o.reduce_range = int8_reduce_range
+    o.calibration_batch = calibration_batch_size
+    o.device = device
+    o.workers = workers
+    o.max_image_pixels = max_image_pixels
+    return _convnets.export(o)
+

@@ -1,0 +1,178 @@
+#include "deploy/export.h"
+
+#include "core/error.h"
+#include "core/json.h"
+#include "data/dataset.h"
+#include "export/onnx_export.h"
+#include "io/safetensors.h"
+#include "io/state_dict.h"
+#include "models/registry.h"
+#include "quant/eager.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cctype>
+#include <map>
+#include <optional>
+
+namespace convnets::deploy {
+namespace {
+
+// The INT8 ranges: a QAT checkpoint's own, or calibrated on --calibration
+// images through the checkpoint's eval preprocessing.
+quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::Checkpoint& ckpt, const Preprocessing& pre,
+                      const std::function<void(const std::string&)>& say) {
+  if (ckpt.meta.contains("quantization")) {
+    if (!a.calibration.empty()) {
+      throw Error("--calibration: " + a.checkpoint + " was trained with --qat and carries its ranges; "
+                  "calibrating again would discard what QAT learned with them",
+                  "export it without --calibration");
+    }
+    auto plan = quant::plan_from_json(ckpt.meta.at("quantization"), a.checkpoint);
+    if (a.method_given || (a.reduce_range && !plan.reduce_range) ||
+        (a.activations_given && quant::parse_activations(a.activations, "--int8-activations") != plan.activations)) {
+      throw Error("--calibration-method/--int8-activations/--int8-reduce-range: " + a.checkpoint +
+                  " was trained with --qat with " + quant::to_string(plan.activations) + " activations" +
+                  (plan.reduce_range ? ", 7-bit weights" : "") + ", calibrated by " + quant::to_string(plan.method),
+                  "export it without those flags: its graph is the one it was trained as");
+    }
+    return plan;
+  }
+  if (a.calibration.empty()) {
+    throw Error("--int8 needs calibration images: add --calibration DATA (a few hundred training images; "
+                "a folder, list file or IDX folder as for train)");
+  }
+  const auto activations = quant::parse_activations(a.activations, "--int8-activations");
+  const auto method = quant::parse_method(a.calibration_method, "--calibration-method");
+  const auto rt = train::resolve_runtime(a.device, "fp32", "nchw");
+  train::prepare_model(model, rt);
+  const auto ds = data::spread(data::open_dataset(a.calibration, "train"), static_cast<std::size_t>(a.calibration_images));
+  data::PipelineOptions lo;
+  lo.batch_size = a.calibration_batch;
+  lo.workers = a.workers;
+  lo.max_image_pixels = a.max_image_pixels;
+  const auto loader = train::make_eval_loader(ds, pre, lo);
+  if (say) {
+    say("export: calibrating on " + ds->description() + " (" + quant::to_string(method) + ", " +
+        quant::to_string(activations) + " activations)");
+  }
+  auto plan = quant::calibrate(model, *loader, rt, pre, activations, method, a.reduce_range, "calibration");
+  model.to(torch::kCPU);
+  return plan;
+}
+
+// The classifier's width in a plain weights file: its last parameter (every
+// arch registers the classifier last) read from the file.
+std::int64_t classes_in_file(const ArchInfo& arch, const train::Checkpoint& ckpt) {
+  auto probe = build_model(arch, {});
+  const auto key = probe->named_parameters().keys().back();
+  for (const auto& [name, t] : ckpt.file.tensors) {
+    if ((arch.import_key ? arch.import_key(name) : name) == key) return t.size(0);
+  }
+  throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
+}
+
+// What the file's weights are named after. torchvision and DLE's GPUNet are
+// our own names; DLE's ResNets keep the four stages in `layers.{s}`.
+std::string export_key(const std::string& key, const std::string& style) {
+  if (style != "dle") return key;
+  if (key.rfind("layer", 0) == 0 && key.size() > 6 && std::isdigit(static_cast<unsigned char>(key[5])) &&
+      key[6] == '.') {
+    return "layers." + std::to_string(key[5] - '1') + key.substr(6);
+  }
+  return key;
+}
+
+}  // namespace
+
+std::string export_checkpoint(const ExportOptions& a, const std::function<void(const std::string&)>& say) {
+  // The CLI checks these as it parses; a library caller reaches here directly.
+  check_choice("--format", a.format, {"onnx", "safetensors"});
+  check_choice("--key-style", a.key_style, {"reference", "dle"});
+  check_choice("--dtype", a.dtype, {"fp32", "fp16"});
+  check_choice("--calibration-method", a.calibration_method, {"minmax", "percentile", "entropy"});
+  check_choice("--int8-activations", a.activations, {"uint8", "int8"});
+  if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
+  if (a.image_size < 0) throw Error("--image-size must be 0 (the checkpoint's) or positive, got " + std::to_string(a.image_size));
+  if (a.calibration_images < 1) throw Error("--calibration-images must be at least 1, got " + std::to_string(a.calibration_images));
+  if (a.calibration_batch < 1) throw Error("--calibration-batch-size must be at least 1, got " + std::to_string(a.calibration_batch));
+  if (a.output.empty()) throw Error("-o/--output: no file to write");
+  const auto ckpt = train::load_checkpoint(a.checkpoint);
+  const bool trained = ckpt.is_training_checkpoint();
+  if (!trained && a.arch.empty()) {
+    throw Error("--checkpoint " + a.checkpoint + " is a plain weights file; name its --arch");
+  }
+  const auto& arch = trained ? architecture_of_checkpoint(ckpt.meta, a.checkpoint) : find_architecture(a.arch);
+  if (trained && !a.arch.empty() && !same_architecture(find_architecture(a.arch), ckpt.meta)) {
+    throw Error("--arch " + a.arch + " disagrees with --checkpoint " + a.checkpoint + ", a " +
+                ckpt.meta.at("arch").get<std::string>());
+  }
+  if (a.ema && !trained) throw Error("--ema: " + a.checkpoint + " is a plain weights file with no EMA");
+  // Through the model, so that what is written is exactly what loads: every
+  // tensor present, shapes checked, the arch's order.
+  ModelOptions mo;
+  mo.num_classes = trained ? ckpt.meta.at("num_classes").get<std::int64_t>() : classes_in_file(arch, ckpt);
+  auto model = build_model(arch, mo);
+  train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
+  const Preprocessing pre = trained ? preprocessing_from_json(ckpt.meta.at("preprocessing")) : arch.preprocessing;
+  std::map<std::string, std::string> meta{
+      {"arch", arch.name},
+      {"num_classes", std::to_string(mo.num_classes)},
+      {"weights", a.ema ? "ema" : "model"},
+      {"preprocessing", dump_json(to_json(pre))},
+  };
+  if (trained && ckpt.meta.contains("class_names")) meta["class_names"] = dump_json(ckpt.meta.at("class_names"));
+  if (arch.from_file) meta["arch_definition"] = to_json(*arch.gpunet).dump();
+
+  if (a.format == "onnx") {
+    if (a.key_style != "reference") throw Error("--key-style applies to --format safetensors");
+    std::optional<quant::Plan> plan;
+    if (a.int8) {
+      plan = int8_plan(a, *model, ckpt, pre, say);
+      meta["quantization"] = dump_json(quant::to_json(*plan));
+    } else if (!a.calibration.empty()) {
+      throw Error("--calibration applies to --int8");
+    }
+    OnnxOptions o;
+    o.int8 = plan ? &*plan : nullptr;
+    o.image_size = a.image_size > 0 ? a.image_size : pre.input_size;
+    o.num_classes = mo.num_classes;
+    o.batch = a.batch_size;
+    o.dynamic_batch = a.dynamic_batch;
+    o.fold_bn = a.fold_bn;
+    o.fp16 = a.dtype == "fp16";
+    o.opset = a.opset;
+    o.metadata = meta;
+    const auto nodes = export_onnx(*model, o, a.output);
+    return "export: " + arch.name + " -> " + a.output + " (ONNX opset " + std::to_string(a.opset) + ", " +
+           std::to_string(nodes) + " nodes, input " +
+           (a.dynamic_batch ? std::string("batch") : std::to_string(a.batch_size)) + "x3x" +
+           std::to_string(o.image_size) + "x" + std::to_string(o.image_size) + ", " +
+           (plan ? "INT8 QDQ, " + quant::to_string(plan->activations) + " activations, " +
+                       std::to_string(plan->points.size()) + " quantized tensors, BN folded"
+                 : a.dtype + (a.fold_bn ? ", BN folded" : "")) +
+           ")";
+  }
+  if (a.int8) throw Error("--int8 applies to --format onnx");
+  if (a.fold_bn || a.dynamic_batch) throw Error("--fold-bn and --dynamic-batch apply to --format onnx");
+  if (a.key_style == "dle" && !arch.import_key) {
+    throw Error("--key-style dle: " + arch.name + " has no DLE naming (DLE's ResNets do; GPUNets already use DLE's names)");
+  }
+  NamedTensors out;
+  for (const auto& [key, t] : state_dict(*model)) {
+    auto v = t.contiguous();  // channels-last is a layout; the file holds NCHW
+    if (a.dtype == "fp16" && v.is_floating_point()) v = v.to(torch::kHalf);
+    out.emplace_back(export_key(key, a.key_style), v);
+  }
+  meta["format"] = "pt";
+  meta["key_style"] = a.key_style == "dle" ? "dle" : arch.key_names;
+  save_safetensors(a.output, out, meta);
+  return "export: " + arch.name + " (" + (a.ema ? "EMA" : "model") + " weights, " + std::to_string(out.size()) +
+         " tensors, " + a.dtype + ", " + meta["key_style"] + " names) -> " + a.output;
+}
+
+
+}  // namespace convnets::deploy

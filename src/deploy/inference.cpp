@@ -1,0 +1,167 @@
+#include "deploy/inference.h"
+
+#include "core/autocast.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/transforms.h"
+#include "models/graph.h"
+#include "quant/eager.h"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace convnets::deploy {
+
+InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOptions& o) : path_(checkpoint), options_(o) {
+  const auto ckpt = train::load_checkpoint(checkpoint);
+  trained_ = ckpt.is_training_checkpoint();
+  if (trained_) {
+    // A GPUNet trained from a user's JSON file rebuilds from the layer list the checkpoint carries.
+    arch_ = &architecture_of_checkpoint(ckpt.meta, checkpoint);
+    if (!o.arch.empty() && !same_architecture(find_architecture(o.arch), ckpt.meta)) {
+      throw Error("--arch " + o.arch + " disagrees with --checkpoint " + checkpoint + ", a " +
+                  ckpt.meta.at("arch").get<std::string>());
+    }
+    num_classes_ = ckpt.meta.at("num_classes").get<std::int64_t>();
+    pre_ = preprocessing_from_json(ckpt.meta.at("preprocessing"));
+    names_ = ckpt.meta.value("class_names", std::vector<std::string>{});
+  } else {
+    if (!o.num_classes) {
+      throw Error("--checkpoint " + checkpoint + " is a plain weights file without class names or preprocessing",
+                  "classify needs a checkpoint written by `convnets train`");
+    }
+    if (o.arch.empty()) throw Error("--checkpoint " + checkpoint + " is a plain weights file; name its --arch");
+    if (o.ema) throw Error("--ema: " + checkpoint + " is a plain weights file with no EMA");
+    arch_ = &find_architecture(o.arch);
+    num_classes_ = *o.num_classes;
+    pre_ = arch_->preprocessing;
+  }
+  named_ = names_.size() == static_cast<std::size_t>(num_classes_);
+  if (!named_) {
+    names_.clear();
+    for (std::int64_t i = 0; i < num_classes_; ++i) names_.push_back(std::to_string(i));
+  }
+  rt_ = train::resolve_runtime(o.device, o.precision, o.memory_format);
+  ModelOptions mo;
+  mo.num_classes = num_classes_;
+  model_ = build_model(*arch_, mo);
+  train::load_weights(*model_, ckpt, o.ema ? "ema." : "model.", arch_->import_key);
+  train::prepare_model(*model_, rt_);
+  quantized_ = ckpt.meta.contains("quantization") && !o.as_float;
+  if (quantized_) {
+    if (o.fold_bn) {
+      throw Error("--fold-bn: " + checkpoint + " is quantization-aware; its quantized network folds its BatchNorms "
+                  "already", "drop --fold-bn, or add --float to use the float weights folded");
+    }
+    model_ = std::make_shared<quant::FakeQuantNetworkImpl>(
+        model_, std::make_shared<quant::Plan>(quant::plan_from_json(ckpt.meta.at("quantization"), checkpoint)));
+  }
+  model_->eval();
+  if (o.fold_bn) fold_batchnorm(*model_);
+}
+
+at::Tensor InferenceModel::logits(const at::Tensor& batch) const {
+  at::Tensor input;
+  if (batch.scalar_type() == at::kByte) {
+    input = train::network_input(batch, pre_, rt_);  // checks the [B, H, W, 1|3] shape
+  } else {
+    if (batch.dim() != 4 || batch.size(1) != 3 || !batch.is_floating_point()) {
+      throw Error("expected a batch of uint8 [B, H, W, 3] pixels or normalised float [B, 3, H, W] images, got " +
+                  std::string(c10::toString(batch.scalar_type())) + " of shape " + c10::str(batch.sizes()));
+    }
+    const auto format = rt_.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    input = batch.to(rt_.device, rt_.autocast, /*non_blocking=*/false, /*copy=*/false, format);
+  }
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast(rt_.device, rt_.autocast);
+  return model_->forward(input).to(at::kFloat);
+}
+
+std::vector<Prediction> InferenceModel::classify(const std::vector<std::string>& paths, std::int64_t top_k,
+                                                 std::int64_t batch_size, std::int64_t max_image_pixels) const {
+  if (batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(batch_size));
+  if (top_k < 1) throw Error("--top-k must be at least 1, got " + std::to_string(top_k));
+  auto topts = data::TransformOptions::eval(pre_.input_size, pre_.crop_ratio,
+                                            data::parse_filter(pre_.interpolation, "interpolation"));
+  topts.max_pixels = max_image_pixels;
+  const data::Transform transform(topts);
+  const std::int64_t k = std::min<std::int64_t>(top_k, num_classes_);
+  const std::int64_t side = pre_.input_size, pixels = side * side * 3;
+
+  std::vector<Prediction> results(paths.size());
+  for (std::size_t begin = 0; begin < paths.size(); begin += static_cast<std::size_t>(batch_size)) {
+    const std::size_t end = std::min(paths.size(), begin + static_cast<std::size_t>(batch_size));
+    auto batch = torch::empty({static_cast<std::int64_t>(end - begin), side, side, 3}, torch::kByte);
+    // Decoding dominates a CPU run; the model's own threads wait for it anyway.
+    at::parallel_for(static_cast<std::int64_t>(begin), static_cast<std::int64_t>(end), 1,
+                     [&](std::int64_t lo, std::int64_t hi) {
+                       data::Workspace ws;
+                       data::Rng rng(0);  // eval transforms draw nothing
+                       for (std::int64_t i = lo; i < hi; ++i) {
+                         auto& r = results[static_cast<std::size_t>(i)];
+                         r.path = paths[static_cast<std::size_t>(i)];
+                         data::SampleData s;
+                         s.name = r.path;
+                         try {
+                           // The loader's reader: a FIFO or a folder is named, not waited on.
+                           data::read_image_file(r.path, s.bytes);
+                           transform.apply(s, rng, ws,
+                                           batch.data_ptr<std::uint8_t>() + (i - static_cast<std::int64_t>(begin)) * pixels,
+                                           nullptr);
+                         } catch (const std::bad_alloc&) {
+                           r.error = r.path + ": out of memory while decoding it (std::bad_alloc)";
+                         } catch (const std::exception& e) {
+                           r.error = e.what();
+                         }
+                       }
+                     });
+    std::vector<std::int64_t> ok;
+    for (std::size_t i = begin; i < end; ++i) {
+      if (results[i].error.empty()) ok.push_back(static_cast<std::int64_t>(i - begin));
+    }
+    if (ok.empty()) continue;
+    const auto good = batch.index_select(0, torch::tensor(ok, torch::kLong));
+    const auto out = logits(good).cpu();
+    const auto [probs, indices] = torch::softmax(out, 1).topk(k, 1);
+    for (std::size_t j = 0; j < ok.size(); ++j) {
+      auto& r = results[begin + static_cast<std::size_t>(ok[j])];
+      for (std::int64_t c = 0; c < k; ++c) {
+        r.top.emplace_back(indices[static_cast<std::int64_t>(j)][c].item<std::int64_t>(),
+                           probs[static_cast<std::int64_t>(j)][c].item<double>());
+      }
+    }
+  }
+  return results;
+}
+
+nlohmann::ordered_json InferenceModel::to_json(const std::vector<Prediction>& predictions) const {
+  auto list = nlohmann::ordered_json::array();
+  std::size_t failed = 0;
+  for (const auto& r : predictions) {
+    nlohmann::ordered_json j{{"path", r.path}};
+    if (!r.error.empty()) {
+      j["error"] = r.error;
+      ++failed;
+    } else {
+      auto top = nlohmann::ordered_json::array();
+      for (const auto& [index, p] : r.top) {
+        top.push_back({{"class", names_[static_cast<std::size_t>(index)]}, {"index", index}, {"probability", p}});
+      }
+      j["top"] = std::move(top);
+    }
+    list.push_back(std::move(j));
+  }
+  return {{"checkpoint", path_},
+          {"arch", arch_->name},
+          {"weights", options_.ema ? "ema" : "model"},
+          {"quantized", quantized_},
+          {"preprocessing", convnets::to_json(pre_)},
+          {"images", predictions.size()},
+          {"failed", failed},
+          {"results", std::move(list)}};
+}
+
+}  // namespace convnets::deploy

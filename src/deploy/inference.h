@@ -1,0 +1,86 @@
+// A trained network ready for inference: a checkpoint's weights on a device with its preprocessing and class names, and the classification of image files that `classify`, `eval` and the Python package share.
+#pragma once
+
+#include "models/network.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/runtime.h"
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace convnets::deploy {
+
+struct InferenceOptions {
+  bool ema = false;  // the checkpoint's EMA weights
+  std::string device = "auto", precision = "fp32", memory_format = "nhwc";
+  bool fold_bn = false;
+  // A QAT checkpoint runs as the INT8 network it exports to (fake-quantized
+  // with its ranges, as its validation did) unless `as_float` asks for its
+  // float weights.
+  bool as_float = false;
+  // A plain weights file needs its arch; for a training checkpoint a given
+  // arch must agree with the one it records.
+  std::string arch;
+  // A plain weights file's classifier width (required for one); a training
+  // checkpoint records its own.
+  std::optional<std::int64_t> num_classes;
+};
+
+// One file's top-k, or why it could not be classified.
+struct Prediction {
+  std::string path;
+  std::string error;                                  // empty: classified
+  std::vector<std::pair<std::int64_t, double>> top;  // class index, probability (softmax), best first
+};
+
+class InferenceModel {
+ public:
+  // Throws Error naming the file for anything unreadable, a disagreeing
+  // arch or class count, or a precision the device lacks.
+  InferenceModel(const std::string& checkpoint, const InferenceOptions& options);
+
+  const std::string& checkpoint() const { return path_; }
+  const ArchInfo& arch() const { return *arch_; }
+  const Preprocessing& preprocessing() const { return pre_; }
+  // The checkpoint's class names; "0", "1", ... when it has none.
+  const std::vector<std::string>& class_names() const { return names_; }
+  bool has_class_names() const { return named_; }
+  std::int64_t num_classes() const { return num_classes_; }
+  bool quantized() const { return quantized_; }
+  bool trained() const { return trained_; }
+  const train::Runtime& runtime() const { return rt_; }
+  NetworkImpl& network() const { return *model_; }
+  const InferenceOptions& options() const { return options_; }
+
+  // Logits (float32, on the model's device) of a batch: uint8 [B, H, W, 1|3]
+  // pixels as the loader yields them (normalised with the checkpoint's mean
+  // and std), or a float [B, 3, H, W] batch already normalised.
+  at::Tensor logits(const at::Tensor& batch) const;
+
+  // The top_k classes of each file through the checkpoint's eval
+  // preprocessing; a file that cannot be read or decoded gets its error and
+  // the others are still classified.
+  std::vector<Prediction> classify(const std::vector<std::string>& paths, std::int64_t top_k, std::int64_t batch_size,
+                                   std::int64_t max_image_pixels) const;
+  // `convnets classify --json`'s document for these predictions.
+  nlohmann::ordered_json to_json(const std::vector<Prediction>& predictions) const;
+
+ private:
+  std::string path_;
+  InferenceOptions options_;
+  const ArchInfo* arch_ = nullptr;
+  Preprocessing pre_;
+  std::vector<std::string> names_;
+  std::int64_t num_classes_ = 0;
+  bool quantized_ = false, trained_ = false, named_ = false;
+  train::Runtime rt_;
+  Network model_;
+};
+
+}  // namespace convnets::deploy

@@ -1,0 +1,497 @@
+"""The Python package `convnets` (issue 34) against the command line it fronts.
+
+The loader yields exactly the batches `convnets bench data --save-batches` writes for the same options, seed
+and epoch (folder, augmentation, evaluation, IDX, ranks); `convnets.load(...).predict` equals `convnets
+classify --json`, the loader + model loop gives `convnets eval`'s top-1, `models()` and `export()` equal their
+commands. Python behaviour: exceptions of the matching type naming the file or argument, KeyboardInterrupt
+during iteration, threads and memory freed, the GIL released, help() text, and `pip install` into a second
+virtual environment.
+"""
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import unittest
+import warnings
+
+import numpy as np
+import torch
+from PIL import Image
+
+BUILD_PYTHON = os.environ["CONVNETS_PYTHONPATH"]  # this build's staged package, not an installed one
+sys.path.insert(0, BUILD_PYTHON)
+import convnets  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_hostile_input import png_bomb  # noqa: E402
+
+BIN = os.environ["CONVNETS_BIN"]
+SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
+IMAGENET_LIKE = os.environ["CONVNETS_IMAGENET_LIKE"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def cli(*args, timeout=600, check=True):
+    r = subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, f"convnets {' '.join(args)}: {r.stdout}{r.stderr}"
+    return r
+
+
+def read_saved(path):
+    """The safetensors file `bench data --save-batches` wrote, as {key: tensor} (torch reads the format itself)."""
+    sys.path.insert(0, os.path.join(SOURCE, "tools"))
+    import pth2safetensors
+    return pth2safetensors.read_safetensors(path)[0]
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+class SameBatchesAsTheCli(unittest.TestCase):
+    """For the same options, seed and epoch, Python's batches are the CLI loader's, bit for bit."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="convnets-py-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def compare(self, source, cli_args, **kwargs):
+        out = os.path.join(self.tmp, "batches.safetensors")
+        cli("bench", "data", source, "--save-batches", out, "--json", *cli_args)
+        saved = read_saved(out)
+        keys = sorted({k.split(".", 1)[1] for k in saved if k.startswith("images.")},
+                      key=lambda k: tuple(map(int, k.split("."))))
+        self.assertGreater(len(keys), 2)
+        epochs = sorted({int(k.split(".")[0]) for k in keys})
+        loader = convnets.data.Loader(source, **kwargs)
+        seen = 0
+        for epoch in epochs:
+            loader.set_epoch(epoch)
+            for number, (images, labels) in enumerate(loader):
+                key = f"{epoch}.{number}"
+                if "images." + key not in saved:
+                    break
+                self.assertTrue(torch.equal(images, saved["images." + key]), key)
+                self.assertTrue(torch.equal(labels, saved["labels." + key]), key)
+                seen += 1
+        self.assertEqual(seen, len(keys))
+        return loader
+
+    def test_training_folder_with_randaugment_and_random_interpolation(self):
+        self.compare(IMAGENET_LIKE, ["--train", "--seed", "7", "--batch-size", "16", "--images", "400", "--workers", "1",
+                                     "--augment", "rand-m9-mstd0.5", "--interpolation", "random", "--image-size", "96"],
+                     train=True, seed=7, batch_size=16, workers=2, augment="rand-m9-mstd0.5",
+                     interpolation="random", image_size=96, drop_last=False)
+
+    def test_evaluation_folder_bicubic(self):
+        loader = self.compare(IMAGENET_LIKE, ["--eval", "--batch-size", "16", "--images", "60", "--workers", "2",
+                                              "--interpolation", "bicubic", "--image-size", "128"],
+                              train=False, batch_size=16, workers=1, interpolation="bicubic", image_size=128)
+        self.assertEqual(loader.classes, sorted(os.listdir(os.path.join(IMAGENET_LIKE, "val"))))
+
+    @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed")
+    def test_idx_training_shard_of_rank_1_of_2(self):
+        loader = self.compare(FASHION, ["--train", "--seed", "3", "--batch-size", "64", "--images", "512", "--workers", "1",
+                                        "--image-size", "28", "--drop-last", "--rank", "1", "--world-size", "2"],
+                              train=True, seed=3, batch_size=64, workers=1, image_size=28, rank=1, world_size=2)
+        self.assertEqual(loader.classes, [str(i) for i in range(10)])
+        self.assertEqual(loader.channels, 1)
+        self.assertEqual(len(loader), 60000 // 64 // 2)
+
+    def test_erasing_boxes_are_filled_where_the_cli_drew_them(self):
+        out = os.path.join(self.tmp, "erase.safetensors")
+        cli("bench", "data", IMAGENET_LIKE, "--save-batches", out, "--json", "--train", "--seed", "5", "--batch-size",
+            "8", "--images", "16", "--workers", "1", "--image-size", "64", "--reprob", "0.9")
+        saved = read_saved(out)
+        loader = convnets.data.Loader(IMAGENET_LIKE, seed=5, batch_size=8, workers=1, image_size=64, reprob=0.9,
+                                      remode="const", normalize=True, drop_last=False)
+        images, labels = next(iter(loader))
+        mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+        std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+        expected = (saved["images.0.0"].permute(0, 3, 1, 2).float() / 255 - mean) / std
+        boxes = saved["erase.0.0"]
+        mask = torch.zeros(8, 1, 64, 64, dtype=torch.bool)
+        for b in range(8):
+            top, left, h, w = boxes[b, 0].tolist()
+            mask[b, 0, top:top + h, left:left + w] = True
+        self.assertGreater(int(mask.sum()), 0)
+        self.assertTrue(torch.equal(images[mask.expand_as(images)], torch.zeros(int(mask.sum()) * 3)))
+        torch.testing.assert_close(images[~mask.expand_as(images)], expected[~mask.expand_as(expected)],
+                                   rtol=0, atol=1e-5)
+        self.assertTrue(torch.equal(labels, saved["labels.0.0"]))
+
+
+class LoaderBehaviour(unittest.TestCase):
+    def test_ranks_interleave_into_the_single_process_order(self):
+        kw = dict(train=True, seed=11, batch_size=8, workers=1, image_size=32)
+        one = [y for _, y in convnets.data.Loader(IMAGENET_LIKE, rank=0, world_size=1, **kw)]
+        r0 = [y for _, y in convnets.data.Loader(IMAGENET_LIKE, rank=0, world_size=2, **kw)]
+        r1 = [y for _, y in convnets.data.Loader(IMAGENET_LIKE, rank=1, world_size=2, **kw)]
+        self.assertEqual(len(r0), len(r1))
+        for k in range(len(r0)):
+            self.assertTrue(torch.equal(r0[k], one[2 * k]))
+            self.assertTrue(torch.equal(r1[k], one[2 * k + 1]))
+
+    def test_epochs_length_classes_and_stats(self):
+        loader = convnets.data.Loader(IMAGENET_LIKE, batch_size=64, workers=2, image_size=32, seed=1)
+        n = sum(len(os.listdir(os.path.join(IMAGENET_LIKE, "train", c)))
+                for c in os.listdir(os.path.join(IMAGENET_LIKE, "train")))
+        self.assertEqual(len(loader), n // 64)  # training drops the last partial batch by default
+        self.assertEqual(len(convnets.data.Loader(IMAGENET_LIKE, batch_size=64, train=False, image_size=32)),
+                         -(-len([1 for c in os.listdir(os.path.join(IMAGENET_LIKE, "val"))
+                                 for _ in os.listdir(os.path.join(IMAGENET_LIKE, "val", c))]) // 64))
+        first = [y for _, y in loader]
+        self.assertEqual(loader.epoch, 0)
+        second = [y for _, y in loader]  # the next pass is the next epoch
+        self.assertEqual(loader.epoch, 1)
+        self.assertFalse(all(torch.equal(a, b) for a, b in zip(first, second)))
+        loader.set_epoch(0)
+        again = [y for _, y in loader]
+        self.assertTrue(all(torch.equal(a, b) for a, b in zip(first, again)))
+        stats = loader.stats
+        self.assertEqual((stats["epoch"], stats["images"], stats["bad_images"]), (0, len(loader) * 64, 0))
+        self.assertGreater(stats["decode_s"], 0)
+        self.assertEqual(len(first), len(loader))
+        self.assertIn("batches per epoch", repr(loader))
+        with self.assertRaisesRegex(ValueError, "set_epoch"):
+            loader.set_epoch(-1)
+
+    def test_normalised_output_in_the_dtype_and_layout_asked(self):
+        raw = convnets.data.Loader(IMAGENET_LIKE, train=False, batch_size=4, image_size=48)
+        x, _ = next(iter(raw))
+        self.assertEqual((x.dtype, tuple(x.shape)), (torch.uint8, (4, 48, 48, 3)))
+        self.assertEqual(x.is_pinned(), torch.cuda.is_available())
+        mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+        for dtype, fmt in [(torch.float32, torch.channels_last), (torch.bfloat16, torch.contiguous_format)]:
+            norm = convnets.data.Loader(IMAGENET_LIKE, train=False, batch_size=4, image_size=48, normalize=True,
+                                        dtype=dtype, memory_format=fmt, mean=mean, std=std)
+            y, _ = next(iter(norm))
+            self.assertEqual((y.dtype, tuple(y.shape)), (dtype, (4, 3, 48, 48)))
+            self.assertTrue(y.is_contiguous(memory_format=fmt))
+            ref = (x.permute(0, 3, 1, 2).float() / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+            torch.testing.assert_close(y.float(), ref.to(dtype).float(), rtol=0, atol=1e-5 if dtype == torch.float32 else 0.02)
+
+    def test_a_bad_file_is_skipped_with_a_warning_and_listed(self):
+        tmp = tempfile.mkdtemp(prefix="convnets-py-bad-")
+        try:
+            for c in ("a", "b"):
+                os.makedirs(os.path.join(tmp, c))
+                for i in range(4):
+                    Image.new("RGB", (40, 30), (60 * i, 20, 200)).save(os.path.join(tmp, c, f"{i}.jpg"))
+            broken = os.path.join(tmp, "a", "1.jpg")
+            with open(broken, "r+b") as f:
+                f.truncate(100)
+            bomb = os.path.join(tmp, "b", "bomb.png")
+            png_bomb(bomb)
+            loader = convnets.data.Loader(tmp, batch_size=3, workers=1, image_size=16, train=False)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                batches = list(loader)
+            self.assertEqual(sum(len(y) for _, y in batches), 9)
+            messages = [str(w.message) for w in caught if issubclass(w.category, convnets.BadImageWarning)]
+            self.assertEqual(len(messages), 2, messages)
+            self.assertTrue(any(broken in m for m in messages), messages)
+            self.assertTrue(any(bomb in m and "exceeds the limit" in m for m in messages), messages)
+            self.assertEqual(sorted(loader.bad_files), sorted([broken, bomb]))
+            self.assertEqual(loader.stats["bad_images"], 2)
+
+            # bad_images="fail": the matching exception, naming the file; the interpreter goes on.
+            strict = convnets.data.Loader(tmp, batch_size=3, workers=1, image_size=16, train=False,
+                                          bad_images="fail")
+            with self.assertRaises(convnets.BadImageError) as e:
+                list(strict)
+            self.assertIsInstance(e.exception, OSError)
+            self.assertNotIsInstance(e.exception, convnets.ImageTooLargeError)
+            self.assertIn(broken, str(e.exception))
+            os.remove(broken)
+            with self.assertRaises(convnets.ImageTooLargeError) as e:
+                list(convnets.data.Loader(tmp, batch_size=3, workers=1, image_size=16, train=False, bad_images="fail"))
+            self.assertIn(bomb, str(e.exception))
+            self.assertIn("100000x100000", str(e.exception))
+            # Without the limit the header passes and the missing data is what fails.
+            with self.assertRaises(convnets.BadImageError) as e:
+                list(convnets.data.Loader(tmp, batch_size=3, workers=1, image_size=16, train=False,
+                                          bad_images="fail", max_image_pixels=0))
+            self.assertIn(bomb, str(e.exception))
+            # Other loaders still work.
+            self.assertEqual(len(list(convnets.data.Loader(IMAGENET_LIKE, batch_size=8, image_size=16))), 320 // 8)
+        finally:
+            shutil.rmtree(tmp)
+
+    def test_bad_arguments_raise_the_matching_exception_naming_them(self):
+        missing = os.path.join(tempfile.gettempdir(), "convnets-no-such-folder")
+        with self.assertRaises(FileNotFoundError) as e:
+            convnets.data.Loader(missing)
+        self.assertIn(missing, str(e.exception))
+        cases = [(dict(batch_size=-3), "batch_size must be at least 1, got -3"),
+                 (dict(image_size=0), "image_size"),
+                 (dict(workers=-1), "workers"),
+                 (dict(rank=2, world_size=2), "rank must be in 0..1, got 2"),
+                 (dict(interpolation="lanczos"), "interpolation 'lanczos'"),
+                 (dict(train=False, interpolation="random"), "interpolation 'random'"),
+                 (dict(bad_images="ignore"), "bad_images 'ignore'"),
+                 (dict(augment="rand-x9"), "rand-x9"),
+                 (dict(reprob=0.5), "reprob"),
+                 (dict(reprob=1.5, normalize=True), "reprob must be in [0, 1]"),
+                 (dict(max_image_pixels=-1), "max_image_pixels"),
+                 (dict(device="tpu"), "device 'tpu'"),
+                 (dict(split="test"), "split 'test'")]
+        for kwargs, text in cases:
+            with self.subTest(kwargs=kwargs):
+                with self.assertRaises(ValueError) as e:
+                    convnets.data.Loader(IMAGENET_LIKE, **kwargs)
+                self.assertIn(text, str(e.exception))
+        with self.assertRaises(TypeError):
+            convnets.data.Loader(IMAGENET_LIKE, batch_size="64")
+        with self.assertRaises(TypeError):
+            convnets.data.Loader(IMAGENET_LIKE, dtype="float16")
+        with self.assertRaises(TypeError):
+            convnets.data.Loader(IMAGENET_LIKE, 64)  # keyword-only, as the CLI's flags are named
+        with self.assertRaises(ValueError):
+            one_class = os.path.join(IMAGENET_LIKE, "train", sorted(os.listdir(os.path.join(IMAGENET_LIKE, "train")))[0])
+            convnets.data.Loader(one_class)  # images, but no class folders
+        loader = convnets.data.Loader(IMAGENET_LIKE, batch_size=8, image_size=16)
+        loader.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            iter(loader)
+
+    def test_threads_and_memory_are_freed_when_loaders_are_dropped(self):
+        gc.collect()
+        before = threads()
+        sizes = []
+        for epoch in range(20):
+            loader = convnets.data.Loader(IMAGENET_LIKE, batch_size=32, workers=2, image_size=64, seed=epoch)
+            self.assertEqual(threads(), before + 2)
+            for k, (x, y) in enumerate(loader):
+                if k == 2:
+                    break  # in the middle of an epoch, with batches in flight
+            del loader, x, y
+            self.assertEqual(threads(), before)
+            sizes.append(rss_mib())
+        # The first epochs settle the allocator's pools; after that nothing accumulates.
+        self.assertLess(sizes[-1] - sizes[4], 16, sizes)
+        with convnets.data.Loader(IMAGENET_LIKE, batch_size=8, workers=2, image_size=16) as loader:
+            next(iter(loader))
+        self.assertTrue(loader.closed)
+        self.assertEqual(threads(), before)
+
+    def test_the_gil_is_released_while_workers_decode(self):
+        loader = convnets.data.Loader(IMAGENET_LIKE, batch_size=64, workers=1, image_size=224, seed=2)
+        count, stop = [0], threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                count[0] += 1
+
+        t = threading.Thread(target=spin)
+        t.start()
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        elapsed = time.perf_counter() - start
+        stop.set()
+        t.join()
+        # A Python thread that never got the GIL while the main thread waited would count almost nothing;
+        # one that had it for the waits counts millions of times per second of them.
+        self.assertGreater(count[0], 100_000 * elapsed, (count[0], elapsed))
+
+    def test_keyboard_interrupt_stops_the_workers_and_the_interpreter_goes_on(self):
+        script = textwrap.dedent(f"""
+            import os, signal, sys, threading, time
+            sys.path.insert(0, {BUILD_PYTHON!r})
+            import convnets
+            # Batches of 256 images at 1024 px take seconds each on one worker.
+            loader = convnets.data.Loader({IMAGENET_LIKE!r}, batch_size=256, workers=1, image_size=1024)
+            threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            start = time.perf_counter()
+            try:
+                for batch in loader:
+                    print("a batch arrived first", flush=True)
+            except KeyboardInterrupt:
+                waited = time.perf_counter() - start
+                cpu0 = time.process_time()
+                time.sleep(1.0)
+                idle_cpu = time.process_time() - cpu0
+                print(f"interrupted after {{waited:.2f}} s; cpu while idle {{idle_cpu:.3f}} s", flush=True)
+            ok = convnets.data.Loader({IMAGENET_LIKE!r}, batch_size=16, workers=1, image_size=32)
+            print("next loader", len(list(ok)), "batches", flush=True)
+            loader.close()
+            print("done", flush=True)
+        """)
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("a batch arrived first", r.stdout)
+        line = [l for l in r.stdout.splitlines() if l.startswith("interrupted")][0]
+        waited, idle_cpu = float(line.split()[2]), float(line.split()[-2])
+        self.assertLess(waited, 1.5, line)   # 0.5 s to the signal; a batch would take far longer
+        self.assertLess(idle_cpu, 0.25, line)  # the worker stopped decoding
+        self.assertIn("next loader 20 batches", r.stdout)
+        self.assertIn("done", r.stdout)
+
+    def test_help_reads_like_the_readme(self):
+        import pydoc
+        text = pydoc.render_doc(convnets.data.Loader, renderer=pydoc.plaintext)
+        for word in ("batch_size", "set_epoch", "DistributedSampler", "bad_images", "max_image_pixels",
+                     "torch.channels_last", "KeyboardInterrupt", "RandomResizedCrop"):
+            self.assertIn(word, text)
+        for f in ("__init__.py", "data.py", "_convnets.pyi", "py.typed"):
+            self.assertTrue(os.path.exists(os.path.join(BUILD_PYTHON, "convnets", f)), f)
+        self.assertIn("predict", pydoc.render_doc(convnets.Model, renderer=pydoc.plaintext))
+        self.assertIn("convnets classify", convnets.load.__doc__ + convnets.Model.__doc__)
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed")
+class Checkpoints(unittest.TestCase):
+    """A checkpoint trained by the CLI, used from Python: the same answers as classify, eval and export."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-py-ckpt-")
+        ws = os.path.join(cls.tmp, "run")
+        cli("train", "--recipe", "fashion-mnist-resnet8", "--epochs", "1", "--max-train-images", "2048",
+            "--max-val-images", "500", "--batch-size", "64", "--workspace", ws, "--ema", "0.9")
+        cls.ckpt = os.path.join(ws, "last.safetensors")
+        # Test images as PNG files, plus one file that is not an image.
+        import gzip
+        with gzip.open(os.path.join(FASHION, "t10k-images-idx3-ubyte.gz")) as f:
+            images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)[:60]
+        cls.pngs = []
+        for i, im in enumerate(images):
+            path = os.path.join(cls.tmp, f"t{i:03d}.png")
+            Image.fromarray(im, mode="L").save(path)
+            cls.pngs.append(path)
+        cls.junk = os.path.join(cls.tmp, "junk.png")
+        with open(cls.junk, "w") as f:
+            f.write("not a png")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_predict_equals_classify_json(self):
+        paths = self.pngs[:40] + [self.junk]
+        for ema in (False, True):
+            with self.subTest(ema=ema):
+                r = cli("classify", *paths, "--checkpoint", self.ckpt, "--json", "--top-k", "3", "--batch-size", "16",
+                        *(["--ema"] if ema else []), check=False)
+                self.assertEqual(r.returncode, 1, r.stderr)  # the junk file
+                expected = json.loads(r.stdout)["results"]
+                model = convnets.load(self.ckpt, ema=ema, device="cpu")
+                got = model.predict(paths, top_k=3, batch_size=16)
+                self.assertEqual(len(got), len(expected))
+                for g, e in zip(got, expected):
+                    self.assertEqual(g["path"], e["path"])
+                    self.assertEqual(g.get("error"), e.get("error"))
+                    self.assertEqual([t["index"] for t in g.get("top", [])], [t["index"] for t in e.get("top", [])])
+                    self.assertEqual([t["class"] for t in g.get("top", [])], [t["class"] for t in e.get("top", [])])
+                    for a, b in zip(g.get("top", []), e.get("top", [])):
+                        self.assertAlmostEqual(a["probability"], b["probability"], places=6)
+                self.assertIn("junk.png", got[-1]["error"])
+                self.assertEqual(model.weights, "ema" if ema else "model")
+
+    def test_loader_and_model_give_evals_top1(self):
+        r = cli("eval", FASHION, "--checkpoint", self.ckpt, "--max-images", "1000", "--json", "--batch-size", "100")
+        top1 = json.loads(r.stdout)["val.top1"]
+        model = convnets.load(self.ckpt, device="cpu")
+        pre = model.preprocessing
+        self.assertEqual((model.arch, model.num_classes, pre["input_size"]), ("resnet8", 10, 28))
+        self.assertEqual(model.classes, [str(i) for i in range(10)])
+        loader = convnets.data.Loader(FASHION, train=False, batch_size=100, image_size=pre["input_size"],
+                                      crop_ratio=pre["crop_ratio"], max_images=1000, workers=2)
+        correct = 0
+        for images, labels in loader:
+            logits = model(images)
+            self.assertEqual((logits.dtype, tuple(logits.shape)), (torch.float32, (len(labels), 10)))
+            correct += int((logits.argmax(1) == labels).sum())
+        self.assertAlmostEqual(100.0 * correct / 1000, top1, places=6)
+        # A normalised float batch gives the same logits as the uint8 one.
+        normed = convnets.data.Loader(FASHION, train=False, batch_size=50, image_size=28, crop_ratio=1.0,
+                                      normalize=True, mean=pre["mean"], std=pre["std"], max_images=50)
+        raw = convnets.data.Loader(FASHION, train=False, batch_size=50, image_size=28, crop_ratio=1.0, max_images=50)
+        torch.testing.assert_close(model(next(iter(normed))[0]), model(next(iter(raw))[0]), rtol=1e-5, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, "expected a batch of uint8"):
+            model(torch.zeros(2, 28, 28))
+
+    def test_export_writes_what_the_command_writes(self):
+        for fmt, name, extra in [("safetensors", "w.safetensors", {}), ("onnx", "m.onnx", {"fold_bn": True})]:
+            with self.subTest(format=fmt):
+                a, b = os.path.join(self.tmp, "cli-" + name), os.path.join(self.tmp, "py-" + name)
+                cli("export", "--checkpoint", self.ckpt, "-o", a, "--format", fmt,
+                    *(["--fold-bn"] if extra else []))
+                line = convnets.export(self.ckpt, b, format=fmt, **extra)
+                self.assertIn(b, line)
+                with open(a, "rb") as fa, open(b, "rb") as fb:
+                    self.assertEqual(fa.read(), fb.read())
+        with self.assertRaisesRegex(ValueError, "--format 'tflite'"):
+            convnets.export(self.ckpt, os.path.join(self.tmp, "x"), format="tflite")
+        with self.assertRaisesRegex(ValueError, "--int8 needs calibration images"):
+            convnets.export(self.ckpt, os.path.join(self.tmp, "x.onnx"), format="onnx", int8=True)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "x.onnx")))
+
+    def test_models_lists_what_the_command_lists(self):
+        self.assertEqual(convnets.models(), json.loads(cli("models", "--json").stdout))
+
+    def test_bad_checkpoints(self):
+        with self.assertRaises(FileNotFoundError) as e:
+            convnets.load(os.path.join(self.tmp, "none.safetensors"))
+        self.assertIn("none.safetensors", str(e.exception))
+        with self.assertRaisesRegex(ValueError, "junk.png"):
+            convnets.load(self.junk)
+        with self.assertRaisesRegex(ValueError, "--precision"):
+            convnets.load(self.ckpt, device="cpu", precision="amp")  # fp16 autocast is CUDA's
+
+
+class PipInstall(unittest.TestCase):
+    """`pip install` into a second, new virtual environment that sees the same torch (linked in by a .pth)."""
+
+    def test_wheel_installs_and_imports_in_another_venv(self):
+        tmp = tempfile.mkdtemp(prefix="convnets-venv-")
+        try:
+            venv = os.path.join(tmp, "v")
+            subprocess.run(["/usr/bin/python3", "-m", "venv", venv], check=True)
+            py = os.path.join(venv, "bin", "python")
+            site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+            torch_site = os.path.dirname(os.path.dirname(torch.__file__))
+            with open(os.path.join(site, "torch-of-the-project.pth"), "w") as f:
+                f.write(torch_site + "\n")
+            r = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                                "--config-settings", f"build-dir={os.path.dirname(BUILD_PYTHON)}", SOURCE],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            probe = ("import convnets, sys; print(convnets.__file__); print(convnets.__version__); "
+                     f"print(len(convnets.data.Loader({IMAGENET_LIKE!r}, batch_size=32, image_size=16)))")
+            r = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            path, version, batches = r.stdout.split()
+            self.assertTrue(path.startswith(site), path)
+            self.assertEqual((version, batches), (convnets.__version__, "10"))
+            r = subprocess.run([os.path.join(venv, "bin", "convnets"), "--version"], capture_output=True, text=True)
+            self.assertEqual(r.stdout, subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout)
+            r = subprocess.run([py, "-m", "pip", "show", "convnets"], capture_output=True, text=True)
+            self.assertIn(f"Requires: torch", r.stdout)
+            # Without --no-build-isolation pip's build environment has no torch: said, not a traceback maze.
+            r = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", SOURCE],
+                               capture_output=True, text=True, timeout=600)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("--no-build-isolation", r.stdout + r.stderr)
+        finally:
+            shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    unittest.main()
