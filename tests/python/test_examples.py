@@ -1,0 +1,65 @@
+"""examples/train_pytorch.py, short: a plain PyTorch loop (torchvision's ResNet-18, SGD) fed by convnets.data.Loader
+trains on Fashion-MNIST and on an image folder (the loss falls), and under torchrun each of 2 ranks loads its own
+half of the data while DistributedDataParallel trains. The README's full run gives the accuracy it reaches.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
+EXAMPLE = os.path.join(SOURCE, "examples", "train_pytorch.py")
+IMAGENET_LIKE = os.environ["CONVNETS_IMAGENET_LIKE"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+ENV = dict(os.environ, PYTHONPATH=os.environ["CONVNETS_PYTHONPATH"], OMP_NUM_THREADS="2")
+
+
+def run(args, launcher=None):
+    out = tempfile.mktemp(suffix=".json")
+    cmd = (launcher or [sys.executable]) + [EXAMPLE, *args, "--json", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(out) as f:
+        summary = json.load(f)
+    os.remove(out)
+    return summary, r.stdout
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+class TrainPytorchExample(unittest.TestCase):
+    @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed")
+    def test_fashion_mnist_loss_falls(self):
+        summary, out = run(["--epochs", "1", "--max-train-images", "3200", "--max-val-images", "500",
+                            "--batch-size", "64", "--workers", "1"])
+        self.assertEqual((summary["arch"], summary["steps"], summary["world_size"]), ("resnet18", 50, 1))
+        self.assertLess(mean(summary["last_losses"]), mean(summary["first_losses"]) - 0.3, summary)
+        self.assertGreater(summary["top1"], 30.0, out)  # far above chance (10 %) after 50 steps
+        self.assertIn("28x28x1", out)
+
+    def test_image_folder_loss_falls(self):
+        summary, out = run([IMAGENET_LIKE, "--epochs", "3", "--image-size", "64", "--batch-size", "32",
+                            "--workers", "2", "--lr", "0.1"])
+        self.assertEqual(summary["steps"], 3 * (320 // 32))
+        self.assertLess(mean(summary["last_losses"]), mean(summary["first_losses"]) - 0.2, summary)
+        self.assertIn("image folder", out)
+
+    @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed")
+    def test_torchrun_two_ranks_each_load_their_half(self):
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        summary, out = run(["--epochs", "1", "--max-train-images", "3200", "--max-val-images", "500",
+                            "--batch-size", "32", "--workers", "1"],
+                           launcher=[torchrun, "--nproc-per-node", "2", "--master-port", "29731"])
+        ranks = sorted(re.findall(r"rank (\d)/2: (\d+) batches per epoch \((\d+) samples\), validation (\d+)", out))
+        self.assertEqual(ranks, [("0", "50", "1600", "250"), ("1", "50", "1600", "250")], out)
+        self.assertEqual((summary["world_size"], summary["steps"]), (2, 50))
+        self.assertLess(mean(summary["last_losses"]), mean(summary["first_losses"]) - 0.3, summary)
+
+
+if __name__ == "__main__":
+    unittest.main()
