@@ -81,6 +81,19 @@ done
 ./build-gpu/convnets bench train --arch resnet50 --precision amp --batch-sizes 256 --iterations 60 --data "$jpegs" \
   --data-backend synthetic,cpu,gpu --json "$out/convnets-train-files.json" 2>&1 | tail -12 | tee -a "$out/summary.txt" || true
 
+# Issue 34: the Python package's loader with device="cuda" against its CPU path (the tests' Cuda class), and
+# examples/train_pytorch.py fed by it, where this machine's interpreter has the headers to build the module.
+log "Python package on CUDA"
+if ninja -C build-gpu convnets_python >>"$out/build.log" 2>&1; then
+  (cd tests/python && CONVNETS_BIN=../../build-gpu/convnets CONVNETS_SOURCE_DIR=../.. \
+    CONVNETS_PYTHONPATH=../../build-gpu/python CONVNETS_IMAGENET_LIKE=$jpegs \
+    python3 -m unittest -v test_python_package.Cuda 2>&1 | tail -6 | tee -a "$out/summary.txt") || true
+  PYTHONPATH=build-gpu/python python3 examples/train_pytorch.py "$jpegs" --arch resnet50 --image-size 224 \
+    --batch-size 256 --epochs 1 --max-steps 60 --device cuda --workers 12 2>&1 | tail -3 | tee -a "$out/summary.txt" || true
+else
+  echo "the Python module was not built (no Python headers here?): see build.log" | tee -a "$out/summary.txt"
+fi
+
 if [[ ${QUICK:-0} == 1 ]]; then
   log "bench (quick)"; bench train amp 256
 else

@@ -18,8 +18,6 @@ FileNotFoundError for a missing path, ValueError for a bad option or file,
 OSError for a failed write, :class:`BadImageError` (an OSError) for an image
 that cannot be decoded, :class:`ImageTooLargeError` for one above the pixel limit.
 """
-from __future__ import annotations
-
 import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -34,7 +32,7 @@ __version__: str = _convnets.__version__
 __all__ = ["BadImageError", "BadImageWarning", "ImageTooLargeError", "Model", "__version__", "data", "engine_versions",
            "export", "load", "models"]
 
-_StrPath = Union[str, "os.PathLike[str]"]
+_StrPath = Union[str, os.PathLike]
 
 
 def engine_versions() -> str:

@@ -4,8 +4,6 @@ The loader is the one ``convnets train`` and ``convnets bench data`` use (the
 same library, the same options), so for the same source, options, seed and
 epoch it yields exactly the batches the command line loads.
 """
-from __future__ import annotations
-
 import os
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -15,7 +13,7 @@ from . import _convnets
 
 __all__ = ["Loader"]
 
-_StrPath = Union[str, "os.PathLike[str]"]
+_StrPath = Union[str, os.PathLike]
 
 
 def _dist_rank_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
@@ -163,6 +161,7 @@ class Loader(_convnets._Loader):
         prefetch: int = 2,
         dct_scaling: Optional[bool] = None,
     ) -> None:
+        """A loader of ``source``; the class documentation describes every argument."""
         o = _convnets.PipelineOptions()
         o.train = train
         o.batch_size = batch_size

@@ -455,6 +455,25 @@ class Checkpoints(unittest.TestCase):
             convnets.load(self.ckpt, device="cpu", precision="amp")  # fp16 autocast is CUDA's
 
 
+@unittest.skipUnless(torch.cuda.is_available(), "no CUDA device here: scripts/gpu.sh runs this on the GPU machine")
+class Cuda(unittest.TestCase):
+    """device="cuda": the uint8 batch crosses to the GPU and is normalised there as on the CPU."""
+
+    def test_normalised_on_the_device_equals_the_cpu_path(self):
+        for dtype, atol in [(torch.float32, 1e-5), (torch.float16, 2e-3), (torch.bfloat16, 2e-2)]:
+            with self.subTest(dtype=dtype):
+                kw = dict(train=True, seed=4, batch_size=8, image_size=64, workers=1, dtype=dtype, reprob=0.5,
+                          remode="const")
+                x, y = next(iter(convnets.data.Loader(IMAGENET_LIKE, device="cuda", **kw)))
+                xc, yc = next(iter(convnets.data.Loader(IMAGENET_LIKE, normalize=True, **kw)))
+                self.assertEqual((x.device.type, y.device.type, x.dtype), ("cuda", "cuda", dtype))
+                self.assertTrue(x.is_contiguous(memory_format=torch.channels_last))
+                torch.testing.assert_close(x.float().cpu(), xc.float(), rtol=0, atol=atol)
+                self.assertTrue(torch.equal(y.cpu(), yc))
+        raw, _ = next(iter(convnets.data.Loader(IMAGENET_LIKE, batch_size=4, image_size=32)))
+        self.assertTrue(raw.is_pinned())
+
+
 class PipInstall(unittest.TestCase):
     """`pip install` into a second, new virtual environment that sees the same torch (linked in by a .pth)."""
 
