@@ -39,11 +39,14 @@ def onnxruntime_runner(path, threads):
     return lambda x: (lambda: sess.run(None, {name: x}))
 
 
-def openvino_runner(path, threads):
+def openvino_runner(path, threads, precision=None):
+    """precision None: OpenVINO's own choice (bf16 on CPUs with native bf16); "f32" or "bf16" pins it."""
     import openvino as ov
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(path), "CPU",
-                                  {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+    config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+    if precision:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    compiled = core.compile_model(core.read_model(path), "CPU", config)
     request = compiled.create_infer_request()
     return lambda x: (lambda: request.infer({0: x}))
 

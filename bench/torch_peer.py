@@ -110,6 +110,7 @@ def measure(a, device, batch):
     row = {"batch": batch, "fits": True, "data_backend": "synthetic", "images_per_s": batch * a.iterations / seconds,
            "mean_ms": seconds * 1e3 / a.iterations}
     if times:
+        row["engine"] = "pytorch"  # the infer rows' schema names the engine (convnets: torch or openvino)
         for q in (50, 90, 95, 99):
             row["p%d_ms" % q] = percentile(times, q)
     return row

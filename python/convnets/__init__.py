@@ -30,14 +30,19 @@ from ._convnets import BadImageError, BadImageWarning, ImageTooLargeError
 __version__: str = _convnets.__version__
 
 __all__ = ["BadImageError", "BadImageWarning", "ImageTooLargeError", "Model", "__version__", "data", "engine_versions",
-           "export", "load", "models"]
+           "engines", "export", "load", "models"]
 
 _StrPath = Union[str, os.PathLike]
 
 
 def engine_versions() -> str:
-    """The LibTorch, CUDA and cuDNN versions the extension was built with (what ``convnets --version`` prints)."""
+    """The LibTorch, CUDA, cuDNN and OpenVINO versions the extension was built with (what ``convnets --version`` prints)."""
     return _convnets.engine_versions()
+
+
+def engines() -> List[str]:
+    """The inference engines this build runs: ``"torch"``, and ``"openvino"`` where it was built with OpenVINO."""
+    return _convnets.engines()
 
 
 class Model(_convnets._Model):
@@ -53,8 +58,8 @@ class Model(_convnets._Model):
     Attributes (read-only): ``arch``, ``classes`` (the checkpoint's class
     names), ``num_classes``, ``preprocessing`` (input_size, crop_ratio, mean,
     std, interpolation), ``checkpoint``, ``weights`` ("model" or "ema"),
-    ``quantized`` (a QAT checkpoint run as its INT8 network), ``device``,
-    ``precision``.
+    ``quantized`` (a QAT checkpoint or INT8 ONNX file run as its INT8
+    network), ``device``, ``precision``, ``engine`` ("torch" or "openvino").
 
     Build it with :func:`convnets.load`.
     """
@@ -74,20 +79,27 @@ class Model(_convnets._Model):
 
     def __repr__(self) -> str:
         return (f"<convnets.Model {self.arch} ({self.weights} weights{', INT8' if self.quantized else ''}) "
-                f"from {self.checkpoint}, {self.num_classes} classes, {self.device} {self.precision}>")
+                f"from {self.checkpoint}, {self.num_classes} classes, {self.engine} {self.device} {self.precision}>")
 
 
 def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", precision: str = "fp32",
          memory_format: str = "nhwc", fold_bn: bool = False, float_weights: bool = False,
-         arch: Optional[str] = None, num_classes: Optional[int] = None) -> Model:
+         arch: Optional[str] = None, num_classes: Optional[int] = None, engine: str = "auto",
+         image_size: int = 0) -> Model:
     """The network of a checkpoint, as ``convnets classify`` and ``convnets eval`` load it.
 
     Args:
         checkpoint: a ``.safetensors`` checkpoint written by ``convnets train``
-            (or plain weights, with ``arch`` and ``num_classes``).
+            (or plain weights, with ``arch`` and ``num_classes``), or an ONNX
+            file ``convnets export`` wrote (float or INT8; OpenVINO runs it).
         ema: the checkpoint's EMA weights instead of the model's.
         device: "auto" (CUDA when present), "cpu" or "cuda".
-        precision: "fp32", "tf32", "amp" or "bf16" (the last three need a GPU).
+        precision: "fp32", "tf32", "amp" or "bf16" ("tf32" and "amp" need a
+            GPU; "bf16" a GPU of compute capability 8.0+ or a CPU with
+            AVX512_BF16 or AMX).
+        engine: "auto" (OpenVINO on the CPU where built, LibTorch on CUDA),
+            "torch" or "openvino" (``--engine``).
+        image_size: the input's side (0: the checkpoint's; ``--image-size``).
         memory_format: "nhwc" (channels-last) or "nchw".
         fold_bn: fold each BatchNorm into the preceding convolution.
         float_weights: a quantization-aware (QAT) checkpoint runs as its INT8
@@ -105,6 +117,8 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
     o.precision = precision
     o.memory_format = memory_format
     o.fold_bn = fold_bn
+    o.engine = engine
+    o.image_size = image_size
     o.as_float = float_weights
     o.arch = arch or ""
     o.num_classes = num_classes

@@ -2,9 +2,11 @@
 
 #include "core/autocast.h"
 #include "core/compat.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "data/pipeline.h"
+#include "deploy/engine.h"
 #include "distributed/grad_sync.h"
 #include "models/graph.h"
 #include "models/registry.h"
@@ -83,7 +85,7 @@ struct FileInput {
 };
 
 BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int iterations,
-                 const std::string& backend) {
+                 const std::string& backend, const std::string& engine_name = "torch") {
   const auto& rt = o.runtime;
   const auto& arch = find_architecture(o.arch);
   Preprocessing pre = arch.preprocessing;
@@ -93,7 +95,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   mo.num_classes = o.num_classes;
   auto model = build_model(arch, mo);
   train::prepare_model(*model, rt);
-  if (!o.train && o.fold_bn) fold_batchnorm(*model);
+  if (!o.train && o.fold_bn && engine_name == "torch") fold_batchnorm(*model);
   const auto device_opts = torch::TensorOptions().device(rt.device);
   // Synthetic data lives on the device as the loader's uint8 NHWC batch: each
   // iteration still pays the normalisation pass that real data needs.
@@ -105,6 +107,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   BenchRow row;
   row.batch = batch;
   row.data_backend = backend;
+  row.engine = engine_name;
   std::vector<double> times_ms;
   auto timed = [&](auto&& iteration, bool sync_each) {
     for (int i = 0; i < warmup; ++i) iteration();
@@ -190,10 +193,15 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   } else {
     model->eval();
     c10::InferenceMode inference;
-    auto iteration = [&] {
-      AutocastGuard autocast(rt.device, rt.autocast);
-      model->forward(train::network_input(images, pre, rt));
-    };
+    deploy::EngineSpec spec;
+    spec.arch = arch.name;
+    spec.model = model;
+    spec.pre = pre;
+    spec.num_classes = o.num_classes;
+    spec.rt = rt;
+    const auto engine = deploy::make_engine(engine_name, std::move(spec));
+    // From the uint8 batch to float logits, as eval and classify run it.
+    auto iteration = [&] { engine->logits(images); };
     // Latency: each batch from input to logits, synchronised.
     seconds = timed(iteration, true);
     row.mean_ms = seconds * 1e3 / iterations;
@@ -212,9 +220,9 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   return row;
 }
 
-bool fits(const ModelBenchOptions& o, std::int64_t batch) {
+bool fits(const ModelBenchOptions& o, std::int64_t batch, const std::string& engine) {
   try {
-    measure(o, batch, 1, 1, "synthetic");
+    measure(o, batch, 1, 1, "synthetic", engine);
     release_cached_memory();
     return true;
   } catch (const std::exception& e) {
@@ -227,6 +235,12 @@ bool fits(const ModelBenchOptions& o, std::int64_t batch) {
 std::string device_description(const c10::Device& device) {
   if (device.is_cuda()) return device.str() + " (" + at::cuda::getCurrentDeviceProperties()->name + ")";
   return device.str() + " (" + std::to_string(at::get_num_threads()) + " threads)";
+}
+
+// The OpenVINO version where an infer row runs it (the LibTorch one is always said).
+std::string engines_line(const ModelBenchOptions& o) {
+  if (o.train || std::find(o.engines.begin(), o.engines.end(), "openvino") == o.engines.end()) return "";
+  return ", OpenVINO " + deploy::openvino_version();
 }
 
 std::string ms(double v) {
@@ -264,26 +278,29 @@ std::vector<BenchRow> run_model_bench(const ModelBenchOptions& o) {
   std::vector<BenchRow> rows;
   const bool synthetic =
       std::find(o.data_backends.begin(), o.data_backends.end(), "synthetic") != o.data_backends.end();
-  std::int64_t last_fit = 0;
-  for (const auto batch : synthetic ? o.batch_sizes : std::vector<std::int64_t>{}) {
-    try {
-      rows.push_back(measure(o, batch, o.warmup, o.iterations, "synthetic"));
-      last_fit = std::max(last_fit, batch);
-      continue;
-    } catch (const std::exception& e) {
-      if (!is_out_of_memory(e)) throw;
+  for (const auto& engine : o.train ? std::vector<std::string>{"torch"} : o.engines) {
+    std::int64_t last_fit = 0;
+    for (const auto batch : synthetic ? o.batch_sizes : std::vector<std::int64_t>{}) {
+      try {
+        rows.push_back(measure(o, batch, o.warmup, o.iterations, "synthetic", engine));
+        last_fit = std::max(last_fit, batch);
+        continue;
+      } catch (const std::exception& e) {
+        if (!is_out_of_memory(e)) throw;
+      }
+      release_cached_memory();
+      BenchRow row;
+      row.batch = batch;
+      row.engine = engine;
+      row.fits = false;
+      std::int64_t lo = last_fit < batch ? last_fit : 0, hi = batch;
+      while (hi - lo > 1) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        (fits(o, mid, engine) ? lo : hi) = mid;
+      }
+      row.largest_fitting = lo;
+      rows.push_back(row);
     }
-    release_cached_memory();
-    BenchRow row;
-    row.batch = batch;
-    row.fits = false;
-    std::int64_t lo = last_fit < batch ? last_fit : 0, hi = batch;
-    while (hi - lo > 1) {
-      const std::int64_t mid = lo + (hi - lo) / 2;
-      (fits(o, mid) ? lo : hi) = mid;
-    }
-    row.largest_fitting = lo;
-    rows.push_back(row);
   }
   // Then the same step fed from files, backend by backend.
   for (const auto& backend : o.data_backends) {
@@ -300,11 +317,12 @@ std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>
                     rt.precision + (!o.train && o.fold_bn ? ", BN folded" : "") + ", " +
                     (rt.channels_last ? "nhwc" : "nchw") + ", " + std::to_string(size) + "x" +
                     std::to_string(size) + ", " + device_description(rt.device) + ", " +
-                    compat::engine_versions() + "\n\n";
+                    compat::engine_versions() + engines_line(o) + "\n\n";
   if (o.train) {
     out += "| Batch | Throughput (img/s) | Step (ms) | CUDA graph |\n|---:|---:|---:|:---|\n";
   } else {
-    out += "| Batch | Throughput (img/s) | Latency avg (ms) | p90 | p95 | p99 |\n|---:|---:|---:|---:|---:|---:|\n";
+    out += "| Engine | Batch | Throughput (img/s) | Latency avg (ms) | p90 | p95 | p99 |\n"
+           "|:---|---:|---:|---:|---:|---:|---:|\n";
   }
   bool any_files = false;
   for (const auto& r : rows) {
@@ -312,7 +330,7 @@ std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>
       any_files = true;
       continue;
     }
-    out += "| " + std::to_string(r.batch) + " | ";
+    out += "| " + (o.train ? "" : r.engine + " | ") + std::to_string(r.batch) + " | ";
     if (!r.fits) {
       out += "out of memory; largest batch that fits: " + std::to_string(r.largest_fitting) + " |\n";
       continue;
@@ -365,10 +383,13 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
                               {"warmup", o.warmup},
                               {"iterations", o.iterations},
                               {"fold_bn", !o.train && o.fold_bn},
+                              {"openvino_version", deploy::openvino_version()},
+                              {"cpu_bf16", cpu_bf16_instructions()},
                               {"data", o.data},
                               {"rows", nlohmann::ordered_json::array()}};
   for (const auto& r : rows) {
     nlohmann::ordered_json row = {{"batch", r.batch}, {"fits", r.fits}, {"data_backend", r.data_backend}};
+    if (!o.train) row["engine"] = r.engine;
     if (r.data_backend != "synthetic") {
       row["workers"] = r.workers;
       row["read_ms_per_image"] = r.read_ms, row["decode_ms_per_image"] = r.decode_ms;

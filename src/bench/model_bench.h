@@ -22,6 +22,9 @@ struct ModelBenchOptions {
   int warmup = 10, iterations = 50;
   bool cuda_graph = true;  // whole-step capture where the device allows it
   bool fold_bn = false;    // inference: BatchNorm folded into the convs first (fold_batchnorm)
+  // inference: the engines to time side by side, each resolved
+  // (deploy::resolve_engine: torch, openvino); OpenVINO always folds BN.
+  std::vector<std::string> engines{"torch"};
   // DLE's ResNet-50 recipe pieces, so the step does what training does.
   double label_smoothing = 0.1, momentum = 0.875, weight_decay = 3.0517578125e-05;
   // Data-parallel training: gradients all-reduced in buckets as `train` does.
@@ -37,6 +40,7 @@ struct ModelBenchOptions {
 
 struct BenchRow {
   std::int64_t batch = 0;
+  std::string engine = "torch";
   bool fits = true;
   std::int64_t largest_fitting = 0;  // set when it does not fit (0: not even batch 1)
   bool cuda_graph = false;

@@ -5,6 +5,7 @@
 #include "bench/model_bench.h"
 #include "core/error.h"
 #include "data/pipeline.h"
+#include "deploy/engine.h"
 #include "distributed/env.h"
 #include "distributed/group.h"
 #include "distributed/launcher.h"
@@ -164,6 +165,7 @@ void run_bench_data(const BenchDataArgs& a) {
 struct BenchModelArgs {
   bench::ModelBenchOptions options;
   std::string device = "auto", precision = "fp32", memory_format = "nhwc", json;
+  std::vector<std::string> engines{"auto"};
   bool no_cuda_graph = false;
   distributed::LaunchOptions launch;
 };
@@ -238,6 +240,11 @@ void run_bench_model(BenchModelArgs& a) {
   if (role.role == distributed::Role::Launcher) return run_scaling(a, role.worker);
   const distributed::WorkerEnv* worker = role.role == distributed::Role::Worker ? &role.worker : nullptr;
   o.runtime = train::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
+  if (!o.train) {
+    if (a.engines.empty()) throw Error("--engine: expected at least one of auto, torch, openvino");
+    o.engines.clear();
+    for (const auto& e : a.engines) o.engines.push_back(deploy::resolve_engine(e, o.runtime));
+  }
   o.cuda_graph = !a.no_cuda_graph;
   std::unique_ptr<distributed::Group> group;
   if (worker && worker->world_size > 1) {
@@ -306,6 +313,11 @@ void add_model_bench(CLI::App& bench, bool train) {
     add_launch_flags(cmd, args->launch);
   } else {
     cmd->add_flag("--fold-bn", o.fold_bn, "Fold each BatchNorm into the preceding conv before timing");
+    cmd->add_option("--engine", args->engines,
+                    std::string("Comma-separated engines, timed side by side: ") + deploy::kEngineHelp)
+        ->delimiter(',')
+        ->check(CLI::IsMember({"auto", "torch", "openvino"}))
+        ->capture_default_str();
   }
   cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
   cmd->callback([args] { run_bench_model(*args); });

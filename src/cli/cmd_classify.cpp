@@ -17,7 +17,7 @@ namespace {
 
 struct ClassifyArgs {
   std::vector<std::string> images;
-  std::string checkpoint, device = "auto", precision = "fp32", memory_format = "nhwc";
+  std::string checkpoint, device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
   std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels;
   bool ema = false, json = false, fold_bn = false, as_float = false;
 };
@@ -61,6 +61,7 @@ void run(const ClassifyArgs& a) {
   io.ema = a.ema;
   io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
   io.fold_bn = a.fold_bn;
+  io.engine = a.engine;
   io.as_float = a.as_float;
   const deploy::InferenceModel model(a.checkpoint, io);
   const auto paths = expand_inputs(a.images);  // stdin is read before any work
@@ -93,6 +94,7 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}));
   cmd->add_option("--memory-format", a->memory_format, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
+  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember({"auto", "torch", "openvino"}));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--float", a->as_float,

@@ -18,6 +18,7 @@ namespace {
 
 struct EvalArgs {
   std::string data, checkpoint, arch, interpolation, device = "auto", precision = "fp32", memory_format = "nhwc", bad_images = "skip";
+  std::string engine = "auto";
   std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
   int workers = 0;
@@ -33,6 +34,8 @@ void run(const EvalArgs& a) {
   io.ema = a.ema;
   io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
   io.fold_bn = a.fold_bn;
+  io.engine = a.engine;
+  io.image_size = static_cast<int>(a.image_size);
   io.as_float = a.as_float;  // a QAT checkpoint: measured as its INT8 network unless --float
   io.arch = a.arch;
   io.num_classes = static_cast<std::int64_t>(ds->num_classes());  // a plain weights file's
@@ -44,10 +47,8 @@ void run(const EvalArgs& a) {
                 "evaluate on data with the same class folders");
   }
   const auto& arch = model.arch();
-  const auto& rt = model.runtime();
   const bool quantized = model.quantized();
   Preprocessing pre = model.preprocessing();
-  if (a.image_size > 0) pre.input_size = static_cast<int>(a.image_size);
   if (a.crop_ratio > 0) pre.crop_ratio = a.crop_ratio;
   if (!a.interpolation.empty()) pre.interpolation = a.interpolation;
 
@@ -58,14 +59,21 @@ void run(const EvalArgs& a) {
   lo.max_image_pixels = a.max_image_pixels;
   const auto loader = train::make_eval_loader(ds, pre, lo);
   if (!a.json) {
-    std::cout << "eval: " << arch.name << (quantized ? " (INT8 fake-quantized, the QAT run's ranges)" : "") << " from "
-              << a.checkpoint << " on " << ds->description() << '\n';
+    std::cout << "eval: " << arch.name << " from " << a.checkpoint << " on " << ds->description() << '\n'
+              << "engine: " << model.describe_engine() << '\n';
   }
-  const auto r = train::evaluate(model.network(), *loader, rt, pre, a.top_k, a.json ? "" : "eval", 50);
+  const auto& engine = model.engine();
+  train::EvalForward forward;
+  forward.input = [&](const at::Tensor& pixels) { return engine.input(pixels); };
+  forward.logits = [&](const at::Tensor& input) { return engine.logits_of_input(input); };
+  forward.device = model.runtime().device;
+  const auto r = train::evaluate(forward, *loader, a.top_k, a.json ? "" : "eval", 50);
   if (a.json) {
     auto j = r.to_dllogger("val");
     j["images"] = r.images;
     j["quantized"] = quantized;
+    j["engine"] = model.engine_name();
+    j["precision"] = model.runtime().precision;
     std::cout << dump_json(j, 2) << '\n';
     return;
   }
@@ -94,6 +102,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}));
   cmd->add_option("--memory-format", a->memory_format, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
+  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember({"auto", "torch", "openvino"}));
   cmd->add_option("--max-images", a->max_images, "evaluate only the first N images (0: all)");
   cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's)");
   cmd->add_option("--crop-ratio", a->crop_ratio, "resize to size / ratio before the centre crop (default: the checkpoint's)");
@@ -103,7 +112,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
   cmd->add_flag("--float", a->as_float,
-                "a QAT checkpoint: measure its float weights (default: the INT8 network, fake-quantized)");
+                "a QAT checkpoint: measure its float weights (default: the INT8 network: real INT8 kernels with "
+                "--engine openvino, fake-quantized with torch)");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");
   cmd->callback([a] { run(*a); });

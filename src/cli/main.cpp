@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/threads.h"
+#include "deploy/engine.h"
 #include "distributed/launcher.h"
 
 #include <CLI/CLI.hpp>
@@ -23,7 +24,9 @@ int main(int argc, char** argv) {
     }
   }
   CLI::App app{"convnets: train, evaluate, benchmark and deploy image-classification ConvNets"};
-  app.set_version_flag("--version", std::string("convnets " CONVNETS_VERSION " (") + convnets::compat::engine_versions() + ")");
+  const std::string openvino = convnets::deploy::openvino_version();
+  app.set_version_flag("--version", std::string("convnets " CONVNETS_VERSION " (") + convnets::compat::engine_versions() +
+                                        (openvino.empty() ? "" : ", OpenVINO " + openvino) + ")");
   int threads = 0;
   app.add_option("--threads", threads, "CPU threads for tensor kernels (default: OMP_NUM_THREADS, else all CPUs)")
       ->check(CLI::Range(0, 4096));

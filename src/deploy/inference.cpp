@@ -1,21 +1,45 @@
 #include "deploy/inference.h"
 
-#include "core/autocast.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/transforms.h"
 #include "models/graph.h"
 #include "quant/eager.h"
+#include "core/json.h"
+#include "export/onnx_export.h"
+
+#include <torch/version.h>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 namespace convnets::deploy {
 
+namespace {
+
+bool is_onnx_path(const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, ".onnx") == 0; }
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SystemError("cannot open the ONNX file", path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw SystemError("read failed in", path);
+  return bytes;
+}
+
+}  // namespace
+
 InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOptions& o) : path_(checkpoint), options_(o) {
+  if (o.image_size < 0) throw Error("--image-size must be 0 (the checkpoint's) or positive, got " + std::to_string(o.image_size));
+  if (is_onnx_path(checkpoint)) {
+    open_onnx();
+    return;
+  }
   const auto ckpt = train::load_checkpoint(checkpoint);
   trained_ = ckpt.is_training_checkpoint();
   if (trained_) {
@@ -44,7 +68,9 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
     names_.clear();
     for (std::int64_t i = 0; i < num_classes_; ++i) names_.push_back(std::to_string(i));
   }
+  if (o.image_size > 0) pre_.input_size = o.image_size;
   rt_ = train::resolve_runtime(o.device, o.precision, o.memory_format);
+  engine_name_ = resolve_engine(o.engine, rt_);
   ModelOptions mo;
   mo.num_classes = num_classes_;
   model_ = build_model(*arch_, mo);
@@ -56,28 +82,102 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
       throw Error("--fold-bn: " + checkpoint + " is quantization-aware; its quantized network folds its BatchNorms "
                   "already", "drop --fold-bn, or add --float to use the float weights folded");
     }
-    model_ = std::make_shared<quant::FakeQuantNetworkImpl>(
-        model_, std::make_shared<quant::Plan>(quant::plan_from_json(ckpt.meta.at("quantization"), checkpoint)));
+    plan_ = std::make_shared<quant::Plan>(quant::plan_from_json(ckpt.meta.at("quantization"), checkpoint));
+    model_ = std::make_shared<quant::FakeQuantNetworkImpl>(model_, plan_);
   }
   model_->eval();
   if (o.fold_bn) fold_batchnorm(*model_);
+  EngineSpec spec;
+  spec.arch = arch_->name;
+  spec.model = model_;
+  spec.int8 = plan_.get();
+  spec.pre = pre_;
+  spec.num_classes = num_classes_;
+  spec.rt = rt_;
+  engine_ = make_engine(engine_name_, std::move(spec));
+}
+
+void InferenceModel::open_onnx() {
+  const auto& o = options_;
+  const std::string& path = path_;
+  auto bytes = read_whole_file(path);
+  const auto info = read_onnx_info(bytes, path);
+  const auto& meta = info.metadata;
+  for (const char* key : {"arch", "num_classes", "preprocessing"}) {
+    if (!meta.count(key)) {
+      throw Error(path + ": an ONNX file without convnets' metadata ('" + key + "' is missing)",
+                  "classify and eval run ONNX files written by `convnets export`; for others use their runtime");
+    }
+  }
+  if (o.ema) throw Error("--ema: " + path + " is an ONNX graph of one set of weights, chosen when it was exported");
+  if (!o.arch.empty() && o.arch != meta.at("arch")) {
+    throw Error("--arch " + o.arch + " disagrees with " + path + ", a " + meta.at("arch"));
+  }
+  quantized_ = meta.count("quantization") > 0;
+  if (quantized_ && o.as_float) {
+    throw Error("--float: " + path + " is an INT8 graph; its float weights are not in it",
+                "evaluate the checkpoint it was exported from with --float");
+  }
+  trained_ = true;
+  try {
+    arch_ = &find_architecture(meta.at("arch"));
+  } catch (const Error&) {
+    throw Error(path + ": exported from arch '" + meta.at("arch") + "', which this convnets does not know");
+  }
+  num_classes_ = std::stoll(meta.at("num_classes"));
+  pre_ = preprocessing_from_json(parse_json(meta.at("preprocessing"), path + " (metadata 'preprocessing')"));
+  if (info.input_size > 0) pre_.input_size = static_cast<int>(info.input_size);  // an export's --image-size
+  if (o.image_size > 0 && o.image_size != pre_.input_size) {
+    throw Error("--image-size " + std::to_string(o.image_size) + ": " + path + " was exported for " +
+                std::to_string(pre_.input_size) + "x" + std::to_string(pre_.input_size) + " input");
+  }
+  if (meta.count("class_names")) {
+    names_ = parse_json(meta.at("class_names"), path + " (metadata 'class_names')").get<std::vector<std::string>>();
+  }
+  named_ = names_.size() == static_cast<std::size_t>(num_classes_);
+  if (!named_) {
+    names_.clear();
+    for (std::int64_t i = 0; i < num_classes_; ++i) names_.push_back(std::to_string(i));
+  }
+  // An ONNX graph runs where OpenVINO runs: on the CPU.
+  rt_ = train::resolve_runtime(o.device == "auto" ? "cpu" : o.device, o.precision, o.memory_format);
+  if (o.engine == "torch") {
+    throw Error("--engine torch: " + path + " is an ONNX graph, and LibTorch runs convnets checkpoints",
+                "use --engine openvino (or auto) for ONNX files, or give the checkpoint it was exported from");
+  }
+  engine_name_ = resolve_engine(o.engine == "auto" ? "openvino" : o.engine, rt_);
+  EngineSpec spec;
+  spec.arch = arch_->name;
+  spec.onnx = std::move(bytes);
+  spec.pre = pre_;
+  spec.num_classes = num_classes_;
+  spec.rt = rt_;
+  engine_ = make_engine(engine_name_, std::move(spec));
+}
+
+NetworkImpl& InferenceModel::network() const {
+  if (!model_) throw Error(path_ + " is an ONNX graph: it has no LibTorch network");
+  return *model_;
 }
 
 at::Tensor InferenceModel::logits(const at::Tensor& batch) const {
-  at::Tensor input;
-  if (batch.scalar_type() == at::kByte) {
-    input = train::network_input(batch, pre_, rt_);  // checks the [B, H, W, 1|3] shape
-  } else {
-    if (batch.dim() != 4 || batch.size(1) != 3 || !batch.is_floating_point()) {
-      throw Error("expected a batch of uint8 [B, H, W, 3] pixels or normalised float [B, 3, H, W] images, got " +
-                  std::string(c10::toString(batch.scalar_type())) + " of shape " + c10::str(batch.sizes()));
-    }
-    const auto format = rt_.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-    input = batch.to(rt_.device, rt_.autocast, /*non_blocking=*/false, /*copy=*/false, format);
+  if (batch.scalar_type() == at::kByte) return engine_->logits(batch);  // checks the [B, H, W, 1|3] shape
+  if (batch.dim() != 4 || batch.size(1) != 3 || !batch.is_floating_point()) {
+    throw Error("expected a batch of uint8 [B, H, W, 3] pixels or normalised float [B, 3, H, W] images, got " +
+                std::string(c10::toString(batch.scalar_type())) + " of shape " + c10::str(batch.sizes()));
   }
-  torch::NoGradGuard no_grad;
-  AutocastGuard autocast(rt_.device, rt_.autocast);
-  return model_->forward(input).to(at::kFloat);
+  return engine_->logits_of_input(batch);
+}
+
+std::string InferenceModel::describe_engine() const {
+  std::string s = engine_name_ == "openvino" ? "openvino " + openvino_version() : "torch (LibTorch " TORCH_VERSION ")";
+  s += std::string(options_.engine == "auto" ? " (auto)" : "") + ", " + rt_.precision + " on " + rt_.device.str();
+  if (!rt_.device.is_cuda()) s += " (" + std::to_string(at::get_num_threads()) + " threads)";
+  if (quantized_) {
+    s += engine_name_ == "openvino" ? ", INT8 kernels" : ", INT8 fake-quantized";
+    s += model_ ? " (the QAT run's ranges)" : " (the graph's calibrated ranges)";
+  }
+  return s;
 }
 
 std::vector<Prediction> InferenceModel::classify(const std::vector<std::string>& paths, std::int64_t top_k,
@@ -158,6 +258,8 @@ nlohmann::ordered_json InferenceModel::to_json(const std::vector<Prediction>& pr
           {"arch", arch_->name},
           {"weights", options_.ema ? "ema" : "model"},
           {"quantized", quantized_},
+          {"engine", engine_name_},
+          {"precision", rt_.precision},
           {"preprocessing", convnets::to_json(pre_)},
           {"images", predictions.size()},
           {"failed", failed},

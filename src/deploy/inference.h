@@ -1,6 +1,7 @@
 // A trained network ready for inference: a checkpoint's weights on a device with its preprocessing and class names, and the classification of image files that `classify`, `eval` and the Python package share.
 #pragma once
 
+#include "deploy/engine.h"
 #include "models/network.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -20,6 +21,9 @@ struct InferenceOptions {
   bool ema = false;  // the checkpoint's EMA weights
   std::string device = "auto", precision = "fp32", memory_format = "nhwc";
   bool fold_bn = false;
+  int image_size = 0;  // the input's side; 0: the checkpoint's
+  // torch, openvino or auto (deploy/engine.h: OpenVINO on the CPU where built).
+  std::string engine = "auto";
   // A QAT checkpoint runs as the INT8 network it exports to (fake-quantized
   // with its ranges, as its validation did) unless `as_float` asks for its
   // float weights.
@@ -41,6 +45,9 @@ struct Prediction {
 
 class InferenceModel {
  public:
+  // `checkpoint`: a training checkpoint or weights file (safetensors), or an
+  // ONNX file `convnets export` wrote (float, fp16 or INT8 QDQ; it carries its
+  // arch, preprocessing and class names), which only the OpenVINO engine runs.
   // Throws Error naming the file for anything unreadable, a disagreeing
   // arch or class count, or a precision the device lacks.
   InferenceModel(const std::string& checkpoint, const InferenceOptions& options);
@@ -55,7 +62,15 @@ class InferenceModel {
   bool quantized() const { return quantized_; }
   bool trained() const { return trained_; }
   const train::Runtime& runtime() const { return rt_; }
-  NetworkImpl& network() const { return *model_; }
+  // Null for an ONNX file (its graph is not a LibTorch network).
+  NetworkImpl* network_or_null() const { return model_.get(); }
+  // The engine that runs it, "torch" or "openvino" by name.
+  const Engine& engine() const { return *engine_; }
+  const std::string& engine_name() const { return engine_name_; }
+  // One line for the user: engine, version, precision, device, and how an
+  // INT8 network runs ("openvino 2026.4.1, fp32 on cpu (2 threads), INT8 kernels").
+  std::string describe_engine() const;
+  NetworkImpl& network() const;
   const InferenceOptions& options() const { return options_; }
 
   // Logits (float32, on the model's device) of a batch: uint8 [B, H, W, 1|3]
@@ -72,6 +87,8 @@ class InferenceModel {
   nlohmann::ordered_json to_json(const std::vector<Prediction>& predictions) const;
 
  private:
+  void open_onnx();
+
   std::string path_;
   InferenceOptions options_;
   const ArchInfo* arch_ = nullptr;
@@ -81,6 +98,9 @@ class InferenceModel {
   bool quantized_ = false, trained_ = false, named_ = false;
   train::Runtime rt_;
   Network model_;
+  std::shared_ptr<const quant::Plan> plan_;  // a quantized network's
+  std::string engine_name_;
+  std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace convnets::deploy

@@ -45,6 +45,8 @@ class OnnxEmitter : public GraphEmitter, public quant::Backend {
 
   Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string& conv_name,
                 const layers::BatchNorm2dImpl& bn, const std::string& bn_name) override {
+    // A network folded in place (fold_batchnorm) has its BN in the conv already.
+    if (bn.folded()) return conv(x, c, conv_name);
     if (!o_.fold_bn && !o_.int8) return batch_norm(conv(x, c, conv_name), bn, bn_name);
     const auto [w, b] = fold_conv_bn(c, bn);
     return conv_node(x, c, conv_name, w, b);
@@ -244,6 +246,12 @@ void set_shape(onnx::ValueInfoProto* v, const std::string& name, bool fp16, bool
 bool onnx_export_available() { return true; }
 
 std::size_t export_onnx(NetworkImpl& model, const OnnxOptions& o, const std::string& path) {
+  std::size_t nodes = 0;
+  write_file_atomically(path, onnx_model_bytes(model, o, &nodes));
+  return nodes;
+}
+
+std::string onnx_model_bytes(NetworkImpl& model, const OnnxOptions& o, std::size_t* nodes) {
   if (o.opset < 13) throw Error("--opset " + std::to_string(o.opset) + ": the exporter writes opset 13 or newer");
   onnx::ModelProto m;
   m.set_ir_version(onnx::IR_VERSION);
@@ -284,15 +292,43 @@ std::size_t export_onnx(NetworkImpl& model, const OnnxOptions& o, const std::str
   }
   std::string bytes;
   if (!m.SerializeToString(&bytes)) throw Error("export: could not serialise the ONNX model");
-  write_file_atomically(path, bytes);
-  return emitter.nodes();
+  if (nodes) *nodes = emitter.nodes();
+  return bytes;
+}
+
+OnnxInfo read_onnx_info(const std::string& bytes, const std::string& name) {
+  onnx::ModelProto m;
+  if (!m.ParseFromString(bytes) || !m.has_graph()) throw Error(name + ": not an ONNX model (the protobuf does not parse)");
+  OnnxInfo info;
+  for (const auto& p : m.metadata_props()) info.metadata[p.key()] = p.value();
+  // The first input that no initializer feeds is the image.
+  std::set<std::string> weights;
+  for (const auto& i : m.graph().initializer()) weights.insert(i.name());
+  for (const auto& in : m.graph().input()) {
+    if (weights.count(in.name())) continue;
+    const auto& shape = in.type().tensor_type().shape();
+    if (shape.dim_size() == 4 && shape.dim(2).has_dim_value() && shape.dim(3).has_dim_value() &&
+        shape.dim(2).dim_value() == shape.dim(3).dim_value()) {
+      info.input_size = shape.dim(2).dim_value();
+    }
+    break;
+  }
+  return info;
 }
 
 #else
 
 bool onnx_export_available() { return false; }
 
-std::size_t export_onnx(NetworkImpl&, const OnnxOptions&, const std::string&) {
+OnnxInfo read_onnx_info(const std::string&, const std::string& name) {
+  throw Error(name + ": this convnets was built without ONNX (libonnx-dev was not found at configure time)");
+}
+
+std::size_t export_onnx(NetworkImpl& model, const OnnxOptions& o, const std::string&) {
+  return onnx_model_bytes(model, o, nullptr).size();
+}
+
+std::string onnx_model_bytes(NetworkImpl&, const OnnxOptions&, std::size_t*) {
   throw Error("this convnets was built without ONNX (libonnx-dev was not found at configure time)",
               "install libonnx-dev and libprotobuf-dev (scripts/setup.sh does) and rebuild");
 }

@@ -33,4 +33,17 @@ bool onnx_export_available();
 // Returns the number of graph nodes.
 std::size_t export_onnx(NetworkImpl& model, const OnnxOptions& options, const std::string& path);
 
+// What a runtime needs to know of an ONNX file convnets (or anyone) wrote:
+// its metadata_props and its input's static side (0 when not static).
+struct OnnxInfo {
+  std::map<std::string, std::string> metadata;
+  std::int64_t input_size = 0;
+};
+// Throws Error naming `name` when the bytes are not an ONNX model.
+OnnxInfo read_onnx_info(const std::string& bytes, const std::string& name);
+
+// The same model, serialised, for a runtime that reads it from memory (the
+// OpenVINO engine); `nodes` (optional) receives the node count.
+std::string onnx_model_bytes(NetworkImpl& model, const OnnxOptions& options, std::size_t* nodes = nullptr);
+
 }  // namespace convnets

@@ -310,7 +310,11 @@ PYBIND11_MODULE(_convnets, m) {
   m.attr("BadImageWarning") = py::handle(g_bad_image_warning);
   py::register_exception_translator(&translate);
 
-  m.def("engine_versions", &compat::engine_versions, "The LibTorch, CUDA and cuDNN versions this build links.");
+  m.def("engine_versions", [] {
+    const std::string openvino = deploy::openvino_version();
+    return compat::engine_versions() + (openvino.empty() ? "" : ", OpenVINO " + openvino);
+  }, "The LibTorch, CUDA, cuDNN (and OpenVINO) versions this build links.");
+  m.def("engines", &deploy::engine_names, "The inference engines this build can run.");
 
   m.def(
       "environment_rank",
@@ -423,6 +427,8 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("precision", &deploy::InferenceOptions::precision)
       .def_readwrite("memory_format", &deploy::InferenceOptions::memory_format)
       .def_readwrite("fold_bn", &deploy::InferenceOptions::fold_bn)
+      .def_readwrite("engine", &deploy::InferenceOptions::engine)
+      .def_readwrite("image_size", &deploy::InferenceOptions::image_size)
       .def_readwrite("as_float", &deploy::InferenceOptions::as_float)
       .def_readwrite("arch", &deploy::InferenceOptions::arch)
       .def_readwrite("num_classes", &deploy::InferenceOptions::num_classes);
@@ -440,6 +446,7 @@ PYBIND11_MODULE(_convnets, m) {
       .def_property_readonly("weights", [](const PyModel& p) { return p.model().options().ema ? "ema" : "model"; })
       .def_property_readonly("device", [](const PyModel& p) { return p.model().runtime().device.str(); })
       .def_property_readonly("precision", [](const PyModel& p) { return p.model().runtime().precision; })
+      .def_property_readonly("engine", [](const PyModel& p) { return p.model().engine_name(); })
       .def_property_readonly("preprocessing",
                              [](const PyModel& p) { return to_python(to_json(p.model().preprocessing())); });
 }

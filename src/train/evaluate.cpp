@@ -50,15 +50,28 @@ nlohmann::ordered_json EvalResult::to_dllogger(const std::string& p) const {
 EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt, const Preprocessing& pre,
                     std::int64_t top_k, const std::string& phase, std::int64_t print_every,
                     const std::function<void(at::Tensor&)>& sum_over_ranks) {
+  model.eval();
+  EvalForward f;
+  f.input = [&](const at::Tensor& pixels) { return network_input(pixels, pre, rt); };
+  f.logits = [&](const at::Tensor& input) {
+    AutocastGuard autocast(rt.device, rt.autocast);
+    return model.forward(input);
+  };
+  f.device = rt.device;
+  return evaluate(f, loader, top_k, phase, print_every, sum_over_ranks);
+}
+
+EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top_k, const std::string& phase,
+                    std::int64_t print_every, const std::function<void(at::Tensor&)>& sum_over_ranks) {
   using clock = std::chrono::steady_clock;
   torch::NoGradGuard no_grad;
-  model.eval();
+  const c10::Device device = f.device;
   EvalResult r;
   r.k = std::min<std::int64_t>(top_k, static_cast<std::int64_t>(loader.dataset().num_classes()));
   // Sums stay on the device until the end: no sync per batch beyond timing's.
-  auto correct1 = torch::zeros({}, torch::dtype(torch::kLong).device(rt.device));
+  auto correct1 = torch::zeros({}, torch::dtype(torch::kLong).device(device));
   auto correctk = torch::zeros_like(correct1);
-  auto loss_sum = torch::zeros({}, torch::dtype(torch::kDouble).device(rt.device));
+  auto loss_sum = torch::zeros({}, torch::dtype(torch::kDouble).device(device));
   std::vector<double> latencies;
   double compute_s = 0;
   std::optional<Progress> progress;
@@ -67,16 +80,12 @@ EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt,
   data::Batch batch;
   const auto start = clock::now();
   while (loader.next(batch)) {
-    const auto input = network_input(batch.images, pre, rt);
-    const auto labels = batch.labels.to(rt.device, /*non_blocking=*/true);
-    if (rt.device.is_cuda()) torch::cuda::synchronize();
+    const auto input = f.input(batch.images);
+    const auto labels = batch.labels.to(device, /*non_blocking=*/true);
+    if (device.is_cuda()) torch::cuda::synchronize();
     const auto t0 = clock::now();
-    at::Tensor logits;
-    {
-      AutocastGuard autocast(rt.device, rt.autocast);
-      logits = model.forward(input);
-    }
-    if (rt.device.is_cuda()) torch::cuda::synchronize();
+    at::Tensor logits = f.logits(input);
+    if (device.is_cuda()) torch::cuda::synchronize();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     compute_s += dt;
     latencies.push_back(dt * 1e3);

@@ -43,6 +43,17 @@ EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt,
                     std::int64_t top_k, const std::string& phase, std::int64_t print_every,
                     const std::function<void(at::Tensor&)>& sum_over_ranks = {});
 
+// The same over any engine: `input` turns a loader batch's pixels into the
+// engine's input, `logits` (timed as the compute) runs it. `device` is where
+// the logits land.
+struct EvalForward {
+  std::function<at::Tensor(const at::Tensor& pixels)> input;
+  std::function<at::Tensor(const at::Tensor& input)> logits;
+  c10::Device device = c10::kCPU;
+};
+EvalResult evaluate(const EvalForward& forward, data::Loader& loader, std::int64_t top_k, const std::string& phase,
+                    std::int64_t print_every, const std::function<void(at::Tensor&)>& sum_over_ranks = {});
+
 // Nearest-rank percentile (q in [0, 100]) of unsorted values.
 double percentile(std::vector<double> values, double q);
 

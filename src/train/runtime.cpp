@@ -1,5 +1,6 @@
 #include "train/runtime.h"
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "data/loader.h"
 
@@ -31,16 +32,18 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
   rt.device = on_cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_index)) : c10::Device(c10::kCPU);
   rt.precision = precision;
   rt.channels_last = memory_format == "nhwc";
-  if (precision != "fp32" && !rt.device.is_cuda()) {
+  if (!rt.device.is_cuda() && precision == "bf16") {
+    require_cpu_bf16("--precision");  // LibTorch's CPU autocast, as torch.autocast("cpu", torch.bfloat16)
+  } else if (precision != "fp32" && !rt.device.is_cuda()) {
     throw Error("--precision " + precision + " needs a CUDA GPU, and this run is on the CPU",
-                "use --precision fp32 on the CPU");
+                "use --precision fp32 on the CPU (or bf16 where the CPU has AVX512_BF16 or AMX)");
   }
   int major = 0;
   if (rt.device.is_cuda()) {
     c10::cuda::set_device(rt.device.index());  // kernels, cuDNN handles and graphs of this process go there
     major = at::cuda::getDeviceProperties(rt.device.index())->major;
   }
-  if ((precision == "bf16" || precision == "tf32") && major < 8) {
+  if (rt.device.is_cuda() && (precision == "bf16" || precision == "tf32") && major < 8) {
     throw Error("--precision " + precision + " needs a GPU of compute capability 8.0 or newer; this one is " +
                     std::to_string(major) + ".x",
                 "use --precision amp (fp16) or fp32");

@@ -24,7 +24,8 @@ struct Runtime {
 };
 
 // Throws Error naming --device/--precision when the device lacks the mode
-// (fp16/bf16/tf32 need CUDA; bf16 and tf32 need compute capability 8.0+).
+// (fp16 and tf32 need CUDA; bf16 needs compute capability 8.0+ on a GPU, and
+// native bf16 instructions on the CPU, see core/cpu_features.h).
 // Sets the TF32 switches: on for tf32, off for fp32 (PyTorch leaves cuDNN's on).
 // `cuda_index`: the GPU of this process (a data-parallel worker's local rank).
 Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,

@@ -1,0 +1,213 @@
+"""Inference engines (issue 35): OpenVINO beside LibTorch in classify, eval, bench infer and the Python package.
+
+The OpenVINO engine runs the graph convnets' exporter writes; its logits must
+equal LibTorch's (1e-4 of the largest logit) for every family the exporter
+covers. bf16 on the CPU is checked where the CPU has native bf16, and its
+refusal where it has not (one of the two always runs). INT8: a PTQ export and
+a checkpoint's QDQ graph run as INT8 kernels and measure what ONNX Runtime
+measures on the same graph.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import onnxruntime
+import torch
+
+sys.path.insert(0, os.environ["CONVNETS_PYTHONPATH"])
+import convnets  # noqa: E402
+
+BIN = os.environ["CONVNETS_BIN"]
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def cli(*args, check=True):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=900)
+    if check and r.returncode != 0:
+        raise AssertionError("convnets %s failed (%d):\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr))
+    return r
+
+
+def cpu_has_native_bf16():
+    """Read independently of convnets: /proc/cpuinfo's flags."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def relative_gap(a, b):
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
+
+
+def fashion_test_batches(model, batch=500):
+    """The 10,000 test images through the model's own eval preprocessing, as `convnets eval` reads them."""
+    pre = model.preprocessing
+    loader = convnets.data.Loader(FASHION, batch_size=batch, train=False, workers=2, image_size=pre["input_size"],
+                                  crop_ratio=pre["crop_ratio"], interpolation=pre["interpolation"])
+    for images, labels in loader:
+        yield images, labels
+
+
+@unittest.skipUnless("openvino" in convnets.engines(), "this build has no OpenVINO engine (openvino wheel not found)")
+class Engines(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-engines-")
+        cls.ws = os.path.join(cls.tmp, "ws")
+        # A network that has learnt something (~85 %), so that predictions and accuracies mean something.
+        cli("train", FASHION, "--recipe", "fashion-mnist-resnet8", "--epochs", "2", "--warmup", "0",
+            "--max-train-images", "12000", "--max-val-images", "1000", "--workspace", cls.ws)
+        cls.ckpt = os.path.join(cls.ws, "last.safetensors")
+
+    def test_openvino_logits_equal_torch_for_every_family(self):
+        # ResNet, ResNeXt (grouped convs), SE-ResNeXt, GPUNet (fused IRBs, SE), EfficientNet (SiLU, SE, depthwise).
+        archs = ["resnet50", "resnext50_32x4d", "se_resnext101_32x4d", "gpunet-0", "gpunet-p0", "gpunet-d1",
+                 "tf_efficientnet_b2"]
+        torch.manual_seed(0)
+        pixels = torch.randint(0, 256, (3, 96, 96, 3), dtype=torch.uint8)
+        for arch in archs:
+            with self.subTest(arch=arch):
+                # Freshly initialised BN statistics (mean 0, var 1) let a deep random network's activations
+                # grow by orders of magnitude, and then LibTorch disagrees with itself (BN folded or not) by
+                # 1e-3. Eight steps at learning rate 0 on synthetic images give the BNs real statistics.
+                ws = os.path.join(self.tmp, arch)
+                cli("train", "synthetic:128", "--arch", arch, "--image-size", "96", "--epochs", "1", "--lr", "0",
+                    "--warmup", "0", "--batch-size", "16", "--max-val-images", "16", "--workspace", ws)
+                out = {}
+                for engine in ("torch", "openvino"):
+                    m = convnets.load(os.path.join(ws, "last.safetensors"), device="cpu", engine=engine,
+                                      image_size=96)
+                    self.assertEqual(m.engine, engine)
+                    out[engine] = m(pixels)
+                self.assertEqual(out["openvino"].shape, (3, 1000))
+                self.assertLess(relative_gap(out["openvino"], out["torch"]), 1e-4, arch)
+                # Not a trivial match: the engines differ far less than two images' logits do.
+                between_images = float((out["torch"][0] - out["torch"][1]).abs().max())
+                self.assertGreater(between_images, 100 * float((out["openvino"] - out["torch"]).abs().max()))
+
+    def test_engines_agree_on_a_checkpoint_and_auto_says_which(self):
+        from PIL import Image
+        # classify reads files: eight test images as PNGs.
+        paths = []
+        images, _ = next(iter(fashion_test_batches(convnets.load(self.ckpt, device="cpu", engine="torch"), 8)))
+        for j in range(images.shape[0]):
+            p = os.path.join(self.tmp, "img%d.png" % j)
+            Image.fromarray(images[j, :, :, 0].numpy()).save(p)
+            paths.append(p)
+        docs = {}
+        for engine in ("torch", "openvino", "auto"):
+            r = cli("classify", "--checkpoint", self.ckpt, "--engine", engine, "--device", "cpu", "--json", *paths)
+            docs[engine] = json.loads(r.stdout)
+            self.assertEqual(docs[engine]["engine"], "torch" if engine == "torch" else "openvino")
+        for a, b in zip(docs["torch"]["results"], docs["openvino"]["results"]):
+            self.assertEqual([t["index"] for t in a["top"]][:1], [t["index"] for t in b["top"]][:1])
+            self.assertAlmostEqual(a["top"][0]["probability"], b["top"][0]["probability"], places=4)
+        r = cli("eval", FASHION, "--checkpoint", self.ckpt, "--max-images", "500")
+        self.assertIn("engine: openvino", r.stdout)
+        self.assertIn("(auto)", r.stdout)
+        # The Python package: the same engine by default, the same answers.
+        model = convnets.load(self.ckpt, device="cpu")
+        self.assertEqual(model.engine, "openvino")
+        self.assertEqual(model.predict(paths), docs["auto"]["results"])
+
+    def test_bf16_on_the_cpu(self):
+        if not cpu_has_native_bf16():
+            # The other half of the contract: a clear refusal naming the instruction sets.
+            for args in (["eval", FASHION, "--checkpoint", self.ckpt, "--precision", "bf16", "--device", "cpu"],
+                         ["train", FASHION, "--recipe", "fashion-mnist-resnet8", "--precision", "bf16",
+                          "--device", "cpu", "--workspace", os.path.join(self.tmp, "nobf16")]):
+                r = cli(*args, check=False)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn("AVX512_BF16 or AMX-BF16", r.stderr)
+            self.skipTest("this CPU has no native bf16: the refusal was checked, the agreement cannot be")
+        labels_all, preds = [], {}
+        models = {(e, p): convnets.load(self.ckpt, device="cpu", engine=e, precision=p)
+                  for e in ("torch", "openvino") for p in ("fp32", "bf16")}
+        for images, labels in fashion_test_batches(models[("torch", "fp32")]):
+            labels_all.append(labels)
+            for key, m in models.items():
+                preds.setdefault(key, []).append(m(images).argmax(1))
+        labels = torch.cat(labels_all)
+        self.assertEqual(labels.numel(), 10000)
+        for engine in ("torch", "openvino"):
+            fp32 = torch.cat(preds[(engine, "fp32")])
+            bf16 = torch.cat(preds[(engine, "bf16")])
+            top1 = lambda p: float((p == labels).float().mean() * 100)  # noqa: E731
+            self.assertGreater(top1(fp32), 70)
+            self.assertLessEqual(abs(top1(bf16) - top1(fp32)), 0.2, (engine, top1(bf16), top1(fp32)))
+            self.assertGreaterEqual(float((bf16 == fp32).float().mean() * 100), 99.5, engine)
+
+    def test_int8_graphs_run_as_int8_and_measure_what_onnx_runtime_measures(self):
+        onnx = os.path.join(self.tmp, "int8.onnx")
+        cli("export", "--checkpoint", self.ckpt, "--format", "onnx", "--int8", "--dynamic-batch",
+            "--calibration", FASHION, "--calibration-images", "256", "-o", onnx)
+        r = cli("eval", FASHION, "--checkpoint", onnx, "--json")
+        ours = json.loads(r.stdout)
+        self.assertEqual((ours["engine"], ours["quantized"], ours["images"]), ("openvino", True, 10000))
+        # ONNX Runtime on the same graph and the same pixels (the package's loader = the CLI's).
+        sess = onnxruntime.InferenceSession(onnx, providers=["CPUExecutionProvider"])
+        model = convnets.load(onnx)
+        self.assertEqual((model.engine, model.quantized), ("openvino", True))
+        mean = torch.tensor(model.preprocessing["mean"]).view(1, 3, 1, 1)
+        std = torch.tensor(model.preprocessing["std"]).view(1, 3, 1, 1)
+        hits, agree, n = 0, 0, 0
+        for images, labels in fashion_test_batches(model):
+            x = images.permute(0, 3, 1, 2).float().div(255).expand(-1, 3, -1, -1)
+            x = ((x - mean) / std).contiguous()
+            ort = torch.from_numpy(sess.run(None, {"input": x.numpy()})[0]).argmax(1)
+            ov = model(images).argmax(1)
+            hits += int((ort == labels).sum())
+            agree += int((ort == ov).sum())
+            n += labels.numel()
+        self.assertGreaterEqual(agree / n, 0.99)
+        self.assertLess(abs(ours["val.top1"] - 100.0 * hits / n), 0.5, (ours["val.top1"], 100.0 * hits / n))
+        # The same graph through the torch engine is refused, naming the way out.
+        r = cli("eval", FASHION, "--checkpoint", onnx, "--engine", "torch", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is an ONNX graph", r.stderr)
+        self.assertIn("--engine openvino", r.stderr)
+
+    def test_bench_infer_times_the_engines_side_by_side(self):
+        out = os.path.join(self.tmp, "bench.json")
+        r = cli("bench", "infer", "--arch", "resnet8", "--num-classes", "10", "--image-size", "32", "--batch-sizes",
+                "1,4", "--engine", "torch,openvino", "--device", "cpu", "--warmup", "1", "--iterations", "3",
+                "--json", out)
+        self.assertIn("| Engine | Batch |", r.stdout)
+        with open(out) as f:
+            doc = json.load(f)
+        self.assertEqual([(row["engine"], row["batch"]) for row in doc["rows"]],
+                         [("torch", 1), ("torch", 4), ("openvino", 1), ("openvino", 4)])
+        self.assertTrue(all(row["images_per_s"] > 0 for row in doc["rows"]))
+        self.assertTrue(doc["openvino_version"])
+
+    def test_bad_engine_requests_are_named(self):
+        cases = [
+            (["eval", FASHION, "--checkpoint", self.ckpt, "--engine", "openvino", "--precision", "amp",
+              "--device", "cpu"], "--precision amp needs a CUDA GPU"),
+            (["eval", FASHION, "--checkpoint", self.ckpt, "--engine", "tensorrt"], "--engine"),
+            (["bench", "infer", "--arch", "resnet8", "--engine", "torch,onnx"], "--engine"),
+        ]
+        if not torch.cuda.is_available():
+            cases.append((["classify", "--checkpoint", self.ckpt, "--engine", "openvino", "--device", "cuda", "x.png"],
+                          "--device cuda: no CUDA device is available"))
+        for args, message in cases:
+            with self.subTest(args=args[:1] + args[-2:]):
+                r = cli(*args, check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(message, r.stderr)
+        with self.assertRaisesRegex(ValueError, "--engine"):
+            convnets.load(self.ckpt, engine="onnxruntime")
+        not_onnx = os.path.join(self.tmp, "broken.onnx")
+        with open(not_onnx, "wb") as f:
+            f.write(b"\x08\x07garbage that is not a protobuf" * 3)
+        r = cli("eval", FASHION, "--checkpoint", not_onnx, check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("broken.onnx", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
