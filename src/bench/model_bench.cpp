@@ -95,7 +95,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   mo.num_classes = o.num_classes;
   auto model = build_model(arch, mo);
   train::prepare_model(*model, rt);
-  if (!o.train && o.fold_bn && engine_name == "torch") fold_batchnorm(*model);
+  if (!o.train && o.fold_bn) fold_batchnorm(*model);
   const auto device_opts = torch::TensorOptions().device(rt.device);
   // Synthetic data lives on the device as the loader's uint8 NHWC batch: each
   // iteration still pays the normalisation pass that real data needs.

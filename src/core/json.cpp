@@ -122,13 +122,17 @@ nlohmann::json parse_json(std::string_view text, const std::string& source, int 
   }
 }
 
-nlohmann::json read_json_file(const std::string& path, const std::string& what, int max_depth) {
+std::string read_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SystemError("cannot open " + what, path);
   std::ostringstream text;
   text << in.rdbuf();
   if (!in && !in.eof()) throw SystemError("cannot read " + what, path);
-  return parse_json(text.str(), path, max_depth);
+  return text.str();
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what, int max_depth) {
+  return parse_json(read_file(path, what), path, max_depth);
 }
 
 }  // namespace convnets

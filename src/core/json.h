@@ -17,6 +17,9 @@ constexpr int kMaxJsonDepth = 64;
 // convnets::Error for invalid JSON and for nesting deeper than `max_depth`,
 // refused while parsing, before the structure is built.
 nlohmann::json parse_json(std::string_view text, const std::string& source, int max_depth = kMaxJsonDepth);
+// The whole file at `path` (JSON or not: an ONNX graph too); `what` names it
+// in the SystemError ("cannot open the ONNX file: PATH: ...").
+std::string read_file(const std::string& path, const std::string& what);
 // The whole file at `path`, parsed as above; `what` says what the file is for
 // in the error ("GPUNet definition", "recipe").
 nlohmann::json read_json_file(const std::string& path, const std::string& what, int max_depth = kMaxJsonDepth);

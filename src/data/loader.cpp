@@ -274,20 +274,55 @@ BadImagePolicy parse_bad_image_policy(const std::string& value) {
   throw Error("--bad-images " + value + ": expected skip or fail");
 }
 
-at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>& mean,
-                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype,
-                           at::MemoryFormat format) {
+namespace {
+
+void check_pixels(const at::Tensor& images) {
   if (images.dim() != 4 || images.scalar_type() != at::kByte || (images.size(3) != 1 && images.size(3) != 3))
     throw Error("normalize: expected a uint8 [B, H, W, 1 or 3] batch, got " + std::string(images.toString()) + " " +
                 std::to_string(images.dim()) + "-d");
-  if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16)
-    throw Error("normalize: the input dtype must be float32, float16 or bfloat16, not " +
-                std::string(c10::toString(dtype)));
-  std::array<float, 3> scale{}, bias{};
+}
+
+// (x / 255 - mean) / std as x * scale + bias, per channel.
+void affine(const std::array<double, 3>& mean, const std::array<double, 3>& std, std::array<float, 3>& scale,
+            std::array<float, 3>& bias) {
   for (int c = 0; c < 3; ++c) {
     scale[c] = static_cast<float>(1.0 / (255.0 * std[c]));
     bias[c] = static_cast<float>(-mean[c] / std[c]);
   }
+}
+
+}  // namespace
+
+at::Tensor normalize_batch_serial(const at::Tensor& images, const std::array<double, 3>& mean,
+                                  const std::array<double, 3>& std) {
+  check_pixels(images);
+  std::array<float, 3> scale{}, bias{};
+  affine(mean, std, scale, bias);
+  const at::Tensor src = images.to(at::kCPU).contiguous();
+  const std::int64_t n = src.size(0), plane = src.size(1) * src.size(2), channels = src.size(3);
+  at::Tensor out = at::empty({n, 3, src.size(1), src.size(2)}, at::TensorOptions().dtype(at::kFloat));
+  const std::uint8_t* in = src.data_ptr<std::uint8_t>();
+  float* o = out.data_ptr<float>();
+  for (std::int64_t b = 0; b < n; ++b) {
+    for (int c = 0; c < 3; ++c) {
+      // A grayscale batch feeds a 3-channel model as R = G = B, as in normalize_batch.
+      const std::uint8_t* p = in + b * plane * channels + (channels == 3 ? c : 0);
+      float* dst = o + (b * 3 + c) * plane;
+      for (std::int64_t i = 0; i < plane; ++i) dst[i] = static_cast<float>(p[i * channels]) * scale[c] + bias[c];
+    }
+  }
+  return out;
+}
+
+at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>& mean,
+                           const std::array<double, 3>& std, at::Device device, at::ScalarType dtype,
+                           at::MemoryFormat format) {
+  check_pixels(images);
+  if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16)
+    throw Error("normalize: the input dtype must be float32, float16 or bfloat16, not " +
+                std::string(c10::toString(dtype)));
+  std::array<float, 3> scale{}, bias{};
+  affine(mean, std, scale, bias);
   // The uint8 batch crosses to the device: a quarter of the float bytes.
   const at::Tensor src = images.to(device, /*non_blocking=*/true).contiguous();
   at::Tensor out = at::empty({src.size(0), 3, src.size(1), src.size(2)},

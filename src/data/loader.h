@@ -155,6 +155,13 @@ at::Tensor normalize_batch(const at::Tensor& images, const std::array<double, 3>
                            const std::array<double, 3>& std, at::Device device, at::ScalarType dtype,
                            at::MemoryFormat format = at::MemoryFormat::ChannelsLast);
 
+// normalize_batch's float32 NCHW result on the CPU, computed on the calling
+// thread alone, for callers whose own threads must keep the cores (the
+// OpenVINO engine): LibTorch's OpenMP pool, once a parallel op wakes it,
+// spins after the op and takes them.
+at::Tensor normalize_batch_serial(const at::Tensor& images, const std::array<double, 3>& mean,
+                                  const std::array<double, 3>& std);
+
 // timm's RandomErasing fill on a normalised batch [B, C, H, W] (in place of
 // `x`, returned): each box of `boxes` (Batch::erase) gets N(0, 1) noise per
 // element (pixel), one N(0, 1) colour per channel (rand), or 0, the mean

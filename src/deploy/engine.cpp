@@ -59,12 +59,4 @@ std::unique_ptr<Engine> make_engine(const std::string& name, EngineSpec spec) {
   return std::make_unique<TorchEngine>(std::move(spec));
 }
 
-#ifndef CONVNETS_OPENVINO
-bool openvino_available() { return false; }
-std::string openvino_version() { return ""; }
-std::unique_ptr<Engine> make_openvino_engine(EngineSpec) {
-  throw Error("--engine openvino: this convnets was built without OpenVINO's runtime");
-}
-#endif
-
 }  // namespace convnets::deploy

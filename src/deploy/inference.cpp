@@ -1,12 +1,12 @@
 #include "deploy/inference.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/dataset.h"
 #include "data/transforms.h"
+#include "export/onnx_export.h"
 #include "models/graph.h"
 #include "quant/eager.h"
-#include "core/json.h"
-#include "export/onnx_export.h"
 
 #include <torch/version.h>
 
@@ -14,8 +14,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <memory>
 
 namespace convnets::deploy {
@@ -23,14 +21,6 @@ namespace convnets::deploy {
 namespace {
 
 bool is_onnx_path(const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, ".onnx") == 0; }
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SystemError("cannot open the ONNX file", path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw SystemError("read failed in", path);
-  return bytes;
-}
 
 }  // namespace
 
@@ -63,11 +53,7 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
     num_classes_ = *o.num_classes;
     pre_ = arch_->preprocessing;
   }
-  named_ = names_.size() == static_cast<std::size_t>(num_classes_);
-  if (!named_) {
-    names_.clear();
-    for (std::int64_t i = 0; i < num_classes_; ++i) names_.push_back(std::to_string(i));
-  }
+  name_classes();
   if (o.image_size > 0) pre_.input_size = o.image_size;
   rt_ = train::resolve_runtime(o.device, o.precision, o.memory_format);
   engine_name_ = resolve_engine(o.engine, rt_);
@@ -100,7 +86,7 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
 void InferenceModel::open_onnx() {
   const auto& o = options_;
   const std::string& path = path_;
-  auto bytes = read_whole_file(path);
+  auto bytes = read_file(path, "the ONNX file");
   const auto info = read_onnx_info(bytes, path);
   const auto& meta = info.metadata;
   for (const char* key : {"arch", "num_classes", "preprocessing"}) {
@@ -134,11 +120,7 @@ void InferenceModel::open_onnx() {
   if (meta.count("class_names")) {
     names_ = parse_json(meta.at("class_names"), path + " (metadata 'class_names')").get<std::vector<std::string>>();
   }
-  named_ = names_.size() == static_cast<std::size_t>(num_classes_);
-  if (!named_) {
-    names_.clear();
-    for (std::int64_t i = 0; i < num_classes_; ++i) names_.push_back(std::to_string(i));
-  }
+  name_classes();
   // An ONNX graph runs where OpenVINO runs: on the CPU.
   rt_ = train::resolve_runtime(o.device == "auto" ? "cpu" : o.device, o.precision, o.memory_format);
   if (o.engine == "torch") {
@@ -153,6 +135,13 @@ void InferenceModel::open_onnx() {
   spec.num_classes = num_classes_;
   spec.rt = rt_;
   engine_ = make_engine(engine_name_, std::move(spec));
+}
+
+void InferenceModel::name_classes() {
+  named_ = names_.size() == static_cast<std::size_t>(num_classes_);
+  if (named_) return;
+  names_.clear();
+  for (std::int64_t i = 0; i < num_classes_; ++i) names_.push_back(std::to_string(i));
 }
 
 NetworkImpl& InferenceModel::network() const {

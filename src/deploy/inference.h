@@ -88,6 +88,8 @@ class InferenceModel {
 
  private:
   void open_onnx();
+  // "0", "1", ... unless names_ holds one name per class.
+  void name_classes();
 
   std::string path_;
   InferenceOptions options_;

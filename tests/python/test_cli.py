@@ -83,10 +83,17 @@ class ModelsCommand(unittest.TestCase):
         r = convnets("--version")
         self.assertEqual(r.returncode, 0, r.stderr)
         cudnn = torch.backends.cudnn.version()
-        expected = "(LibTorch %s, CUDA %s, cuDNN %d.%d.%d)" % (
+        expected = "(LibTorch %s, CUDA %s, cuDNN %d.%d.%d" % (
             torch.__version__.split("+")[0], torch.version.cuda, cudnn // 10000, cudnn % 10000 // 100, cudnn % 100)
         self.assertRegex(r.stdout, r"^convnets \d+\.\d+\.\d+ ")
         self.assertIn(expected, r.stdout)
+        # A build with the OpenVINO engine names the runtime it linked: the wheel in .venv.
+        try:
+            import openvino
+        except ImportError:
+            self.assertIn(expected + ")", r.stdout)
+        else:
+            self.assertIn(expected + ", OpenVINO %s)" % openvino.__version__.split("-")[0], r.stdout)
 
     def test_help_on_the_command(self):
         r = convnets("models", "--help")
