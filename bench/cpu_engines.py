@@ -5,7 +5,9 @@ For each arch (random weights; speed does not depend on them) and precision:
 `convnets --threads T bench infer --engine torch,openvino --fold-bn` against
 the ONNX graph `convnets export --fold-bn --dynamic-batch` writes, run by ONNX
 Runtime (CPU EP, fp32; it has no CPU bf16 path) and by OpenVINO from Python
-with the precision pinned (INFERENCE_PRECISION_HINT f32 or bf16). Median of
+with the precision pinned (INFERENCE_PRECISION_HINT f32 or bf16). INT8: the QDQ graph of
+`convnets export --int8` timed by `convnets bench infer --checkpoint G.onnx --engine openvino` (INT8
+kernels; LibTorch runs no ONNX) and by both runtimes from Python. Median of
 --repeat rounds, the sides interleaved within each round (this VM's speed
 drifts); each peer cell is the median latency of its timed runs.
 
@@ -31,7 +33,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--convnets", required=True)
     ap.add_argument("--archs", default="resnet50,gpunet-0")
-    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--precisions", default="fp32,bf16,int8")
     ap.add_argument("--batch-sizes", default="1,16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
@@ -47,24 +49,34 @@ def main():
             subprocess.run([a.convnets, "models", "--arch", arch, "--save", weights], check=True, capture_output=True)
             subprocess.run([a.convnets, "export", "--checkpoint", weights, "--arch", arch, "--format", "onnx",
                             "--fold-bn", "--dynamic-batch", "-o", onnx], check=True, capture_output=True)
+            # INT8: the QDQ graph `export --int8` writes (uint8 activations, 7-bit weights, calibrated on
+            # synthetic images as issue 22's figures), timed through `bench infer --checkpoint`.
+            int8 = os.path.join(d, arch + "_int8.onnx")
+            if "int8" in a.precisions.split(","):
+                subprocess.run([a.convnets, "export", "--checkpoint", weights, "--arch", arch, "--format", "onnx",
+                                "--dynamic-batch", "--int8", "--int8-reduce-range", "--calibration", "synthetic:32",
+                                "--calibration-images", "32", "-o", int8], check=True, capture_output=True)
             size = json.loads(subprocess.run([a.convnets, "models", "--arch", arch, "--json"], check=True,
                                              capture_output=True, text=True).stdout)
             size = (size[0] if isinstance(size, list) else size)["input_size"]
             for _ in range(a.repeat):
                 for precision in a.precisions.split(","):
                     out = os.path.join(d, "c.json")
-                    subprocess.run([a.convnets, "--threads", str(a.threads), "bench", "infer", "--arch", arch,
-                                    "--engine", "torch,openvino", "--fold-bn", "--device", "cpu", "--precision",
-                                    precision, "--batch-sizes", a.batch_sizes, "--warmup", str(a.warmup),
-                                    "--iterations", str(a.iterations), "--json", out], check=True,
+                    model = (["--checkpoint", int8, "--engine", "openvino", "--precision", "fp32"]
+                             if precision == "int8" else
+                             ["--arch", arch, "--engine", "torch,openvino", "--fold-bn", "--precision", precision])
+                    subprocess.run([a.convnets, "--threads", str(a.threads), "bench", "infer", "--device", "cpu"] +
+                                   model + ["--batch-sizes", a.batch_sizes, "--warmup", str(a.warmup),
+                                            "--iterations", str(a.iterations), "--json", out], check=True,
                                    capture_output=True)
                     for row in json.load(open(out))["rows"]:
                         cells.setdefault((arch, precision, "convnets " + row["engine"], row["batch"]),
                                          []).append(row["images_per_s"])
+                    graph = int8 if precision == "int8" else onnx
                     peers = {"OpenVINO (Python)": lambda: openvino_runner(
-                        onnx, a.threads, "bf16" if precision == "bf16" else "f32")}
-                    if precision == "fp32":
-                        peers["ONNX Runtime"] = lambda: onnxruntime_runner(onnx, a.threads)
+                        graph, a.threads, "bf16" if precision == "bf16" else "f32")}
+                    if precision != "bf16":
+                        peers["ONNX Runtime"] = lambda: onnxruntime_runner(graph, a.threads)
                     for name, make in peers.items():
                         runner = make()
                         for b in batches:

@@ -19,7 +19,7 @@ Every side times steps [warmup, warmup + steps) from its own per-step clock
 (convnets: DLLogger timestamps); runs alternate, median of --repeat; the ratio is the median of the
 per-round ratios.
 
-    .venv/bin/python bench/train_cpu.py --convnets build/convnets [--steps 200] [--repeat 3]
+    .venv/bin/python bench/train_cpu.py --convnets build/convnets [--steps 200] [--repeat 3] [--precision bf16]
     .venv/bin/python bench/train_cpu.py --convnets build/convnets --baseline OLD/convnets --no-pytorch --repeat 5
 """
 import argparse
@@ -96,7 +96,7 @@ class FlipNormalize(torch.utils.data.Dataset):
         return img, self.y[i]
 
 
-def pytorch_rate(mode, steps, warmup, batch=128):
+def pytorch_rate(mode, steps, warmup, precision="fp32", batch=128):
     torch.set_num_threads(2)
     torch.manual_seed(0)
     x, y = load_fashion()
@@ -136,16 +136,20 @@ def pytorch_rate(mode, steps, warmup, batch=128):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(forward(images), labels, label_smoothing=0.1)
+        # bf16 as PyTorch's AMP recipe has it on the CPU: autocast over the
+        # forward and the loss, fp32 master weights, no loss scaling.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = F.cross_entropy(forward(images), labels, label_smoothing=0.1)
         loss.backward()
         opt.step()
     return steps * batch / (time.perf_counter() - t0)
 
 
-def convnets_rate(binary, steps, warmup, freq=10):
+def convnets_rate(binary, steps, warmup, precision="fp32", freq=10):
     with tempfile.TemporaryDirectory() as ws:
         subprocess.run([binary, "--threads", "2", "train", "--recipe", "fashion-mnist-resnet8", "--training-only",
-                        "--prof", str(warmup + steps), "--print-freq", str(freq), "--workspace", ws],
+                        "--prof", str(warmup + steps), "--print-freq", str(freq), "--precision", precision,
+                        "--workspace", ws],
                        check=True, capture_output=True, text=True)
         stamps = {}
         with open(os.path.join(ws, "log.json")) as f:
@@ -162,6 +166,9 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: convnets --precision bf16 against torch.autocast('cpu', torch.bfloat16); needs a "
+                         "CPU with native bf16 (AVX512_BF16 or AMX)")
     ap.add_argument("--compile", action="store_true", help="also time PyTorch with torch.compile(model)")
     ap.add_argument("--baseline", help="another convnets binary (e.g. the commit before a change), timed in each round")
     ap.add_argument("--no-pytorch", action="store_true", help="time the convnets binaries only")
@@ -179,17 +186,15 @@ def main():
         # Which build goes first alternates, so neither always gets the warmer machine.
         builds = [("convnets", a.convnets)] + ([("convnets baseline", a.baseline)] if a.baseline else [])
         for name, binary in (builds if r % 2 == 0 else builds[::-1]):
-            rates[name].append(convnets_rate(binary, a.steps, a.warmup))
+            rates[name].append(convnets_rate(binary, a.steps, a.warmup, a.precision))
         if not a.no_pytorch:
-            rates["pytorch dataloader"].append(pytorch_rate("dataloader", a.steps, a.warmup))
-            rates["pytorch in-memory"].append(pytorch_rate("in-memory", a.steps, a.warmup))
-            if a.compile:
-                rates["pytorch compile"].append(pytorch_rate("compile", a.steps, a.warmup))
+            for mode in ("dataloader", "in-memory") + (("compile",) if a.compile else ()):
+                rates["pytorch " + mode].append(pytorch_rate(mode, a.steps, a.warmup, a.precision))
     med = {k: statistics.median(v) for k, v in rates.items()}
     version = subprocess.run([a.convnets, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{version}")
-    print(f"# ResNet-8 on Fashion-MNIST, batch 128, {a.steps} timed steps after {a.warmup}, median of {a.repeat}")
+    print(f"# ResNet-8 on Fashion-MNIST, {a.precision}, batch 128, {a.steps} timed steps after {a.warmup}, median of {a.repeat}")
     for k, v in rates.items():
         print(f"{k:20s} {med[k]:8.0f} img/s   runs: {', '.join(f'{x:.0f}' for x in v)}")
     # The VM's speed drifts by tens of percent within minutes, so a ratio of

@@ -90,12 +90,17 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   const auto& arch = find_architecture(o.arch);
   Preprocessing pre = arch.preprocessing;
   pre.input_size = input_size(o);
-  torch::manual_seed(0);
-  ModelOptions mo;
-  mo.num_classes = o.num_classes;
-  auto model = build_model(arch, mo);
-  train::prepare_model(*model, rt);
-  if (!o.train && o.fold_bn) fold_batchnorm(*model);
+  // A checkpoint brings its own network (InferenceModel below); otherwise
+  // random weights, seeded so every row times the same model.
+  Network model;
+  if (o.train || o.checkpoint.empty()) {
+    torch::manual_seed(0);
+    ModelOptions mo;
+    mo.num_classes = o.num_classes;
+    model = build_model(arch, mo);
+    train::prepare_model(*model, rt);
+    if (!o.train && o.fold_bn) fold_batchnorm(*model);
+  }
   const auto device_opts = torch::TensorOptions().device(rt.device);
   // Synthetic data lives on the device as the loader's uint8 NHWC batch: each
   // iteration still pays the normalisation pass that real data needs.
@@ -191,17 +196,26 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
       row.comm_wait_ms = st.steps > 0 ? st.exposed_wait_s * 1e3 / static_cast<double>(st.steps) : 0;
     }
   } else {
-    model->eval();
+    if (model) model->eval();  // null: the checkpoint's InferenceModel sets its own
     c10::InferenceMode inference;
-    deploy::EngineSpec spec;
-    spec.arch = arch.name;
-    spec.model = model;
-    spec.pre = pre;
-    spec.num_classes = o.num_classes;
-    spec.rt = rt;
-    const auto engine = deploy::make_engine(engine_name, std::move(spec));
+    std::unique_ptr<deploy::InferenceModel> loaded;
+    std::unique_ptr<deploy::Engine> built;
+    if (!o.checkpoint.empty()) {
+      deploy::InferenceOptions io = o.checkpoint_options;
+      io.engine = engine_name;
+      loaded = std::make_unique<deploy::InferenceModel>(o.checkpoint, io);
+    } else {
+      deploy::EngineSpec spec;
+      spec.arch = arch.name;
+      spec.model = model;
+      spec.pre = pre;
+      spec.num_classes = o.num_classes;
+      spec.rt = rt;
+      built = deploy::make_engine(engine_name, std::move(spec));
+    }
+    const deploy::Engine& engine = loaded ? loaded->engine() : *built;
     // From the uint8 batch to float logits, as eval and classify run it.
-    auto iteration = [&] { engine->logits(images); };
+    auto iteration = [&] { engine.logits(images); };
     // Latency: each batch from input to logits, synchronised.
     seconds = timed(iteration, true);
     row.mean_ms = seconds * 1e3 / iterations;
@@ -250,6 +264,19 @@ std::string ms(double v) {
 }
 
 }  // namespace
+
+void set_checkpoint(ModelBenchOptions& o, const std::string& path, deploy::InferenceOptions io) {
+  if (o.train) throw Error("--checkpoint: only bench infer times a checkpoint");
+  io.engine = o.engines.empty() ? "auto" : o.engines.front();
+  io.image_size = o.image_size;
+  const deploy::InferenceModel probe(path, io);
+  o.checkpoint = path;
+  o.checkpoint_options = io;
+  o.arch = probe.arch().name;
+  o.image_size = probe.preprocessing().input_size;
+  o.num_classes = probe.num_classes();
+  o.quantized = probe.quantized();
+}
 
 bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const std::bad_alloc*>(&e)) return true;
@@ -313,8 +340,9 @@ std::vector<BenchRow> run_model_bench(const ModelBenchOptions& o) {
 std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>& rows) {
   const auto& rt = o.runtime;
   const int size = input_size(o);
-  std::string out = std::string("convnets bench ") + (o.train ? "train" : "infer") + ": " + o.arch + ", " +
-                    rt.precision + (!o.train && o.fold_bn ? ", BN folded" : "") + ", " +
+  std::string out = std::string("convnets bench ") + (o.train ? "train" : "infer") + ": " + o.arch +
+                    (o.checkpoint.empty() ? "" : " from " + o.checkpoint) + ", " + rt.precision +
+                    (o.quantized ? ", INT8" : "") + (!o.train && o.fold_bn ? ", BN folded" : "") + ", " +
                     (rt.channels_last ? "nhwc" : "nchw") + ", " + std::to_string(size) + "x" +
                     std::to_string(size) + ", " + device_description(rt.device) + ", " +
                     compat::engine_versions() + engines_line(o) + "\n\n";
@@ -383,6 +411,8 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
                               {"warmup", o.warmup},
                               {"iterations", o.iterations},
                               {"fold_bn", !o.train && o.fold_bn},
+                              {"checkpoint", o.checkpoint},
+                              {"quantized", o.quantized},
                               {"openvino_version", deploy::openvino_version()},
                               {"cpu_bf16", cpu_bf16_instructions()},
                               {"data", o.data},

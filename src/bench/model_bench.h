@@ -1,6 +1,7 @@
 // `bench train|infer`: images/s and per-batch latency of a model on synthetic data, per batch size, with out-of-memory probing.
 #pragma once
 
+#include "deploy/inference.h"
 #include "distributed/group.h"
 #include "train/runtime.h"
 
@@ -25,6 +26,13 @@ struct ModelBenchOptions {
   // inference: the engines to time side by side, each resolved
   // (deploy::resolve_engine: torch, openvino); OpenVINO always folds BN.
   std::vector<std::string> engines{"torch"};
+  // inference: time this checkpoint, weights file or exported ONNX (a QAT
+  // checkpoint or an INT8 export as INT8) instead of random weights of
+  // `arch`; `checkpoint_options` open it (the engine is set per row), and
+  // arch, image_size and num_classes are its own (set_checkpoint).
+  std::string checkpoint;
+  deploy::InferenceOptions checkpoint_options;
+  bool quantized = false;
   // DLE's ResNet-50 recipe pieces, so the step does what training does.
   double label_smoothing = 0.1, momentum = 0.875, weight_decay = 3.0517578125e-05;
   // Data-parallel training: gradients all-reduced in buckets as `train` does.
@@ -61,6 +69,11 @@ struct BenchRow {
   double device_ms = 0;   // per batch, synchronised: host-to-device copy + device decode/normalise alone
   double device_fraction = 0;  // images decoded on the device (gpu backend)
 };
+
+// Opens `path` once with `io` (engine: the first of `options.engines`) and
+// takes its arch, input size, class count and whether it is INT8 into
+// `options`; a file an engine cannot run fails here, naming it.
+void set_checkpoint(ModelBenchOptions& options, const std::string& path, deploy::InferenceOptions io);
 
 // True for an allocation failure of the CPU or CUDA allocator.
 bool is_out_of_memory(const std::exception& e);

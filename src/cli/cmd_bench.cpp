@@ -166,6 +166,8 @@ struct BenchModelArgs {
   bench::ModelBenchOptions options;
   std::string device = "auto", precision = "fp32", memory_format = "nhwc", json;
   std::vector<std::string> engines{"auto"};
+  std::string checkpoint;
+  bool as_float = false, arch_given = false;
   bool no_cuda_graph = false;
   distributed::LaunchOptions launch;
 };
@@ -244,6 +246,15 @@ void run_bench_model(BenchModelArgs& a) {
     if (a.engines.empty()) throw Error("--engine: expected at least one of auto, torch, openvino");
     o.engines.clear();
     for (const auto& e : a.engines) o.engines.push_back(deploy::resolve_engine(e, o.runtime));
+    if (!a.checkpoint.empty()) {
+      deploy::InferenceOptions io;
+      io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
+      io.fold_bn = o.fold_bn;
+      io.as_float = a.as_float;
+      if (a.arch_given) io.arch = o.arch;  // a training checkpoint names its own
+      io.num_classes = o.num_classes;       // a plain weights file's classifier
+      bench::set_checkpoint(o, a.checkpoint, io);
+    }
   }
   o.cuda_graph = !a.no_cuda_graph;
   std::unique_ptr<distributed::Group> group;
@@ -278,7 +289,8 @@ void add_model_bench(CLI::App& bench, bool train) {
             : "Inference images/s and latency avg/p90/p95/p99 on synthetic data per batch size");
   auto& o = args->options;
   if (!train) o.batch_sizes = {1, 64, 256};
-  cmd->add_option("--arch", o.arch, "Architecture (see `convnets models`)")->capture_default_str();
+  auto* arch = cmd->add_option("--arch", o.arch, "Architecture (see `convnets models`)")->capture_default_str();
+  arch->each([args](const std::string&) { args->arch_given = true; });
   cmd->add_option("--precision", args->precision, "fp32, tf32, amp (fp16 autocast + loss scaling) or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}))
       ->capture_default_str();
@@ -318,6 +330,10 @@ void add_model_bench(CLI::App& bench, bool train) {
         ->delimiter(',')
         ->check(CLI::IsMember({"auto", "torch", "openvino"}))
         ->capture_default_str();
+    cmd->add_option("--checkpoint", args->checkpoint,
+                    "Time this checkpoint, weights file (with --arch) or exported .onnx instead of random weights; "
+                    "a QAT checkpoint or an INT8 export runs as INT8 (OpenVINO: INT8 kernels)");
+    cmd->add_flag("--float", args->as_float, "A QAT checkpoint: time its float weights instead of the INT8 network");
   }
   cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
   cmd->callback([args] { run_bench_model(*args); });

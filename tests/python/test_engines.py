@@ -184,6 +184,36 @@ class Engines(unittest.TestCase):
         self.assertTrue(all(row["images_per_s"] > 0 for row in doc["rows"]))
         self.assertTrue(doc["openvino_version"])
 
+    def test_bench_infer_times_a_checkpoint_and_its_int8_graph(self):
+        # A training checkpoint: its arch, input size and classes, not --arch's defaults.
+        out = os.path.join(self.tmp, "bench_ckpt.json")
+        r = cli("bench", "infer", "--checkpoint", self.ckpt, "--engine", "torch,openvino", "--device", "cpu",
+                "--batch-sizes", "2", "--warmup", "1", "--iterations", "2", "--json", out)
+        self.assertIn("resnet8 from " + self.ckpt, r.stdout)
+        with open(out) as f:
+            doc = json.load(f)
+        self.assertEqual((doc["arch"], doc["image_size"], doc["checkpoint"], doc["quantized"]),
+                         ("resnet8", 28, self.ckpt, False))
+        self.assertEqual([row["engine"] for row in doc["rows"]], ["torch", "openvino"])
+        # An INT8 export: timed as INT8 by OpenVINO, refused by LibTorch.
+        onnx = os.path.join(self.tmp, "bench_int8.onnx")
+        cli("export", "--checkpoint", self.ckpt, "--format", "onnx", "--int8", "--dynamic-batch",
+            "--calibration", FASHION, "--calibration-images", "64", "-o", onnx)
+        r = cli("bench", "infer", "--checkpoint", onnx, "--device", "cpu", "--batch-sizes", "1,4", "--warmup", "1",
+                "--iterations", "2", "--json", out)
+        self.assertIn(", INT8,", r.stdout.splitlines()[0])
+        with open(out) as f:
+            doc = json.load(f)
+        self.assertTrue(doc["quantized"])
+        self.assertEqual([(row["engine"], row["batch"]) for row in doc["rows"]], [("openvino", 1), ("openvino", 4)])
+        self.assertTrue(all(row["images_per_s"] > 0 for row in doc["rows"]))
+        r = cli("bench", "infer", "--checkpoint", onnx, "--engine", "torch", "--device", "cpu", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is an ONNX graph", r.stderr)
+        r = cli("bench", "infer", "--checkpoint", os.path.join(self.tmp, "absent.safetensors"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("absent.safetensors", r.stderr)
+
     def test_bad_engine_requests_are_named(self):
         cases = [
             (["eval", FASHION, "--checkpoint", self.ckpt, "--engine", "openvino", "--precision", "amp",
