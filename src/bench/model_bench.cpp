@@ -87,17 +87,20 @@ struct FileInput {
 BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int iterations,
                  const std::string& backend, const std::string& engine_name = "torch") {
   const auto& rt = o.runtime;
-  const auto& arch = find_architecture(o.arch);
-  Preprocessing pre = arch.preprocessing;
+  // A checkpoint's arch may be a layer list it carries (no registry name):
+  // InferenceModel resolves it; only random weights need the registry.
+  const bool from_checkpoint = !o.train && !o.checkpoint.empty();
+  const ArchInfo* arch = from_checkpoint ? nullptr : &find_architecture(o.arch);
+  Preprocessing pre = arch ? arch->preprocessing : Preprocessing{};
   pre.input_size = input_size(o);
   // A checkpoint brings its own network (InferenceModel below); otherwise
   // random weights, seeded so every row times the same model.
   Network model;
-  if (o.train || o.checkpoint.empty()) {
+  if (!from_checkpoint) {
     torch::manual_seed(0);
     ModelOptions mo;
     mo.num_classes = o.num_classes;
-    model = build_model(arch, mo);
+    model = build_model(*arch, mo);
     train::prepare_model(*model, rt);
     if (!o.train && o.fold_bn) fold_batchnorm(*model);
   }
@@ -200,13 +203,13 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     c10::InferenceMode inference;
     std::unique_ptr<deploy::InferenceModel> loaded;
     std::unique_ptr<deploy::Engine> built;
-    if (!o.checkpoint.empty()) {
+    if (from_checkpoint) {
       deploy::InferenceOptions io = o.checkpoint_options;
       io.engine = engine_name;
       loaded = std::make_unique<deploy::InferenceModel>(o.checkpoint, io);
     } else {
       deploy::EngineSpec spec;
-      spec.arch = arch.name;
+      spec.arch = arch->name;
       spec.model = model;
       spec.pre = pre;
       spec.num_classes = o.num_classes;
@@ -266,7 +269,6 @@ std::string ms(double v) {
 }  // namespace
 
 void set_checkpoint(ModelBenchOptions& o, const std::string& path, deploy::InferenceOptions io) {
-  if (o.train) throw Error("--checkpoint: only bench infer times a checkpoint");
   io.engine = o.engines.empty() ? "auto" : o.engines.front();
   io.image_size = o.image_size;
   const deploy::InferenceModel probe(path, io);
@@ -288,7 +290,7 @@ bool is_out_of_memory(const std::exception& e) {
 }
 
 std::vector<BenchRow> run_model_bench(const ModelBenchOptions& o) {
-  find_architecture(o.arch);  // a bad name fails before any work
+  if (o.checkpoint.empty()) find_architecture(o.arch);  // a bad name fails before any work
   if (o.batch_sizes.empty()) throw Error("--batch-sizes: expected at least one batch size");
   for (auto b : o.batch_sizes) {
     if (b < 1) throw Error("--batch-sizes: " + std::to_string(b) + " is not a batch size (expected >= 1)");
