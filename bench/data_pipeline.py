@@ -19,7 +19,7 @@ drawn on the loader threads, the fill runs on the training device).
 convnets.data.Loader (the Python package, issue 34) runs in this process in a plain Python loop, as a training
 script uses it, with uint8 NHWC output like the CLI's (in train-aug without the erasing boxes, whose fill
 needs normalised output: the boxes alone cost next to nothing). NVIDIA DALI
-(scripts/setup-bench.sh installs it): see dali_rate; train-aug has no DALI side (DALI's RandAugment is not
+(scripts/setup.sh installs it): see dali_rate; train-aug has no DALI side (DALI's RandAugment is not
 timm's). Peers that cannot be imported are named in the output and left out.
 
     .venv/bin/python bench/data_pipeline.py --convnets build/convnets --data DIR [--workers 1,2] [--images 2000]
@@ -152,7 +152,7 @@ def unavailable(name):
         elif name == "dali":
             import nvidia.dali  # noqa: F401
     except ImportError as e:
-        how = "scripts/setup.sh builds it into .venv" if name == "python" else "scripts/setup-bench.sh installs it"
+        how = "scripts/setup.sh builds it into .venv" if name == "python" else "scripts/setup.sh installs it"
         return "%s (%s)" % (e, how)
     return None
 

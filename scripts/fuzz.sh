@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz the parsers of untrusted input (fuzz/*.cpp: images and the transforms,
-# dataset index files, JSON definitions and recipes, safetensors, GPUNet
-# definitions built into networks) with
+# dataset index files, WebDataset tar shards and their DALI indexes, JSON definitions and recipes,
+# safetensors, GPUNet definitions built into networks) with
 # libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer.
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]   fuzz each target for SECONDS (default 60)
 #   scripts/fuzz.sh regress                  run every committed corpus input once (CI)
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 seconds=${2:-60}
-targets=(image dataset json safetensors gpunet_build)
+targets=(image dataset json safetensors gpunet_build tar)
 
 # Debian packages (clang among them) and .venv's torch; FUZZ_SETUP=0 skips it when done already.
 [[ ${FUZZ_SETUP:-1} == 0 ]] || ./scripts/setup.sh >/dev/null
@@ -30,7 +30,7 @@ if [[ $what == regress ]]; then
   for t in "${targets[@]}"; do
     n=$(find fuzz/corpus/$t -type f | wc -l)
     # Each file once, as a regression test: any crash, leak or UB report fails.
-    find fuzz/corpus/$t -type f -print0 | xargs -0 build-fuzz/fuzz_$t -rss_limit_mb=4096 -timeout=30 \
+    find fuzz/corpus/$t -type f -print0 | xargs -0 -r build-fuzz/fuzz_$t -rss_limit_mb=4096 -timeout=30 \
       >build-fuzz/regress-$t.log 2>&1 || { tail -40 build-fuzz/regress-$t.log; echo "fuzz: $t FAILED"; exit 1; }
     echo "fuzz: $t: $n corpus inputs, no finding"
   done

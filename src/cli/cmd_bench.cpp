@@ -86,6 +86,9 @@ void run_bench_data(const BenchDataArgs& a) {
 
   if (!a.json) {
     std::printf("dataset     %s\n", dataset->description().c_str());
+    if (a.world_size > 1)
+      std::printf("rank        %d of %d: %lld samples per epoch\n", a.rank, a.world_size,
+                  static_cast<long long>(loader.samples_per_epoch()));
     std::printf("transform   %s %d (%s), DCT scaling %s; %d workers, batch %lld\n",
                 train ? "RandomResizedCrop + flip" : "resize + centre crop", a.size,
                 train ? a.interpolation.c_str() : data::filter_name(t.filter), t.dct_scaling ? "on" : "off",
@@ -135,6 +138,9 @@ void run_bench_data(const BenchDataArgs& a) {
   const double per = 1e3 / static_cast<double>(total_images);
   nlohmann::ordered_json r = {{"dataset", dataset->description()},
                               {"mode", train ? "train" : "eval"},
+                              {"rank", a.rank},
+                              {"world_size", a.world_size},
+                              {"samples_per_epoch", loader.samples_per_epoch()},
                               {"size", a.size},
                               {"dct_scaling", t.dct_scaling},
                               {"workers", loader.workers()},

@@ -14,5 +14,6 @@ void add_eval_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_pack_command(CLI::App& app);
 
 }  // namespace convnets::cli

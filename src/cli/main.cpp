@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   convnets::cli::add_eval_command(app);
   convnets::cli::add_classify_command(app);
   convnets::cli::add_export_command(app);
+  convnets::cli::add_pack_command(app);
   convnets::cli::add_report_command(app);
   convnets::cli::add_bench_command(app);
 

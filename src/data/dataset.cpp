@@ -1,8 +1,11 @@
 #include "data/dataset.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/limits.h"
+#include "data/shards.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,11 +18,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <set>
 
 namespace fs = std::filesystem;
 
 namespace convnets::data {
+
+std::vector<std::int64_t> Dataset::epoch_order(const ShardOptions& o, std::int64_t epoch) const {
+  return shard_indices(size(), o, epoch);
+}
+
+std::size_t Dataset::epoch_size(const ShardOptions& o) const { return shard_size(size(), o); }
 
 // One read of the whole file: this runs once per sample per epoch. Opening a
 // FIFO would wait for a writer forever (the run hangs): O_NONBLOCK makes the
@@ -77,6 +88,7 @@ class FileDataset : public Dataset {
   void load(std::size_t i, SampleData& out) const override {
     out.name = paths_[i];
     out.encoded = true;
+    out.label = labels_[i];
     read_image_file(paths_[i], out.bytes);
   }
 
@@ -105,6 +117,7 @@ class PixelDataset : public Dataset {
   void load(std::size_t i, SampleData& out) const override {
     out.name = name(i);
     out.encoded = false;
+    out.label = label(i);
     out.pixels.resize(w_, h_, c_);
     const std::size_t n = out.pixels.pixels.size();
     if (!pixels_.empty()) {
@@ -182,12 +195,94 @@ std::vector<std::string> numbered_classes(std::int64_t n) {
 
 }  // namespace
 
+namespace {
+
+bool image_extension(const std::string& file) {
+  return lower_ends_with(file, ".jpg") || lower_ends_with(file, ".jpeg") || lower_ends_with(file, ".png");
+}
+
+// One class folder's files, walked as torchvision's sorted(os.walk(root,
+// followlinks=True)) lists them, but with each directory visited once: a link
+// back up the tree (a cycle) or to a directory already listed is skipped
+// with a warning, as are broken links and folders that cannot be read. File
+// types come from readdir's d_type; only links (and file systems that give no
+// type) cost a stat, so the walk stays one getdents per folder.
+class FolderWalk {
+ public:
+  std::map<std::string, std::vector<std::string>> by_dir;  // folder -> image file names
+  std::map<std::string, std::size_t> ignored;               // extension -> files that are no images
+  std::vector<std::string> warnings;
+
+  void walk(const std::string& dir, bool top) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) {
+      warn(dir + ": cannot read: " + std::strerror(errno));
+      return;
+    }
+    if (!seen_.insert({st.st_dev, st.st_ino}).second) {
+      warn(dir + ": a folder already listed, reached again through a symbolic link (a cycle or a second way to "
+                 "it): skipped");
+      return;
+    }
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) {
+      if (top) throw SystemError("cannot list the class folder", dir);
+      warn(dir + ": cannot list this folder (" + std::strerror(errno) + "): skipped");
+      return;
+    }
+    auto& files = by_dir[dir];
+    std::vector<std::string> subdirs;
+    errno = 0;
+    while (const dirent* e = ::readdir(d)) {
+      const char* n = e->d_name;
+      if (n[0] == '.' && (n[1] == 0 || (n[1] == '.' && n[2] == 0))) continue;
+      std::string path = dir + "/" + n;
+      unsigned char type = e->d_type;
+      if (type == DT_LNK || type == DT_UNKNOWN) {
+        struct stat target {};
+        if (::stat(path.c_str(), &target) != 0) {
+          struct stat link {};
+          const bool is_link = ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+          warn(path + (is_link ? ": broken symbolic link (" : ": cannot be read (") + std::strerror(errno) + "): skipped");
+          continue;
+        }
+        if (S_ISDIR(target.st_mode)) {
+          type = DT_DIR;
+        } else {
+          type = S_ISREG(target.st_mode) ? DT_REG : DT_UNKNOWN;
+        }
+      }
+      if (type == DT_DIR) {
+        subdirs.push_back(std::move(path));
+      } else if (image_extension(n)) {
+        files.emplace_back(n);
+      } else {
+        const std::string ext = fs::path(n).extension().string();
+        ++ignored[ext.empty() ? "(no extension)" : ext];
+      }
+    }
+    const int err = errno;
+    ::closedir(d);
+    if (err) warn(dir + ": listing stopped early (" + std::strerror(err) + ")");
+    for (const auto& sub : subdirs) walk(sub, false);
+  }
+
+ private:
+  void warn(const std::string& what) {
+    warnings.push_back(what);
+    std::cerr << "convnets: warning: " << utf8_escaped(what) << '\n';
+  }
+  std::set<std::pair<dev_t, ino_t>> seen_;
+};
+
+}  // namespace
+
 DatasetPtr image_folder(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a directory", "expected DIR/<class>/<image> folders");
   std::vector<std::string> classes;
   for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_directory()) classes.push_back(entry.path().filename().string());
+    if (entry.is_directory(ec)) classes.push_back(entry.path().filename().string());
   if (ec) throw Error(dir + ": cannot list: " + ec.message());
   if (classes.empty())
     throw Error(dir + ": no class folders", "expected DIR/<class>/<image>, one folder per class");
@@ -196,33 +291,23 @@ DatasetPtr image_folder(const std::string& dir) {
   std::vector<std::string> paths;
   std::vector<std::int32_t> labels;
   std::map<std::string, std::size_t> skipped;
+  std::size_t warnings = 0;
   for (std::size_t c = 0; c < classes.size(); ++c) {
-    // torchvision walks sorted(os.walk(class_dir)): folders by path, then file names.
-    std::map<std::string, std::vector<std::string>> by_dir;
-    const fs::path class_dir = fs::path(dir) / classes[c];
-    by_dir[class_dir.string()];
-    for (fs::recursive_directory_iterator it(class_dir, fs::directory_options::follow_directory_symlink, ec), end;
-         !ec && it != end; it.increment(ec)) {
-      if (it->is_directory()) continue;
-      const std::string file = it->path().filename().string();
-      if (lower_ends_with(file, ".jpg") || lower_ends_with(file, ".jpeg") || lower_ends_with(file, ".png")) {
-        by_dir[it->path().parent_path().string()].push_back(file);
-      } else {
-        const std::string ext = it->path().extension().string();
-        ++skipped[ext.empty() ? "(no extension)" : ext];
-      }
-    }
-    if (ec) throw Error(class_dir.string() + ": cannot list: " + ec.message());
+    FolderWalk walk;
+    const std::string class_dir = (fs::path(dir) / classes[c]).string();
+    walk.walk(class_dir, true);
+    warnings += walk.warnings.size();
+    for (const auto& [ext, n] : walk.ignored) skipped[ext] += n;
     const std::size_t before = paths.size();
-    for (auto& [folder, files] : by_dir) {
+    for (auto& [folder, files] : walk.by_dir) {
       std::sort(files.begin(), files.end());
       for (const auto& f : files) {
-        paths.push_back((fs::path(folder) / f).string());
+        paths.push_back(folder + "/" + f);
         labels.push_back(static_cast<std::int32_t>(c));
       }
     }
     if (paths.size() == before)
-      throw Error(class_dir.string() + ": class '" + classes[c] + "' has no images",
+      throw Error(class_dir + ": class '" + classes[c] + "' has no images",
                   "every class folder needs at least one .jpg, .jpeg or .png file");
   }
   std::string desc = "image folder " + dir + ": " + std::to_string(paths.size()) + " images, " +
@@ -230,6 +315,7 @@ DatasetPtr image_folder(const std::string& dir) {
   std::vector<std::string> ignored;
   for (const auto& [ext, n] : skipped) ignored.push_back(std::to_string(n) + " " + ext);
   if (!ignored.empty()) desc += " (ignored, not .jpg/.jpeg/.png: " + join(ignored) + ")";
+  if (warnings) desc += " (" + std::to_string(warnings) + " links or folders skipped, see the warnings)";
   return std::make_shared<FileDataset>(std::move(paths), std::move(labels), std::move(classes), std::move(desc));
 }
 
@@ -242,6 +328,8 @@ DatasetPtr list_file(const std::string& path, const std::string& root_in, std::i
   std::string line;
   std::int64_t max_label = -1;
   for (std::size_t lineno = 1; std::getline(in, line); ++lineno) {
+    // Windows Notepad starts a UTF-8 file with a byte-order mark.
+    if (lineno == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
     const std::size_t start = line.find_first_not_of(" \t");
     if (start == std::string::npos) continue;
@@ -353,6 +441,17 @@ DatasetPtr spread(DatasetPtr dataset, std::size_t count) {
                                           std::to_string(count) + " used (every " + std::to_string(stride) + "th)");
 }
 
+bool has_splits(const std::string& location) {
+  std::error_code ec;
+  if (!fs::is_directory(location, ec)) return false;
+  const fs::path d(location);
+  for (const char* suffix : {".gz", ""})
+    if (fs::exists(d / (std::string("train-images-idx3-ubyte") + suffix), ec) &&
+        fs::exists(d / (std::string("t10k-images-idx3-ubyte") + suffix), ec))
+      return true;
+  return fs::is_directory(d / "train", ec) && fs::is_directory(d / "val", ec);
+}
+
 DatasetPtr open_dataset(const std::string& location, const std::string& split) {
   if (split != "train" && split != "val") throw Error("dataset split '" + split + "' is not train or val");
   if (location.rfind("synthetic", 0) == 0) {
@@ -365,18 +464,24 @@ DatasetPtr open_dataset(const std::string& location, const std::string& split) {
     return synthetic(count, 224, 224, 3, 1000, split == "train" ? 0 : 1);
   }
   std::error_code ec;
-  if (fs::is_regular_file(location, ec)) return list_file(location);
-  if (!fs::is_directory(location, ec))
+  const bool file = fs::is_regular_file(location, ec);
+  if (!file && !fs::is_directory(location, ec) && location.find('{') == std::string::npos)
     throw Error(location + ": no such file or directory",
-                "give an image folder, a list file, an IDX folder or synthetic[:N]", ErrorKind::NotFound);
-  const std::string prefix = split == "train" ? "train" : "t10k";
-  for (const char* suffix : {".gz", ""}) {
-    const fs::path images = fs::path(location) / (prefix + "-images-idx3-ubyte" + suffix);
-    const fs::path labels = fs::path(location) / (prefix + "-labels-idx1-ubyte" + suffix);
-    if (fs::exists(images, ec) && fs::exists(labels, ec)) return idx_files(images.string(), labels.string());
+                "give an image folder, a list file, an IDX folder, .tar shards (a folder, FILE.tar or a "
+                "{000000..000009} pattern) or synthetic[:N]",
+                ErrorKind::NotFound);
+  if (file && !lower_ends_with(location, ".tar")) return list_file(location);
+  if (!file) {
+    const std::string prefix = split == "train" ? "train" : "t10k";
+    for (const char* suffix : {".gz", ""}) {
+      const fs::path images = fs::path(location) / (prefix + "-images-idx3-ubyte" + suffix);
+      const fs::path labels = fs::path(location) / (prefix + "-labels-idx1-ubyte" + suffix);
+      if (fs::exists(images, ec) && fs::exists(labels, ec)) return idx_files(images.string(), labels.string());
+    }
+    if (fs::is_directory(fs::path(location) / "train", ec) && fs::is_directory(fs::path(location) / "val", ec))
+      return open_dataset((fs::path(location) / split).string(), split);
   }
-  if (fs::is_directory(fs::path(location) / "train", ec) && fs::is_directory(fs::path(location) / "val", ec))
-    return image_folder((fs::path(location) / split).string());
+  if (const auto shards = find_shards(location, split); !shards.empty()) return webdataset(shards, location);
   return image_folder(location);
 }
 

@@ -27,7 +27,7 @@ Loader::Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, L
   if (options_.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(options_.batch_size));
   if (options_.prefetch < 1) throw Error("--prefetch must be at least 1, got " + std::to_string(options_.prefetch));
   if (options_.workers < 0) throw Error("--workers must be 0 (all CPUs) or more, got " + std::to_string(options_.workers));
-  samples_ = static_cast<std::int64_t>(shard_size(dataset_->size(), options_.shard));
+  samples_ = static_cast<std::int64_t>(dataset_->epoch_size(options_.shard));
   batches_ = options_.drop_last ? samples_ / options_.batch_size
                                 : (samples_ + options_.batch_size - 1) / options_.batch_size;
   if (batches_ == 0)
@@ -69,7 +69,7 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
     throw Error("loader: cannot start epoch " + std::to_string(epoch) + " at batch " + std::to_string(first_batch) +
                 "; it has " + std::to_string(batches_) + " batches");
   }
-  std::vector<std::int64_t> order = shard_indices(dataset_->size(), options_.shard, epoch);
+  std::vector<std::int64_t> order = dataset_->epoch_order(options_.shard, epoch);
   std::unique_lock<std::mutex> lock(mutex_);
   active_ = false;
   ++generation_;
@@ -195,7 +195,7 @@ Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch,
       if (generation_.load(std::memory_order_relaxed) != generation) return r;
       const std::int64_t used = fill(w, order_[begin + k], epoch, dst ? dst + k * stride : nullptr, r.stats);
       r.batch.indices[k] = used;
-      labels[k] = dataset_->label(static_cast<std::size_t>(used));
+      labels[k] = w.sample.label;
     }
     if (w.builder) {
       const auto t0 = std::chrono::steady_clock::now();

@@ -20,6 +20,9 @@ struct SampleData {
   std::vector<std::uint8_t> bytes;  // the encoded file, when `encoded`
   codec::Image pixels;              // raw pixels (IDX, synthetic), when !encoded
   bool encoded = true;
+  // Set by Dataset::load: a shard stream learns a sample's label only when it
+  // reads the sample, so the label travels with the bytes.
+  std::int64_t label = 0;
 };
 
 // torchvision's (i, j, h, w): top row, left column, height, width.
