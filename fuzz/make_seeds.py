@@ -115,6 +115,43 @@ def safetensors_seeds():
     write_safetensors(os.path.join(os.path.dirname(path), "plain.safetensors"), {"w": torch.ones(2, 2)})
 
 
+def tar_seeds(rng):
+    # fuzz_tar.cpp: byte 0 picks the mode (0 header scan, 1 DALI index, 2 shard as a dataset; the latter with
+    # a world-size and a shuffle byte); the rest is the tar or index. Small PNG members keep inputs short.
+    import tarfile
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (6, 5, 3), dtype=np.uint8)).save(buf, format="PNG")
+    png = buf.getvalue()
+
+    def tar(fmt, members):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=fmt) as t:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime = len(data), 0
+                t.addfile(info, io.BytesIO(data))
+        return out.getvalue()
+
+    plain = [("000000.cls", b"3"), ("000000.png", png), ("000001.cls", b"1"), ("000001.png", png),
+             ("000002.txt", b"x"), ("000002.json", b'{"label": 2}'), ("000002.png", png)]
+    ustar = tar(tarfile.USTAR_FORMAT, plain)
+    pax = tar(tarfile.PAX_FORMAT, [("d/" + "a" * 120 + ".cls", b"0"), ("d/" + "a" * 120 + ".png", png)])
+    gnu = tar(tarfile.GNU_FORMAT, [("d/" + "b" * 120 + ".cls", b"1"), ("d/" + "b" * 120 + ".png", png)])
+    put("tar", "scan-ustar", b"\x00" + ustar)
+    put("tar", "scan-pax", b"\x00" + pax)
+    put("tar", "scan-gnu", b"\x00" + gnu)
+    # The index wds2idx writes for the first two samples: data follows each 512-byte header.
+    with tarfile.open(fileobj=io.BytesIO(ustar)) as t:
+        m = {i.name: (i.offset_data, i.size) for i in t.getmembers()}
+    lines = ["cls %d %d 000000.cls png %d %d 000000.png" % (*m["000000.cls"], *m["000000.png"]),
+             "cls %d %d 000001.cls png %d %d 000001.png" % (*m["000001.cls"], *m["000001.png"])]
+    index = ("v1.2 2\n" + "\n".join(lines) + "\n").encode()
+    put("tar", "index-v12", b"\x01" + struct.pack("<H", len(ustar) // 512) + index)
+    put("tar", "shard-ustar", b"\x02\x01\x00" + ustar)
+    put("tar", "shard-pax-2ranks", b"\x02\x02\x01" + pax)
+    put("tar", "shard-gnu-3ranks", b"\x02\x03\x01" + gnu)
+
+
 if __name__ == "__main__":
     rng = np.random.default_rng(21)
     image_seeds(rng)
@@ -122,3 +159,4 @@ if __name__ == "__main__":
     json_seeds()
     gpunet_build_seeds()
     safetensors_seeds()
+    tar_seeds(rng)
