@@ -45,8 +45,12 @@ class Loader(_convnets._Loader):
     ``source`` is what ``convnets train DATA`` takes: an image folder
     (``DIR/<class>/<image>``), a root with ``train/`` and ``val/`` (the split
     ``train`` selects), a list file (``relative/path label`` per line), a
-    folder with IDX files (Fashion-MNIST: ``/usr/share/datasets/fashion-mnist``)
-    or ``synthetic[:N]``.
+    folder with IDX files (Fashion-MNIST: ``/usr/share/datasets/fashion-mnist``),
+    WebDataset tar shards (one ``.tar``, a folder of ``train-*.tar`` and
+    ``val-*.tar`` as ``convnets pack`` writes them, or a brace pattern such as
+    ``"shards/train-{000000..000146}.tar"``) or ``synthetic[:N]``. Shards are
+    streamed: each epoch a seeded shard order, each rank an equal contiguous
+    stretch of it, then a 1024-sample shuffle buffer in training.
 
     Iterating yields ``(images, labels)`` as torch tensors, without a copy:
 
@@ -118,7 +122,7 @@ class Loader(_convnets._Loader):
         crop_scale_min: smallest RandomResizedCrop area fraction (1: no crop).
         flip: random horizontal flip in training.
         crop_ratio: evaluation crop to resize ratio (0.875: 256 then 224).
-        split: "train" or "val": which part of a train/+val/ root or IDX folder; default by ``train``.
+        split: "train" or "val": which part of a train/+val/ root, IDX folder or shard folder; default by ``train``.
         max_images: use only the first N samples (0: all).
         prefetch: batches each worker prepares ahead.
         dct_scaling: JPEG DCT-domain downscaling; default on for training, off for evaluation.

@@ -103,6 +103,16 @@ class SameBatchesAsTheCli(unittest.TestCase):
                               train=False, batch_size=16, workers=1, interpolation="bicubic", image_size=128)
         self.assertEqual(loader.classes, sorted(os.listdir(os.path.join(IMAGENET_LIKE, "val"))))
 
+    def test_webdataset_shards_training_rank_1_of_2(self):
+        # Shards stream (shard order, per-rank stretch, shuffle buffer): the same order must come out of both.
+        shards = os.path.join(self.tmp, "shards")
+        cli("pack", IMAGENET_LIKE, "-o", shards, "--shard-size", "2MB", "--shuffle", "--quiet")
+        loader = self.compare(shards, ["--train", "--seed", "4", "--batch-size", "16", "--images", "160", "--workers",
+                                       "2", "--image-size", "64", "--rank", "1", "--world-size", "2"],
+                              train=True, seed=4, batch_size=16, workers=1, image_size=64, rank=1, world_size=2,
+                              drop_last=False)
+        self.assertEqual(loader.classes, sorted(os.listdir(os.path.join(IMAGENET_LIKE, "train"))))
+
     @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed")
     def test_idx_training_shard_of_rank_1_of_2(self):
         loader = self.compare(FASHION, ["--train", "--seed", "3", "--batch-size", "64", "--images", "512", "--workers", "1",
