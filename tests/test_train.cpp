@@ -316,6 +316,28 @@ TEST(Config, RecipesAreBuiltInAndValid) {
   EXPECT_DOUBLE_EQ(c.momentum, 0.875);
 }
 
+TEST(Config, ShortRunsShrinkTheRecipesWarmup) {
+  TrainConfig c;
+  apply_json(c, load_recipe("resnet50-90ep"), "recipe");
+  ASSERT_EQ(c.lr_granularity, "epoch");  // whole epochs: a 1-epoch run has no room for any warm-up
+  const double planned = c.epochs, warmup = c.warmup;
+  ASSERT_GE(warmup, 2);
+  c.epochs = 1;
+  EXPECT_NE(fit_warmup(c, planned).find("warm-up shortened to 0 epochs"), std::string::npos);
+  EXPECT_EQ(c.warmup, 0);
+  c.epochs = 45;  // fits already: untouched
+  c.warmup = warmup;
+  EXPECT_EQ(fit_warmup(c, planned), "");
+  EXPECT_EQ(c.warmup, warmup);
+  // Per-step granularity keeps the recipe's share of the run.
+  c.lr_granularity = "step";
+  c.epochs = 2;
+  EXPECT_NE(fit_warmup(c, planned), "");
+  EXPECT_DOUBLE_EQ(c.warmup, warmup * 2 / planned);
+  c.data = "synthetic";
+  EXPECT_NO_THROW(validate(c));
+}
+
 TEST(Config, UnknownFieldsAndWrongTypesAreNamed) {
   TrainConfig c;
   try {

@@ -160,7 +160,12 @@ int run(TrainArgs& a) {
     overrides["teacher_img_size"] = 0;
     overrides["teacher_two_res"] = overrides["test_teacher"] = false;
   }
+  const double planned_epochs = config.epochs;
   train::apply_json(config, overrides, "flags");
+  if (!a.values.count("warmup") && !a.flags.contains("warmup")) {
+    if (const auto note = train::fit_warmup(config, planned_epochs); !note.empty())
+      std::cerr << "convnets: note: " << note << "\n";
+  }
   nlohmann::json model_options = nlohmann::json::object();
   apply_timm_model_options(a, model_options, config.arch);
   if (!model_options.empty()) train::apply_json(config, model_options, "flags");

@@ -179,6 +179,20 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
   if (auto it = dle_backends.find(c.data_backend); it != dle_backends.end()) c.data_backend = it->second;
 }
 
+std::string fit_warmup(TrainConfig& c, double planned_epochs) {
+  if (!std::isfinite(c.warmup) || c.warmup < c.epochs || c.epochs < 1) return "";  // fits, or validate() says why
+  // A recipe whose own warm-up does not fit its epochs has no shape to keep: half the run.
+  const double share = planned_epochs > c.warmup ? c.warmup / planned_epochs : 0.5;
+  double fitted = share * c.epochs;
+  if (c.lr_granularity == "epoch") fitted = std::floor(fitted);
+  const double was = c.warmup;
+  c.warmup = fitted;
+  return "--epochs " + std::to_string(c.epochs) + " is not longer than the " + str(was) +
+         "-epoch warm-up: warm-up shortened to " + str(fitted) + " epoch" + (fitted == 1 ? "" : "s") +
+         (planned_epochs > was ? " (the same " + str(was) + "/" + str(planned_epochs) + " of the run)" : "") +
+         "; --warmup sets it";
+}
+
 void validate(const TrainConfig& c) {
   if (c.data.empty()) throw Error("no training data given", "convnets train DATA (a folder, list file or synthetic)");
   check(c.epochs >= 1, "epochs", "at least 1", std::to_string(c.epochs));

@@ -118,6 +118,14 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
 // Every range and choice; the error names the flag (--batch-size ...).
 void validate(const TrainConfig& c);
 
+// A run made shorter than its recipe's warm-up (`--epochs 1` as a smoke test,
+// a line DLE's main.py and timm's train.py both run) keeps the recipe's shape:
+// the warm-up shrinks by the same factor as the epochs (whole epochs under
+// --lr-granularity epoch, so possibly to 0). `planned_epochs` is the recipe's
+// (or checkpoint's) epoch count before the flags. Returns the note to print,
+// or "" when the warm-up already fits. Callers skip it when --warmup was given.
+std::string fit_warmup(TrainConfig& c, double planned_epochs);
+
 // The flag of a field: "batch_size" -> "--batch-size".
 std::string flag_for(const std::string& field);
 
