@@ -259,6 +259,35 @@ TEST(Datasets, FashionMnistFromDebianPackage) {
   EXPECT_EQ(train->label(0), 9);  // the first training image is an ankle boot
 }
 
+TEST(Datasets, HoldoutSplitsTrainingDataIntoTwoDisjointParts) {
+  auto base = data::synthetic(103, 4, 4, 1, 10);
+  auto [rest, held] = data::holdout(base, 10);
+  ASSERT_EQ(held->size(), 10u);
+  ASSERT_EQ(rest->size(), 93u);
+  EXPECT_EQ(held->classes(), base->classes());
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < held->size(); ++i) {
+    EXPECT_EQ(held->name(i), base->name(i * 10));  // every 10th, as spread picks calibration images
+    EXPECT_EQ(held->label(i), base->label(i * 10));
+    seen.insert(held->name(i));
+  }
+  for (std::size_t i = 0; i < rest->size(); ++i) EXPECT_TRUE(seen.insert(rest->name(i)).second) << rest->name(i);
+  EXPECT_EQ(seen.size(), base->size());  // together, every sample once
+  data::SampleData a, b;
+  held->load(3, a);
+  base->load(30, b);
+  EXPECT_EQ(a.pixels.pixels, b.pixels.pixels);
+  for (const auto& [count, text] : {std::pair<std::size_t, std::string>{103, "--holdout takes 1 .. 102 samples"},
+                                     {0, "cannot hold out 0 of the 103 samples"}}) {
+    try {
+      data::holdout(base, count);
+      ADD_FAILURE() << "held out " << count;
+    } catch (const Error& e) {
+      EXPECT_NE((std::string(e.what()) + " " + e.hint()).find(text), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Normalize, MatchesTheFormulaInChannelsLastLayout) {
   auto images = torch::randint(0, 256, {2, 5, 7, 3}, torch::kByte);
   const std::array<double, 3> mean{0.485, 0.456, 0.406}, std{0.229, 0.224, 0.225};

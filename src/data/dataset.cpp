@@ -409,36 +409,67 @@ DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int
 namespace {
 
 // Every `stride`-th sample of `base` from the first, `count` of them.
-class StridedDataset : public Dataset {
+// Some samples of another dataset, in the order of `indices`: head, spread and holdout.
+class SubsetDataset : public Dataset {
  public:
-  StridedDataset(DatasetPtr base, std::size_t count, std::size_t stride, const std::string& how)
-      : base_(std::move(base)), count_(count), stride_(stride) {
+  SubsetDataset(DatasetPtr base, std::vector<std::size_t> indices, const std::string& how)
+      : base_(std::move(base)), indices_(std::move(indices)) {
     classes_ = base_->classes();
     description_ = base_->description() + ", " + how;
   }
-  std::size_t size() const override { return count_; }
-  std::int64_t label(std::size_t i) const override { return base_->label(i * stride_); }
-  std::string name(std::size_t i) const override { return base_->name(i * stride_); }
-  void load(std::size_t i, SampleData& out) const override { base_->load(i * stride_, out); }
+  std::size_t size() const override { return indices_.size(); }
+  std::int64_t label(std::size_t i) const override { return base_->label(indices_[i]); }
+  std::string name(std::size_t i) const override { return base_->name(indices_[i]); }
+  void load(std::size_t i, SampleData& out) const override { base_->load(indices_[i], out); }
   int channels() const override { return base_->channels(); }
 
  private:
   DatasetPtr base_;
-  std::size_t count_, stride_;
+  std::vector<std::size_t> indices_;
 };
+
+std::vector<std::size_t> strided(std::size_t count, std::size_t stride) {
+  std::vector<std::size_t> out(count);
+  for (std::size_t i = 0; i < count; ++i) out[i] = i * stride;
+  return out;
+}
 
 }  // namespace
 
 DatasetPtr head(DatasetPtr dataset, std::size_t count) {
   if (count == 0 || count >= dataset->size()) return dataset;
-  return std::make_shared<StridedDataset>(std::move(dataset), count, 1, "first " + std::to_string(count) + " used");
+  return std::make_shared<SubsetDataset>(std::move(dataset), strided(count, 1), "first " + std::to_string(count) + " used");
 }
 
 DatasetPtr spread(DatasetPtr dataset, std::size_t count) {
   if (count == 0 || count >= dataset->size()) return dataset;
   const std::size_t stride = dataset->size() / count;
-  return std::make_shared<StridedDataset>(std::move(dataset), count, stride,
-                                          std::to_string(count) + " used (every " + std::to_string(stride) + "th)");
+  return std::make_shared<SubsetDataset>(std::move(dataset), strided(count, stride),
+                                         std::to_string(count) + " used (every " + std::to_string(stride) + "th)");
+}
+
+std::pair<DatasetPtr, DatasetPtr> holdout(DatasetPtr dataset, std::size_t count) {
+  const std::size_t n = dataset->size();
+  if (count == 0 || count >= n)
+    throw Error("cannot hold out " + std::to_string(count) + " of the " + std::to_string(n) + " samples of " +
+                    dataset->description(),
+                "--holdout takes 1 .. " + std::to_string(n - (n > 0)) + " samples");
+  const std::size_t stride = n / count;
+  std::vector<std::size_t> held = strided(count, stride), kept;
+  kept.reserve(n - count);
+  for (std::size_t i = 0, h = 0; i < n; ++i) {
+    if (h < held.size() && held[h] == i) {
+      ++h;
+    } else {
+      kept.push_back(i);
+    }
+  }
+  const std::string every = " (every " + std::to_string(stride) + "th from the first)";
+  auto rest = std::make_shared<SubsetDataset>(dataset, std::move(kept),
+                                              std::to_string(count) + " held out for validation" + every);
+  auto val = std::make_shared<SubsetDataset>(std::move(dataset), std::move(held),
+                                             "the " + std::to_string(count) + " held out" + every);
+  return {rest, val};
 }
 
 bool has_splits(const std::string& location) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace convnets::data {
@@ -80,6 +81,12 @@ DatasetPtr head(DatasetPtr dataset, std::size_t count);
 // first; all when count is 0 or larger): a sample that covers every class of
 // a folder sorted by class, for calibration.
 DatasetPtr spread(DatasetPtr dataset, std::size_t count);
+
+// Splits `count` samples off `dataset` (every size/count-th from the first,
+// as spread picks them) for validation: {the rest, the held-out ones}. What
+// tunes a recipe without looking at the test split; throws Error unless
+// 0 < count < size.
+std::pair<DatasetPtr, DatasetPtr> holdout(DatasetPtr dataset, std::size_t count);
 
 // Opens whatever `location` names, for split "train" or "val":
 //   synthetic[:N]                     -> synthetic 224x224x3, 1000 classes, N samples (default 10000)

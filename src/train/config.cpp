@@ -107,7 +107,8 @@ namespace {
   X(int8_activations, "--qat: uint8 (ONNX Runtime, OpenVINO) | int8 (symmetric: TensorRT)")                \
   X(int8_reduce_range, "--qat: 7-bit weights (ONNX Runtime on x86 CPUs without VNNI)")                     \
   X(max_train_images, "use only the first N training samples (0: all)")                                      \
-  X(max_val_images, "use only the first N validation samples (0: all)")
+  X(max_val_images, "use only the first N validation samples (0: all)")                                    \
+  X(holdout, "validate on N training samples held out of training (every size/N-th), not the val split: tuning that never sees the test set (0: off)")
 
 const std::map<std::string, std::string>& helps() {
   static const std::map<std::string, std::string> h = {
@@ -298,6 +299,11 @@ void validate(const TrainConfig& c) {
   check_choice("data_backend", c.data_backend, {"auto", "cpu", "gpu"});
   check(c.max_train_images >= 0, "max_train_images", "0 or positive", std::to_string(c.max_train_images));
   check(c.max_val_images >= 0, "max_val_images", "0 or positive", std::to_string(c.max_val_images));
+  check(c.holdout >= 0, "holdout", "0 or positive", std::to_string(c.holdout));
+  check(c.holdout == 0 || c.val_data.empty(), "holdout", "used without --val-data (it is the validation data)",
+        "--val-data " + c.val_data);
+  check(c.holdout == 0 || !c.training_only, "holdout", "used without --training-only (it is for validation)",
+        "--training-only");
 }
 
 std::string flag_for(const std::string& field) {

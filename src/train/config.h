@@ -105,6 +105,7 @@ struct TrainConfig {
   std::string data_backend = "auto";  // auto | cpu | gpu (train/runtime.h use_device_decode)
   std::int64_t max_train_images = 0;        // use only the first N samples; 0: all
   std::int64_t max_val_images = 0;
+  std::int64_t holdout = 0;  // validate on N samples held out of the training split instead of the val split
 };
 
 nlohmann::ordered_json to_json(const TrainConfig& c);

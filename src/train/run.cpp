@@ -94,7 +94,11 @@ void check_same_classes(const data::Dataset& train, const data::Dataset& val) {
 void open_data(TrainingRun& run) {
   const auto& c = run.config;
   run.train_data = data::head(data::open_dataset(c.data, "train"), static_cast<std::size_t>(c.max_train_images));
-  if (!c.training_only) {
+  if (c.holdout > 0) {
+    auto [rest, held] = data::holdout(run.train_data, static_cast<std::size_t>(c.holdout));
+    run.train_data = std::move(rest);
+    run.val_data = data::head(std::move(held), static_cast<std::size_t>(c.max_val_images));
+  } else if (!c.training_only) {
     run.val_data = data::head(data::open_dataset(c.val_data.empty() ? c.data : c.val_data, "val"),
                               static_cast<std::size_t>(c.max_val_images));
     check_same_classes(*run.train_data, *run.val_data);

@@ -1,4 +1,5 @@
-"""Short runs (issue 37): `convnets train DATA --epochs 1` with the default recipe and with every built-in recipe.
+"""Short runs (issue 37): `convnets train DATA --epochs 1` with the default recipe and with every built-in recipe,
+and --holdout (validation on training samples, for tuning a recipe without the test split).
 
 A one-epoch smoke test is what many users try first (DLE's main.py and timm's train.py run such a line). A recipe's
 warm-up longer than the run shrinks with it, saying so; an explicit --warmup still wins. Each recipe runs one step of
@@ -63,6 +64,24 @@ class ShortRuns(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("--warmup must be at least 0 and less than --epochs (1), got 2", r.stderr)
         self.assertNotIn("shortened", r.stderr)
+
+    def test_holdout_validates_on_training_samples_never_the_val_split(self):
+        ws = self.workspace("holdout")
+        r = convnets("train", self.data, "--holdout", "2", "--epochs", "1", "--batch-size", "2", "--prof", "1",
+                     "--workspace", ws)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("8 images, 2 classes, 2 held out for validation (every 4th from the first)", r.stdout)
+        self.assertIn("val 1/1", r.stdout)  # the 2 held-out images, not the val split's 4
+        with open(os.path.join(ws, "config.json")) as f:
+            self.assertIn("the 2 held out", json.load(f)["derived"]["val_data"])
+        r = convnets("train", self.data, "--holdout", "8", "--epochs", "1", "--workspace", self.workspace("h8"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot hold out 8 of the 8 samples", r.stderr)
+        self.assertIn("--holdout takes 1 .. 7 samples", r.stderr)
+        r = convnets("train", self.data, "--holdout", "2", "--val-data", self.data, "--workspace", self.workspace("hv"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--holdout must be used without --val-data", r.stderr)
+        self.assertFalse(os.path.exists(self.workspace("h8")) or os.path.exists(self.workspace("hv")))
 
     def test_every_builtin_recipe_runs_one_epoch(self):
         names = sorted(f[:-5] for f in os.listdir(os.path.join(SOURCE, "recipes")) if f.endswith(".json"))
