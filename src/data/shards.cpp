@@ -29,10 +29,6 @@ namespace convnets::data {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The first {...} group of `s` at or after `from`: [open, close].
 bool find_group(const std::string& s, std::size_t& open, std::size_t& close) {
   open = s.find('{');
@@ -403,7 +399,7 @@ class ShardDataset : public Dataset {
   }
 
   static std::string index_path(const std::string& tar_path) {
-    return (ends_with(tar_path, ".tar") ? tar_path.substr(0, tar_path.size() - 4) : tar_path) + ".idx";
+    return (tar_path.ends_with(".tar") ? tar_path.substr(0, tar_path.size() - 4) : tar_path) + ".idx";
   }
 
   std::vector<std::string> paths_;
@@ -490,12 +486,12 @@ std::vector<std::string> find_shards(const std::string& location, const std::str
     return names;
   }
   std::error_code ec;
-  if (ends_with(location, ".tar") && fs::is_regular_file(location, ec)) return {location};
+  if (location.ends_with(".tar") && fs::is_regular_file(location, ec)) return {location};
   if (!fs::is_directory(location, ec)) return {};
   std::vector<std::string> all, of_split;
   for (const auto& entry : fs::directory_iterator(location, ec)) {
     const std::string file = entry.path().filename().string();
-    if (!ends_with(file, ".tar") || !entry.is_regular_file(ec)) continue;
+    if (!file.ends_with(".tar") || !entry.is_regular_file(ec)) continue;
     all.push_back(entry.path().string());
     if (file.rfind(split + "-", 0) == 0 || file.rfind(split + "_", 0) == 0) of_split.push_back(entry.path().string());
   }
