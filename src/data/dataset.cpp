@@ -232,8 +232,8 @@ class FolderWalk {
     }
     auto& files = by_dir[dir];
     std::vector<std::string> subdirs;
-    errno = 0;
-    while (const dirent* e = ::readdir(d)) {
+    // readdir tells its end from an error only through errno, which the stats below also set.
+    for (errno = 0; const dirent* e = ::readdir(d); errno = 0) {
       const char* n = e->d_name;
       if (n[0] == '.' && (n[1] == 0 || (n[1] == '.' && n[2] == 0))) continue;
       std::string path = dir + "/" + n;

@@ -417,6 +417,7 @@ class FoldersOnRealFileSystems(unittest.TestCase):
             self.assertIn("b/again: a folder already listed", r.stderr)
             self.assertIn("a/up/a: a folder already listed", r.stderr)
             self.assertNotIn("Too many levels", r.stderr)
+            self.assertNotIn("listing stopped early", r.stderr)  # the broken link's stat errno is not a readdir error
 
     def test_list_file_with_a_utf8_byte_order_mark(self):
         with tempfile.TemporaryDirectory() as tmp:
