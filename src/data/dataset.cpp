@@ -501,7 +501,7 @@ DatasetPtr open_dataset(const std::string& location, const std::string& split) {
                 "give an image folder, a list file, an IDX folder, .tar shards (a folder, FILE.tar or a "
                 "{000000..000009} pattern) or synthetic[:N]",
                 ErrorKind::NotFound);
-  if (file && !lower_ends_with(location, ".tar")) return list_file(location);
+  if (file && !is_tar_name(location)) return list_file(location);
   if (!file) {
     const std::string prefix = split == "train" ? "train" : "t10k";
     for (const char* suffix : {".gz", ""}) {

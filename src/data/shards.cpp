@@ -19,6 +19,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <cctype>
 #include <mutex>
 #include <numeric>
 #include <sstream>
@@ -399,7 +400,7 @@ class ShardDataset : public Dataset {
   }
 
   static std::string index_path(const std::string& tar_path) {
-    return (tar_path.ends_with(".tar") ? tar_path.substr(0, tar_path.size() - 4) : tar_path) + ".idx";
+    return (is_tar_name(tar_path) ? tar_path.substr(0, tar_path.size() - 4) : tar_path) + ".idx";
   }
 
   std::vector<std::string> paths_;
@@ -475,6 +476,13 @@ std::optional<std::int64_t> parse_label(const std::string& text, const std::stri
   return value;
 }
 
+bool is_tar_name(const std::string& name) {
+  static constexpr char kTar[] = ".tar";
+  return name.size() >= 4 && std::equal(name.end() - 4, name.end(), kTar, kTar + 4, [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == b;
+         });
+}
+
 std::vector<std::string> find_shards(const std::string& location, const std::string& split) {
   if (location.find('{') != std::string::npos || location.find('}') != std::string::npos) {
     auto names = expand_braces(location);
@@ -486,12 +494,12 @@ std::vector<std::string> find_shards(const std::string& location, const std::str
     return names;
   }
   std::error_code ec;
-  if (location.ends_with(".tar") && fs::is_regular_file(location, ec)) return {location};
+  if (is_tar_name(location) && fs::is_regular_file(location, ec)) return {location};
   if (!fs::is_directory(location, ec)) return {};
   std::vector<std::string> all, of_split;
   for (const auto& entry : fs::directory_iterator(location, ec)) {
     const std::string file = entry.path().filename().string();
-    if (!file.ends_with(".tar") || !entry.is_regular_file(ec)) continue;
+    if (!is_tar_name(file) || !entry.is_regular_file(ec)) continue;
     all.push_back(entry.path().string());
     if (file.rfind(split + "-", 0) == 0 || file.rfind(split + "_", 0) == 0) of_split.push_back(entry.path().string());
   }

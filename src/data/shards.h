@@ -25,6 +25,9 @@ constexpr const char* kClassesFile = "classes.txt";
 // a range of more than kMaxShards names.
 std::vector<std::string> expand_braces(const std::string& pattern);
 
+// Whether a file name is a tar shard's: it ends in .tar, in any case (as image extensions are matched).
+bool is_tar_name(const std::string& name);
+
 // The shard files `location` names for `split` ("train" or "val"), or none:
 // a .tar file; a brace pattern; a folder holding .tar files, of which
 // SPLIT-*.tar when there are such (convnets pack's names), else all of them.

@@ -194,6 +194,13 @@ class PackAndPeers(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("is not a range of decimal numbers", r.stderr)
 
+    def test_an_upper_case_tar_name_is_a_shard(self):
+        upper = os.path.join(self.tmp, "UPPER.TAR")
+        shutil.copyfile(self.shard_files()[0], upper)
+        r = bench_eval(upper)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("webdataset " + upper + ": 1 shard", r.stdout)
+
     def test_training_order_is_thread_independent_and_split_evenly_over_ranks(self):
         _, one = self.bench_batches(self.shards, "--train", "--workers", "1", "--seed", "3")
         _, two = self.bench_batches(self.shards, "--train", "--workers", "2", "--seed", "3")
