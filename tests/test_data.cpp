@@ -3,6 +3,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/resample.h"
+#include "data/transforms.h"
 
 #include "imagenet_like.h"
 
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -68,6 +70,57 @@ TEST(Resample, IdentityAndConstantImages) {
       for (auto x : o) ASSERT_EQ(x, 77) << "size " << n;
     }
   }
+}
+
+// torchvision's RandomCrop(size, padding=p): every output is the input moved
+// by (dy, dx) in [-p, p]^2 with zeros shifted in, each offset equally likely.
+TEST(Transform, CropPaddingShiftsByUpToThePaddingWithZeroFill) {
+  const int w = 9, h = 7, c = 2, p = 2;
+  std::vector<std::uint8_t> src(std::size_t(w) * h * c);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(1 + i % 250);  // no zeros
+  std::map<std::pair<int, int>, int> seen;
+  data::Rng rng(123);
+  std::vector<std::uint8_t> scratch;
+  const int draws = 5000;
+  for (int k = 0; k < draws; ++k) {
+    auto img = src;
+    data::pad_and_crop({img.data(), w, h, c}, p, rng, scratch);
+    int found = 0;
+    for (int dy = -p; dy <= p; ++dy) {
+      for (int dx = -p; dx <= p; ++dx) {
+        bool same = true;
+        for (int y = 0; y < h && same; ++y)
+          for (int x = 0; x < w && same; ++x)
+            for (int ch = 0; ch < c && same; ++ch) {
+              const int sy = y + dy, sx = x + dx;
+              const std::uint8_t want = (sy < 0 || sy >= h || sx < 0 || sx >= w) ? 0 : src[(sy * w + sx) * c + ch];
+              same = img[(y * w + x) * c + ch] == want;
+            }
+        if (same) {
+          ++seen[{dy, dx}];
+          ++found;
+        }
+      }
+    }
+    ASSERT_EQ(found, 1) << "draw " << k << " is not exactly one shift of the input";
+  }
+  ASSERT_EQ(seen.size(), std::size_t((2 * p + 1) * (2 * p + 1)));
+  const double expected = double(draws) / seen.size();  // 200; binomial sd ~13.9
+  for (const auto& [offset, n] : seen)
+    EXPECT_NEAR(n, expected, 5 * 13.9) << "offset (" << offset.first << ", " << offset.second << ")";
+
+  // The option is checked where it is set: in range and for training only.
+  auto o = data::TransformOptions::train(8);
+  o.crop_padding = 8;
+  try {
+    data::Transform t(o);
+    FAIL() << "--crop-padding 8 with an 8 px crop was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--crop-padding 8 is not in 0..7"), std::string::npos) << e.what();
+  }
+  auto ev = data::TransformOptions::eval(8);
+  ev.crop_padding = 1;
+  EXPECT_THROW(data::Transform{ev}, Error);
 }
 
 TEST(Loader, BatchesAreIdenticalWithOneOrFourWorkers) {

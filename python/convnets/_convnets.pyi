@@ -54,6 +54,7 @@ class PipelineOptions:
     rank: int
     world_size: int
     crop_scale_min: float
+    crop_padding: int
     flip: bool
     interpolation: str
     augment: str

@@ -63,7 +63,8 @@ class Loader(_convnets._Loader):
       ``labels`` are on ``device`` too.
 
     Training (``train=True``): torchvision's RandomResizedCrop
-    (``crop_scale_min``..1 of the area, ratio 3/4..4/3) to ``image_size`` and a
+    (``crop_scale_min``..1 of the area, ratio 3/4..4/3) to ``image_size``,
+    optionally torchvision's RandomCrop with ``crop_padding``, and a
     horizontal flip, then an optional ``augment`` policy (``"autoaugment"``,
     DLE's ImageNet policy, or timm's RandAugment string such as
     ``"rand-m9-mstd0.5"``) and timm's random erasing (``reprob``, ``recount``,
@@ -120,6 +121,8 @@ class Loader(_convnets._Loader):
         mean: RGB mean on the 0..1 scale (default ImageNet's); also the policy's fill colour.
         std: RGB standard deviation (default ImageNet's).
         crop_scale_min: smallest RandomResizedCrop area fraction (1: no crop).
+        crop_padding: then torchvision's ``RandomCrop(image_size, padding=crop_padding)``:
+            a shift of up to this many pixels each way, zero fill (0: off).
         flip: random horizontal flip in training.
         crop_ratio: evaluation crop to resize ratio (0.875: 256 then 224).
         split: "train" or "val": which part of a train/+val/ root, IDX folder or shard folder; default by ``train``.
@@ -158,6 +161,7 @@ class Loader(_convnets._Loader):
         mean: Optional[Sequence[float]] = None,
         std: Optional[Sequence[float]] = None,
         crop_scale_min: float = 0.08,
+        crop_padding: int = 0,
         flip: bool = True,
         crop_ratio: float = 0.875,
         split: Optional[str] = None,
@@ -182,6 +186,7 @@ class Loader(_convnets._Loader):
         o.max_image_pixels = max_image_pixels
         o.rank, o.world_size = _dist_rank_world(rank, world_size)
         o.crop_scale_min = crop_scale_min
+        o.crop_padding = crop_padding
         o.flip = flip
         o.crop_ratio = crop_ratio
         o.prefetch = prefetch

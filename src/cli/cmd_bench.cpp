@@ -44,6 +44,7 @@ struct BenchDataArgs {
   std::string backend = "cpu";
   std::string augment, interpolation = "bilinear";
   double reprob = 0;
+  int crop_padding = 0;
   bool drop_last = false;
   int rank = 0, world_size = 1;
   std::string save_batches;
@@ -53,8 +54,8 @@ struct BenchDataArgs {
 void run_bench_data(const BenchDataArgs& a) {
   using Clock = std::chrono::steady_clock;
   const bool train = !a.eval;
-  if (!train && (!a.augment.empty() || a.reprob > 0))
-    throw Error("--augment and --reprob are training transforms: leave out --eval");
+  if (!train && (!a.augment.empty() || a.reprob > 0 || a.crop_padding > 0))
+    throw Error("--augment, --reprob and --crop-padding are training transforms: leave out --eval");
   auto dataset = data::open_dataset(a.location, train ? "train" : "val");
 
   data::PipelineOptions o;
@@ -73,6 +74,7 @@ void run_bench_data(const BenchDataArgs& a) {
   o.interpolation = a.interpolation;
   o.augment = a.augment;  // with the ImageNet mean as its fill, as timm's default
   o.reprob = a.reprob;    // boxes drawn on the loader threads; the fill runs on the training device
+  o.crop_padding = a.crop_padding;
   // gpu: the loader threads only entropy-decode; the device stage runs here
   // on CUDA when there is one (else the figures are the CPU side alone).
   o.device_decode = a.backend == "gpu";
@@ -90,7 +92,11 @@ void run_bench_data(const BenchDataArgs& a) {
       std::printf("rank        %d of %d: %lld samples per epoch\n", a.rank, a.world_size,
                   static_cast<long long>(loader.samples_per_epoch()));
     std::printf("transform   %s %d (%s), DCT scaling %s; %d workers, batch %lld\n",
-                train ? "RandomResizedCrop + flip" : "resize + centre crop", a.size,
+                !train ? "resize + centre crop"
+                : a.crop_padding > 0 ? ("RandomResizedCrop + RandomCrop(padding=" + std::to_string(a.crop_padding) +
+                                        ") + flip").c_str()
+                                     : "RandomResizedCrop + flip",
+                a.size,
                 train ? a.interpolation.c_str() : data::filter_name(t.filter), t.dct_scaling ? "on" : "off",
                 loader.workers(), static_cast<long long>(a.batch_size));
     if (!a.augment.empty() || a.reprob > 0)
@@ -386,6 +392,9 @@ void add_bench_command(CLI::App& app) {
                   "images.EPOCH.BATCH");
   cmd->add_option("--reprob", args->reprob, "Train: random erasing probability (draws the boxes)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--crop-padding", args->crop_padding,
+                  "Train: then torchvision's RandomCrop(size, padding=N): shifts of up to N px, zero fill")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args] { run_bench_data(*args); });
   add_model_bench(*bench, true);

@@ -37,6 +37,9 @@ Loader::Loader(DatasetPtr dataset, std::shared_ptr<const Transform> transform, L
   if (options_.device_decode && transform_->augments())
     throw Error("--data-backend gpu finishes decoding on the device, where the --augment policy's PIL operations do not run",
                 "use --data-backend cpu (DLE's DALI loaders refuse --augmentation too)");
+  if (options_.device_decode && transform_->options().crop_padding > 0)
+    throw Error("--data-backend gpu finishes decoding on the device, where --crop-padding's shift does not run",
+                "use --data-backend cpu");
   if (options_.erasing.prob > 0) {
     const auto& e = options_.erasing;
     if (e.count < 1) throw Error("--recount must be at least 1, got " + std::to_string(e.count));

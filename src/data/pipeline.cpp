@@ -46,12 +46,16 @@ TransformOptions transform_options(const PipelineOptions& o) {
   check_choice(o, "bad_images", o.bad_images, {"skip", "fail"});
   check(o.crop_ratio > 0 && o.crop_ratio <= 1, o, "crop_ratio", "in (0, 1]", str(o.crop_ratio));
   check(o.crop_scale_min > 0 && o.crop_scale_min <= 1, o, "crop_scale_min", "in (0, 1]", str(o.crop_scale_min));
+  check(o.crop_padding >= 0 && o.crop_padding < o.image_size, o, "crop_padding",
+        "in 0.." + std::to_string(o.image_size - 1) + " (less than " + option_name("image_size", o.naming) + ")", std::to_string(o.crop_padding));
   check(std::isfinite(o.reprob) && o.reprob >= 0 && o.reprob <= 1, o, "reprob", "in [0, 1]", str(o.reprob));
   check(o.recount >= 1 && o.recount <= 64, o, "recount", "in 1..64", std::to_string(o.recount));
   check_choice(o, "remode", o.remode, {"const", "rand", "pixel"});
   if (!o.train) {
     check(o.augment.empty(), o, "augment", "empty for evaluation (a training policy)", "'" + o.augment + "'");
     check(o.reprob == 0, o, "reprob", "0 for evaluation (random erasing trains)", str(o.reprob));
+    check(o.crop_padding == 0, o, "crop_padding", "0 for evaluation (a training translation)",
+          std::to_string(o.crop_padding));
     check_choice(o, "interpolation", o.interpolation, {"bilinear", "bicubic"});
   } else {
     check_choice(o, "interpolation", o.interpolation, {"bilinear", "bicubic", "random"});
@@ -62,6 +66,7 @@ TransformOptions transform_options(const PipelineOptions& o) {
   if (o.train) {
     t = TransformOptions::train(o.image_size);
     t.crop.scale_min = o.crop_scale_min;
+    t.crop_padding = o.crop_padding;
     t.flip = o.flip;
     t.random_filter = o.interpolation == "random";
     if (!t.random_filter) t.filter = parse_filter(o.interpolation, option_name("interpolation", o.naming));

@@ -33,6 +33,7 @@ struct PipelineOptions {
   int rank = 0, world_size = 1;
   // Training transform.
   double crop_scale_min = 0.08;
+  int crop_padding = 0;  // then RandomCrop(size, padding): shifts of up to this many pixels, zero fill
   bool flip = true;
   std::string interpolation = "bilinear";  // train: bilinear | bicubic | random; eval: bilinear | bicubic
   std::string augment;                     // "", autoaugment, or timm's rand-... string

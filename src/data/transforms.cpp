@@ -2,6 +2,7 @@
 
 #include "codec/png.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -91,6 +92,23 @@ Geometry crop_geometry(const CropBox& b, bool flip, int n) {
 
 }  // namespace
 
+void pad_and_crop(ImageRef img, int padding, Rng& rng, std::vector<std::uint8_t>& scratch) {
+  // torchvision's RandomCrop.get_params draws the row, then the column, of
+  // the window in the padded image: i in [0, h + 2p - h], j likewise.
+  const int top = static_cast<int>(rng.integer(0, 2 * padding));
+  const int left = static_cast<int>(rng.integer(0, 2 * padding));
+  const int dy = top - padding, dx = left - padding;  // output (y, x) reads source (y + dy, x + dx)
+  if (dx == 0 && dy == 0) return;
+  const std::size_t row = std::size_t(img.width) * img.channels;
+  scratch.assign(img.data, img.data + img.bytes());
+  std::fill(img.data, img.data + img.bytes(), std::uint8_t{0});
+  const int x0 = std::max(0, -dx), x1 = std::min(img.width, img.width - dx);
+  for (int y = std::max(0, -dy); y < std::min(img.height, img.height - dy); ++y) {
+    std::copy_n(scratch.data() + (y + dy) * row + std::size_t(x0 + dx) * img.channels,
+                std::size_t(x1 - x0) * img.channels, img.data + y * row + std::size_t(x0) * img.channels);
+  }
+}
+
 CropBox random_resized_crop_box(int width, int height, const RandomResizedCropParams& p, Rng& rng) {
   const double area = double(height) * width;
   const double log_lo = std::log(p.ratio_min), log_hi = std::log(p.ratio_max);
@@ -143,6 +161,11 @@ Transform::Transform(TransformOptions options) : options_(options) {
                 "] must satisfy 0 < min <= max <= 1");
   if (!(c.ratio_min > 0 && c.ratio_min <= c.ratio_max))
     throw Error("transform: crop aspect-ratio range must satisfy 0 < min <= max");
+  if (o.crop_padding < 0 || o.crop_padding >= o.size)
+    throw Error("transform: --crop-padding " + std::to_string(o.crop_padding) + " is not in 0.." +
+                std::to_string(o.size - 1) + " (less than the " + std::to_string(o.size) + " px crop)");
+  if (o.crop_padding > 0 && o.mode != TransformOptions::Mode::Train)
+    throw Error("transform: --crop-padding applies to training only");
   const AugmentPolicy policy = parse_augment_policy(o.augment, "--augment");
   if (policy.kind != AugmentPolicy::Kind::None) {
     if (o.mode != TransformOptions::Mode::Train) throw Error("transform: --augment applies to training only");
@@ -211,6 +234,11 @@ SamplePlan Transform::plan(const SampleData& sample, Rng& rng, Workspace& ws) co
 void Transform::apply(const SampleData& sample, Rng& rng, Workspace& ws, std::uint8_t* dst,
                       TransformTimes* times) const {
   const int channels = render(sample, plan(sample, rng, ws), ws, dst, times);
+  if (options_.crop_padding > 0) {
+    const auto t0 = Clock::now();
+    pad_and_crop({dst, options_.size, options_.size, channels}, options_.crop_padding, rng, ws.augment);
+    if (times) times->transform_s += since(t0);
+  }
   if (augmenter_) {
     const auto t0 = Clock::now();
     augmenter_->apply({dst, options_.size, options_.size, channels}, rng, ws.augment);

@@ -40,6 +40,11 @@ struct RandomResizedCropParams {
 // fallback clamped to the ratio range.
 CropBox random_resized_crop_box(int width, int height, const RandomResizedCropParams& p, Rng& rng);
 
+// torchvision's RandomCrop(size, padding) on a size x size image, in place:
+// zero-pad by `padding` on every side, then take the window at a uniform
+// random offset (fill 0, torchvision's default). `scratch` is reused storage.
+void pad_and_crop(ImageRef img, int padding, Rng& rng, std::vector<std::uint8_t>& scratch);
+
 // Resize(shorter side -> floor(size / crop_ratio)) + CenterCrop(size), as
 // torchvision computes them (int() of the long side, Python's half-even round
 // for the crop offset).
@@ -54,6 +59,12 @@ struct TransformOptions {
   int size = 224;
   RandomResizedCropParams crop;
   bool flip = true;            // train: horizontal flip with p = 0.5
+  // Train: torchvision's RandomCrop(size, padding) after the resized crop:
+  // the size x size output is zero-padded by this many pixels on every side
+  // and a size x size window taken at a uniform offset, i.e. shifted by up to
+  // this many pixels each way (the CIFAR recipes' translation, He et al. 2015
+  // sec. 4.2). 0: off. Runs on the host, after the decode.
+  int crop_padding = 0;
   double crop_ratio = 0.875;   // eval: 224 / 0.875 = 256
   Filter filter = Filter::Bilinear;
   // timm's --train-interpolation random: each training sample picks bilinear

@@ -382,6 +382,7 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("rank", &data::PipelineOptions::rank)
       .def_readwrite("world_size", &data::PipelineOptions::world_size)
       .def_readwrite("crop_scale_min", &data::PipelineOptions::crop_scale_min)
+      .def_readwrite("crop_padding", &data::PipelineOptions::crop_padding)
       .def_readwrite("flip", &data::PipelineOptions::flip)
       .def_readwrite("interpolation", &data::PipelineOptions::interpolation)
       .def_readwrite("augment", &data::PipelineOptions::augment)

@@ -92,6 +92,7 @@ namespace {
   X(mean, "normalisation mean, RGB on the 0..1 scale (default: the arch's)")                                 \
   X(std, "normalisation std, RGB (default: the arch's)")                                                     \
   X(crop_scale_min, "RandomResizedCrop: smallest area fraction (1: no crop)")                                 \
+  X(crop_padding, "after the resized crop, torchvision's RandomCrop(size, padding=N): shifts of up to N px, zero fill (0: off)") \
   X(flip, "random horizontal flip")                                                                          \
   X(init, "conv init: fan_in (DLE) | fan_out (torchvision)")                                                 \
   X(zero_init_residual, "zero the last BN of each residual branch")                                          \
@@ -280,6 +281,7 @@ void validate(const TrainConfig& c) {
   check(c.std.empty() || c.std.size() == 3, "std", "3 values (R,G,B)", std::to_string(c.std.size()) + " values");
   for (double s : c.std) check(s > 0, "std", "positive", str(s));
   check(c.crop_scale_min > 0 && c.crop_scale_min <= 1, "crop_scale_min", "in (0, 1]", str(c.crop_scale_min));
+  check(c.crop_padding >= 0, "crop_padding", "0 (off) or more pixels", std::to_string(c.crop_padding));
   if (!c.interpolation.empty()) check_choice("interpolation", c.interpolation, {"bilinear", "bicubic"});
   if (!c.train_interpolation.empty())
     check_choice("train_interpolation", c.train_interpolation, {"bilinear", "bicubic", "random"});

@@ -88,6 +88,7 @@ struct TrainConfig {
   std::vector<double> mean;                 // RGB, 0..1 scale; empty: the arch's
   std::vector<double> std;
   double crop_scale_min = 0.08;             // RandomResizedCrop area fraction lower bound
+  std::int64_t crop_padding = 0;            // then RandomCrop(size, padding=N); 0: off
   bool flip = true;
   std::string init = "fan_in";              // fan_in (DLE) | fan_out (torchvision)
   bool zero_init_residual = false;

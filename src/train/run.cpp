@@ -345,6 +345,7 @@ void make_loaders(TrainingRun& run) {
     t.drop_last = true;
     t.image_size = run.load_size;
     t.crop_scale_min = c.crop_scale_min;
+    t.crop_padding = static_cast<int>(c.crop_padding);
     t.flip = c.flip;
     t.interpolation = c.train_interpolation.empty() ? run.pre.interpolation : c.train_interpolation;
     t.augment = c.augment;

@@ -60,6 +60,15 @@ def rss_mib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
+def shift(img, dy, dx):
+    """img moved so that out[y, x] = img[y + dy, x + dx], zeros where that falls outside."""
+    h, w = img.shape
+    out = torch.zeros_like(img)
+    out[max(0, -dy):min(h, h - dy), max(0, -dx):min(w, w - dx)] = \
+        img[max(0, dy):min(h, h + dy), max(0, dx):min(w, w + dx)]
+    return out
+
+
 class SameBatchesAsTheCli(unittest.TestCase):
     """For the same options, seed and epoch, Python's batches are the CLI loader's, bit for bit."""
 
@@ -121,6 +130,28 @@ class SameBatchesAsTheCli(unittest.TestCase):
         self.assertEqual(loader.classes, [str(i) for i in range(10)])
         self.assertEqual(loader.channels, 1)
         self.assertEqual(len(loader), 60000 // 64 // 2)
+
+    @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed")
+    def test_idx_training_with_crop_padding_is_the_clis_and_a_shift_of_the_unpadded(self):
+        args = ["--train", "--seed", "5", "--batch-size", "64", "--images", "256", "--workers", "2",
+                "--image-size", "28", "--drop-last"]
+        padded = self.compare(FASHION, args + ["--crop-padding", "3"], train=True, seed=5, batch_size=64, workers=1,
+                              image_size=28, crop_padding=3)
+        # The shift is drawn after the crop and flip, so with the same seed each
+        # padded image is its unpadded twin moved by at most 3 px, zeros shifted in.
+        plain = convnets.data.Loader(FASHION, train=True, seed=5, batch_size=64, workers=1, image_size=28)
+        padded.set_epoch(0)
+        plain.set_epoch(0)
+        shifts = set()
+        for (a, _), (b, _) in zip(padded, plain):
+            for x, y in zip(a[..., 0].long(), b[..., 0].long()):
+                found = [(dy, dx) for dy in range(-3, 4) for dx in range(-3, 4)
+                         if torch.equal(x, shift(y, dy, dx))]
+                self.assertTrue(found, "a padded image is no shift of the unpadded one")
+                shifts.add(found[0])
+            if len(shifts) == 49:
+                break
+        self.assertEqual(len(shifts), 49)  # every offset in [-3, 3]^2 occurs
 
     def test_erasing_boxes_are_filled_where_the_cli_drew_them(self):
         out = os.path.join(self.tmp, "erase.safetensors")
@@ -258,6 +289,8 @@ class LoaderBehaviour(unittest.TestCase):
                  (dict(reprob=0.5), "reprob"),
                  (dict(reprob=1.5, normalize=True), "reprob must be in [0, 1]"),
                  (dict(max_image_pixels=-1), "max_image_pixels"),
+                 (dict(image_size=32, crop_padding=32), "crop_padding must be in 0..31"),
+                 (dict(train=False, crop_padding=2), "crop_padding must be 0 for evaluation"),
                  (dict(device="tpu"), "device 'tpu'"),
                  (dict(split="test"), "split 'test'")]
         for kwargs, text in cases:

@@ -83,6 +83,18 @@ class ShortRuns(unittest.TestCase):
         self.assertIn("--holdout must be used without --val-data", r.stderr)
         self.assertFalse(os.path.exists(self.workspace("h8")) or os.path.exists(self.workspace("hv")))
 
+    def test_crop_padding_reaches_the_training_loader_and_is_checked_there(self):
+        ws = self.workspace("pad")
+        r = convnets("train", self.data, "--crop-padding", "4", "--image-size", "32", "--epochs", "1",
+                     "--batch-size", "2", "--prof", "1", "--workspace", ws)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(ws, "config.json")) as f:
+            self.assertEqual(json.load(f)["config"]["crop_padding"], 4)
+        r = convnets("train", self.data, "--crop-padding", "32", "--image-size", "32", "--epochs", "1",
+                     "--workspace", self.workspace("pad32"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--crop-padding must be in 0..31 (less than --image-size), got 32", r.stderr)
+
     def test_every_builtin_recipe_runs_one_epoch(self):
         names = sorted(f[:-5] for f in os.listdir(os.path.join(SOURCE, "recipes")) if f.endswith(".json"))
         self.assertGreaterEqual(len(names), 15)
