@@ -208,6 +208,29 @@ TEST(SmallInputResNet, LayoutFollowsHeEtAlSection42) {
   }
 }
 
+// ResNet-10s: the stem alone at full resolution (layer1 is empty), then four
+// stride-2 stages of one BasicBlock at 32..256 channels: 1 + 4 x 2 3x3 convs.
+TEST(SmallInputResNet, ResNet10sKeepsOnlyTheStemAtFullResolution) {
+  const auto& arch = find_architecture("resnet10s");
+  auto net = build_model(arch, classes(10));
+  int convs3x3 = 0;
+  std::int64_t params = 0;
+  for (const auto& p : net->named_parameters()) {
+    EXPECT_NE(p.key().rfind("layer1.", 0), 0u) << p.key();
+    if (p.value().dim() == 4 && p.value().size(2) == 3) ++convs3x3;
+    params += p.value().numel();
+  }
+  EXPECT_EQ(convs3x3, 9);
+  EXPECT_EQ(params, 1224474);  // 10 classes (torchvision BasicBlocks, 1x1 projections)
+  EXPECT_EQ(net->named_parameters()["layer2.0.conv1.weight"].sizes().vec(), (std::vector<int64_t>{32, 16, 3, 3}));
+  EXPECT_EQ(net->named_parameters()["layer5.0.conv2.weight"].sizes().vec(), (std::vector<int64_t>{256, 256, 3, 3}));
+  net->train();
+  auto y = net->forward(torch::randn({2, 3, 28, 28}));
+  EXPECT_EQ(y.sizes().vec(), (std::vector<int64_t>{2, 10}));
+  y.sum().backward();
+  for (const auto& p : net->named_parameters()) ASSERT_TRUE(p.value().grad().defined()) << p.key();
+}
+
 }  // namespace
 }  // namespace convnets
 
@@ -252,7 +275,7 @@ namespace {
 // fold_batchnorm: every BN of these archs follows a conv; the folded network
 // computes the same logits (to fp32 rounding) and refuses to train.
 TEST(Export, FoldingBatchNormKeepsTheLogits) {
-  for (const char* name : {"resnet50", "gpunet-0", "gpunet-d1"}) {
+  for (const char* name : {"resnet50", "resnet10s", "gpunet-0", "gpunet-d1"}) {
     torch::manual_seed(21);
     auto net = build_model(find_architecture(name), {});
     int bns = 0;

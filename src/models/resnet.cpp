@@ -151,7 +151,9 @@ class ResNetImpl : public NetworkImpl {
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(bn1_(conv1_(x)));
     if (!small_input_stem_) x = torch::max_pool2d(x, 3, 2, 1);
-    for (auto& stage : stages_) x = stage->forward(x);
+    for (auto& stage : stages_) {
+      if (!stage->is_empty()) x = stage->forward(x);  // an empty Sequential refuses forward()
+    }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     // timm's drop_rate: dropout on the pooled features (off by default, as in torchvision and DLE).
     if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());

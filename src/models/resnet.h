@@ -14,7 +14,9 @@ namespace convnets {
 // from DLE's SE unit; see shared/reference/DLE_RESNET_NOTES.md.
 struct ResNetConfig {
   bool bottleneck = true;            // Bottleneck (expansion 4) vs BasicBlock (expansion 1)
-  std::vector<int> blocks;           // blocks per stage
+  // Blocks per stage. A first stage of 0 blocks leaves the stem's resolution
+  // to the stem alone (the next stage still strides): ResNet-10s.
+  std::vector<int> blocks;
   int64_t groups = 1;                // cardinality (ResNeXt)
   int64_t width_per_group = 64;      // inner width = planes * width_per_group / 64 * groups
   int64_t se_channels = 0;           // DLE SE-ResNeXt: absolute reduced width (16), 0 = no SE

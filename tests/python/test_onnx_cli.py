@@ -23,7 +23,7 @@ import pth2safetensors  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 SIZE = 64  # every arch runs at 64 px here: the graph is the same at any size
-ARCHS = ["resnet18", "resnet50", "se_resnext101_32x4d", "gpunet-0", "gpunet-1", "gpunet-2", "gpunet-p0",
+ARCHS = ["resnet10s", "resnet18", "resnet50", "se_resnext101_32x4d", "gpunet-0", "gpunet-1", "gpunet-2", "gpunet-p0",
          "gpunet-p1", "gpunet-d1", "gpunet-d2"]
 
 
