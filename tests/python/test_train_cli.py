@@ -178,7 +178,7 @@ class TrainEvalReport(unittest.TestCase):
             (["--epochs", "1.5"], "--epochs expects an integer, got '1.5'"),
             (["--resume", last, "--arch", "resnet20"], "was trained as resnet8, but this run is resnet20"),
             (["--resume", corrupt], "corrupt.safetensors"),
-            (["--recipe", "no-such-recipe"], "built-in recipes: fashion-mnist-resnet8"),
+            (["--recipe", "no-such-recipe"], "built-in recipes: fashion-mnist-resnet10s, fashion-mnist-resnet8"),
         ]
         for args, message in cases:
             with self.subTest(args=args):
