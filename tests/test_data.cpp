@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -108,6 +109,33 @@ TEST(Transform, CropPaddingShiftsByUpToThePaddingWithZeroFill) {
   const double expected = double(draws) / seen.size();  // 200; binomial sd ~13.9
   for (const auto& [offset, n] : seen)
     EXPECT_NEAR(n, expected, 5 * 13.9) << "offset (" << offset.first << ", " << offset.second << ")";
+
+  // Called directly with a padding beyond the image (Transform refuses it,
+  // the function must not read outside): a far shift is padding only.
+  const int tw = 3, th = 2, tp = 4;
+  const std::vector<std::uint8_t> tiny{1, 2, 3, 4, 5, 6};
+  int blank = 0;
+  for (int k = 0; k < 2000; ++k) {
+    auto img = tiny;
+    data::pad_and_crop({img.data(), tw, th, 1}, tp, rng, scratch);
+    if (std::all_of(img.begin(), img.end(), [](std::uint8_t v) { return v == 0; })) {
+      ++blank;
+      continue;
+    }
+    int found = 0;
+    for (int dy = 1 - th; dy < th; ++dy)
+      for (int dx = 1 - tw; dx < tw; ++dx) {
+        bool same = true;
+        for (int y = 0; y < th; ++y)
+          for (int x = 0; x < tw; ++x) {
+            const int sy = y + dy, sx = x + dx;
+            same = same && img[y * tw + x] == ((sy < 0 || sy >= th || sx < 0 || sx >= tw) ? 0 : tiny[sy * tw + sx]);
+          }
+        found += same;
+      }
+    ASSERT_EQ(found, 1) << "draw " << k;
+  }
+  EXPECT_NEAR(blank, 2000.0 * 66 / 81, 5 * 17.4);  // 15 of the 81 shifts keep a pixel; binomial sd ~17.4
 
   // The option is checked where it is set: in range and for training only.
   auto o = data::TransformOptions::train(8);

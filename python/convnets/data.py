@@ -63,12 +63,12 @@ class Loader(_convnets._Loader):
       ``labels`` are on ``device`` too.
 
     Training (``train=True``): torchvision's RandomResizedCrop
-    (``crop_scale_min``..1 of the area, ratio 3/4..4/3) to ``image_size``,
-    optionally torchvision's RandomCrop with ``crop_padding``, and a
-    horizontal flip, then an optional ``augment`` policy (``"autoaugment"``,
-    DLE's ImageNet policy, or timm's RandAugment string such as
-    ``"rand-m9-mstd0.5"``) and timm's random erasing (``reprob``, ``recount``,
-    ``remode``). Evaluation (``train=False``): resize the short side to
+    (``crop_scale_min``..1 of the area, ratio 3/4..4/3) to ``image_size`` and a
+    horizontal flip, optionally then torchvision's RandomCrop with
+    ``crop_padding`` (a shift, drawn after the crop and flip), then an optional
+    ``augment`` policy (``"autoaugment"``, DLE's ImageNet policy, or timm's
+    RandAugment string such as ``"rand-m9-mstd0.5"``) and timm's random erasing
+    (``reprob``, ``recount``, ``remode``). Evaluation (``train=False``): resize the short side to
     ``image_size / crop_ratio`` and centre-crop ``image_size``, as torchvision
     does, bit for bit. Each sample's randomness depends only on ``seed``, the
     epoch and its index, so any ``workers`` count gives the same batches.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 namespace convnets::data {
 namespace {
@@ -99,6 +100,10 @@ void pad_and_crop(ImageRef img, int padding, Rng& rng, std::vector<std::uint8_t>
   const int left = static_cast<int>(rng.integer(0, 2 * padding));
   const int dy = top - padding, dx = left - padding;  // output (y, x) reads source (y + dy, x + dx)
   if (dx == 0 && dy == 0) return;
+  if (std::abs(dx) >= img.width || std::abs(dy) >= img.height) {  // the window holds padding only
+    std::fill(img.data, img.data + img.bytes(), std::uint8_t{0});
+    return;
+  }
   const std::size_t row = std::size_t(img.width) * img.channels;
   scratch.assign(img.data, img.data + img.bytes());
   std::fill(img.data, img.data + img.bytes(), std::uint8_t{0});

@@ -281,7 +281,8 @@ void validate(const TrainConfig& c) {
   check(c.std.empty() || c.std.size() == 3, "std", "3 values (R,G,B)", std::to_string(c.std.size()) + " values");
   for (double s : c.std) check(s > 0, "std", "positive", str(s));
   check(c.crop_scale_min > 0 && c.crop_scale_min <= 1, "crop_scale_min", "in (0, 1]", str(c.crop_scale_min));
-  check(c.crop_padding >= 0, "crop_padding", "0 (off) or more pixels", std::to_string(c.crop_padding));
+  check(c.crop_padding >= 0 && c.crop_padding <= 8192, "crop_padding", "0 (off) .. 8192 pixels",
+        std::to_string(c.crop_padding));
   if (!c.interpolation.empty()) check_choice("interpolation", c.interpolation, {"bilinear", "bicubic"});
   if (!c.train_interpolation.empty())
     check_choice("train_interpolation", c.train_interpolation, {"bilinear", "bicubic", "random"});

@@ -29,8 +29,9 @@ class ModelsCommand(unittest.TestCase):
         r = convnets("models", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = {m["name"]: m for m in json.loads(r.stdout)}
-        self.assertEqual(len(rows), 23)
+        self.assertEqual(len(rows), 24)
         self.assertEqual(rows["resnet50"]["params"], 25557032)
+        self.assertEqual(rows["resnet10s"]["params"], 1478904)  # 1000 classes
         self.assertAlmostEqual(rows["resnet50"]["gmacs"], 4.09, places=2)
         self.assertEqual(rows["se_resnext101_32x4d"]["params"], 45251128)
         self.assertEqual(rows["resnet50"]["input_size"], 224)

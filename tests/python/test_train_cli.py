@@ -1,6 +1,6 @@
 """End-to-end tests of `convnets train`, `eval` and `report` on Debian's Fashion-MNIST.
 
-Short runs of the README's main job (the fashion-mnist-resnet8 recipe on a
+Short runs of the README's former main job (the fashion-mnist-resnet8 recipe on a
 subset), interruption by signal and bit-exact resume, checkpoints, DLLogger
 logs, the HTML report, and bad input that must leave the workspace untouched.
 """
