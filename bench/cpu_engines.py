@@ -7,7 +7,8 @@ the ONNX graph `convnets export --fold-bn --dynamic-batch` writes, run by ONNX
 Runtime (CPU EP, fp32; it has no CPU bf16 path) and by OpenVINO from Python
 with the precision pinned (INFERENCE_PRECISION_HINT f32 or bf16). INT8: the QDQ graph of
 `convnets export --int8` timed by `convnets bench infer --checkpoint G.onnx --engine openvino` (INT8
-kernels; LibTorch runs no ONNX) and by both runtimes from Python. Median of
+kernels; LibTorch runs no ONNX) and by both runtimes from Python; `int8-silu-float` is the same with
+`--int8-silu float` (SiLUs in float after their conv: OpenVINO's form). Median of
 --repeat rounds, the sides interleaved within each round (this VM's speed
 drifts); each peer cell is the median latency of its timed runs.
 
@@ -51,19 +52,23 @@ def main():
                             "--fold-bn", "--dynamic-batch", "-o", onnx], check=True, capture_output=True)
             # INT8: the QDQ graph `export --int8` writes (uint8 activations, 7-bit weights, calibrated on
             # synthetic images as issue 22's figures), timed through `bench infer --checkpoint`.
-            int8 = os.path.join(d, arch + "_int8.onnx")
-            if "int8" in a.precisions.split(","):
-                subprocess.run([a.convnets, "export", "--checkpoint", weights, "--arch", arch, "--format", "onnx",
-                                "--dynamic-batch", "--int8", "--int8-reduce-range", "--calibration", "synthetic:32",
-                                "--calibration-images", "32", "-o", int8], check=True, capture_output=True)
+            int8 = {}
+            for precision in a.precisions.split(","):
+                if precision.startswith("int8"):
+                    int8[precision] = os.path.join(d, arch + "_" + precision + ".onnx")
+                    silu = ["--int8-silu", "float"] if precision == "int8-silu-float" else []
+                    subprocess.run([a.convnets, "export", "--checkpoint", weights, "--arch", arch, "--format", "onnx",
+                                    "--dynamic-batch", "--int8", "--int8-reduce-range", "--calibration", "synthetic:32",
+                                    "--calibration-images", "32", "-o", int8[precision]] + silu, check=True,
+                                   capture_output=True)
             size = json.loads(subprocess.run([a.convnets, "models", "--arch", arch, "--json"], check=True,
                                              capture_output=True, text=True).stdout)
             size = (size[0] if isinstance(size, list) else size)["input_size"]
             for _ in range(a.repeat):
                 for precision in a.precisions.split(","):
                     out = os.path.join(d, "c.json")
-                    model = (["--checkpoint", int8, "--engine", "openvino", "--precision", "fp32"]
-                             if precision == "int8" else
+                    model = (["--checkpoint", int8[precision], "--engine", "openvino", "--precision", "fp32"]
+                             if precision in int8 else
                              ["--arch", arch, "--engine", "torch,openvino", "--fold-bn", "--precision", precision])
                     subprocess.run([a.convnets, "--threads", str(a.threads), "bench", "infer", "--device", "cpu"] +
                                    model + ["--batch-sizes", a.batch_sizes, "--warmup", str(a.warmup),
@@ -72,7 +77,7 @@ def main():
                     for row in json.load(open(out))["rows"]:
                         cells.setdefault((arch, precision, "convnets " + row["engine"], row["batch"]),
                                          []).append(row["images_per_s"])
-                    graph = int8 if precision == "int8" else onnx
+                    graph = int8.get(precision, onnx)
                     peers = {"OpenVINO (Python)": lambda: openvino_runner(
                         graph, a.threads, "bf16" if precision == "bf16" else "f32")}
                     if precision != "bf16":

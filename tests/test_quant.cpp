@@ -8,6 +8,7 @@
 #include "train/runtime.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -89,6 +90,30 @@ TEST(Quant, PercentileAndEntropyThresholds) {
 // Calibrated on images, the fake-quantized network stays close to the float
 // one, trains (gradients reach the weights and BN's gamma, its statistics
 // stay frozen), and the ranges of one network are refused by another.
+TEST(Quant, PlanJsonKeepsTheSiluPlacementAndReadsOlderPlansAsOps) {
+  quant::Plan plan;
+  plan.silu = quant::Silu::Float;
+  plan.images = 8;
+  plan.points.push_back({"conv1", false, -1.5, 2.0});
+  const auto j = quant::to_json(plan);
+  const auto back = quant::plan_from_json(j, "a.safetensors");
+  EXPECT_EQ(back.silu, quant::Silu::Float);
+  ASSERT_EQ(back.points.size(), 1u);
+  EXPECT_EQ(back.points[0].hi, 2.0);
+  // Checkpoints from before the choice existed carry no "silu": they were the ops form.
+  auto older = j;
+  older.erase("silu");
+  EXPECT_EQ(quant::plan_from_json(older, "old.safetensors").silu, quant::Silu::Ops);
+  auto bad = j;
+  bad["silu"] = "fused";
+  try {
+    quant::plan_from_json(bad, "bad.safetensors");
+    FAIL() << "silu 'fused' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.safetensors: silu fused: expected ops"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Quant, CalibratedFakeQuantizedNetworkIsCloseTrainsAndFitsOnlyItsNetwork) {
   auto net = trained_looking("resnet18", 1000);
   Preprocessing pre;
@@ -100,7 +125,8 @@ TEST(Quant, CalibratedFakeQuantizedNetworkIsCloseTrainsAndFitsOnlyItsNetwork) {
   const auto loader = train::make_eval_loader(data::open_dataset("synthetic:16", "train"), pre, lo);
   const train::Runtime rt;
   auto plan = std::make_shared<quant::Plan>(
-      quant::calibrate(*net, *loader, rt, pre, quant::Activations::UInt8, quant::Method::Percentile, false, ""));
+      quant::calibrate(*net, *loader, rt, pre, quant::Activations::UInt8, quant::Method::Percentile, false,
+                      quant::Silu::Ops, ""));
   EXPECT_EQ(plan->images, 16);
   ASSERT_FALSE(plan->points.empty());
   EXPECT_EQ(plan->points.front().site, "conv1");  // the normalised image

@@ -139,7 +139,7 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
            dynamic_batch: bool = False, batch_size: int = 1, image_size: int = 0, opset: int = 13, int8: bool = False,
            calibration: Optional[_StrPath] = None, calibration_images: int = 512,
            calibration_method: Optional[str] = None, int8_activations: Optional[str] = None,
-           int8_reduce_range: bool = False, calibration_batch_size: int = 32, device: str = "cpu", workers: int = 2,
+           int8_reduce_range: bool = False, int8_silu: Optional[str] = None, calibration_batch_size: int = 32, device: str = "cpu", workers: int = 2,
            max_image_pixels: int = _convnets.default_max_image_pixels) -> str:
     """Does what ``convnets export`` does; each keyword is its flag (``key_style`` is ``--key-style``).
 
@@ -149,8 +149,10 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     takes as is. ``format="onnx"`` writes the network as ONNX (opset 13, BN
     folded with ``fold_bn``, a symbolic batch with ``dynamic_batch``); with
     ``int8=True`` as a QDQ graph calibrated on ``calibration`` images (or with
-    a QAT checkpoint's own ranges). The file is written atomically. Returns
-    the line the command prints.
+    a QAT checkpoint's own ranges); ``int8_silu`` is ``"ops"`` (a SiLU
+    quantized as its Sigmoid and Mul, for ONNX Runtime; the default) or
+    ``"float"`` (in float after its conv, quantized once, for OpenVINO). The
+    file is written atomically. Returns the line the command prints.
     """
     o = _convnets.ExportOptions()
     o.checkpoint = os.fspath(checkpoint)
@@ -175,6 +177,9 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     if int8_activations is not None:
         o.activations = int8_activations
     o.reduce_range = int8_reduce_range
+    o.silu_given = int8_silu is not None
+    if int8_silu is not None:
+        o.silu = int8_silu
     o.calibration_batch = calibration_batch_size
     o.device = device
     o.workers = workers

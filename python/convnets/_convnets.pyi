@@ -34,6 +34,7 @@ class ExportOptions:
     calibration: str
     calibration_method: str
     activations: str
+    silu: str
     device: str
     calibration_images: int
     calibration_batch: int
@@ -41,6 +42,7 @@ class ExportOptions:
     workers: int
     method_given: bool
     activations_given: bool
+    silu_given: bool
     def __init__(self) -> None: ...
 
 class PipelineOptions:

@@ -33,10 +33,12 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::C
     }
     auto plan = quant::plan_from_json(ckpt.meta.at("quantization"), a.checkpoint);
     if (a.method_given || (a.reduce_range && !plan.reduce_range) ||
-        (a.activations_given && quant::parse_activations(a.activations, "--int8-activations") != plan.activations)) {
-      throw Error("--calibration-method/--int8-activations/--int8-reduce-range: " + a.checkpoint +
+        (a.activations_given && quant::parse_activations(a.activations, "--int8-activations") != plan.activations) ||
+        (a.silu_given && quant::parse_silu(a.silu, "--int8-silu") != plan.silu)) {
+      throw Error("--calibration-method/--int8-activations/--int8-reduce-range/--int8-silu: " + a.checkpoint +
                   " was trained with --qat with " + quant::to_string(plan.activations) + " activations" +
-                  (plan.reduce_range ? ", 7-bit weights" : "") + ", calibrated by " + quant::to_string(plan.method),
+                  (plan.reduce_range ? ", 7-bit weights" : "") + ", SiLU " + quant::to_string(plan.silu) +
+                  ", calibrated by " + quant::to_string(plan.method),
                   "export it without those flags: its graph is the one it was trained as");
     }
     return plan;
@@ -47,6 +49,7 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::C
   }
   const auto activations = quant::parse_activations(a.activations, "--int8-activations");
   const auto method = quant::parse_method(a.calibration_method, "--calibration-method");
+  const auto silu = quant::parse_silu(a.silu, "--int8-silu");
   const auto rt = train::resolve_runtime(a.device, "fp32", "nchw");
   train::prepare_model(model, rt);
   const auto ds = data::spread(data::open_dataset(a.calibration, "train"), static_cast<std::size_t>(a.calibration_images));
@@ -59,7 +62,7 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::C
     say("export: calibrating on " + ds->description() + " (" + quant::to_string(method) + ", " +
         quant::to_string(activations) + " activations)");
   }
-  auto plan = quant::calibrate(model, *loader, rt, pre, activations, method, a.reduce_range, "calibration");
+  auto plan = quant::calibrate(model, *loader, rt, pre, activations, method, a.reduce_range, silu, "calibration");
   model.to(torch::kCPU);
   return plan;
 }
@@ -95,6 +98,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   check_choice("--dtype", a.dtype, {"fp32", "fp16"});
   check_choice("--calibration-method", a.calibration_method, {"minmax", "percentile", "entropy"});
   check_choice("--int8-activations", a.activations, {"uint8", "int8"});
+  check_choice("--int8-silu", a.silu, {"ops", "float"});
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
   if (a.image_size < 0) throw Error("--image-size must be 0 (the checkpoint's) or positive, got " + std::to_string(a.image_size));
   if (a.calibration_images < 1) throw Error("--calibration-images must be at least 1, got " + std::to_string(a.calibration_images));

@@ -273,7 +273,7 @@ std::string onnx_model_bytes(NetworkImpl& model, const OnnxOptions& o, std::size
   std::string logits;
   if (o.int8) {
     auto points = o.int8->points;
-    quant::QdqEmitter qdq(emitter, emitter, points, o.int8->activations, /*creating=*/false);
+    quant::QdqEmitter qdq(emitter, emitter, points, o.int8->activations, o.int8->silu, /*creating=*/false);
     logits = model.emit(qdq, "input");
     qdq.finish();
   } else {

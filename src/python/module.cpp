@@ -362,13 +362,15 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("calibration", &deploy::ExportOptions::calibration)
       .def_readwrite("calibration_method", &deploy::ExportOptions::calibration_method)
       .def_readwrite("activations", &deploy::ExportOptions::activations)
+      .def_readwrite("silu", &deploy::ExportOptions::silu)
       .def_readwrite("device", &deploy::ExportOptions::device)
       .def_readwrite("calibration_images", &deploy::ExportOptions::calibration_images)
       .def_readwrite("calibration_batch", &deploy::ExportOptions::calibration_batch)
       .def_readwrite("max_image_pixels", &deploy::ExportOptions::max_image_pixels)
       .def_readwrite("workers", &deploy::ExportOptions::workers)
       .def_readwrite("method_given", &deploy::ExportOptions::method_given)
-      .def_readwrite("activations_given", &deploy::ExportOptions::activations_given);
+      .def_readwrite("activations_given", &deploy::ExportOptions::activations_given)
+      .def_readwrite("silu_given", &deploy::ExportOptions::silu_given);
 
   py::class_<data::PipelineOptions>(m, "PipelineOptions")
       .def(py::init<>())

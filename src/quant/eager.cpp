@@ -133,13 +133,14 @@ class EagerEmitter : public GraphEmitter, public Backend {
 }  // namespace
 
 Plan calibrate(NetworkImpl& model, data::Loader& loader, const train::Runtime& rt, const Preprocessing& pre,
-               Activations activations, Method method, bool reduce_range, const std::string& progress) {
+               Activations activations, Method method, bool reduce_range, Silu silu, const std::string& progress) {
   torch::NoGradGuard no_grad;
   model.eval();
   Plan plan;
   plan.activations = activations;
   plan.method = method;
   plan.reduce_range = reduce_range;
+  plan.silu = silu;
   std::vector<Observer> observers;
   const int passes = method == Method::MinMax ? 1 : 2;
   for (int pass = 0; pass < passes; ++pass) {
@@ -155,7 +156,7 @@ Plan calibrate(NetworkImpl& model, data::Loader& loader, const train::Runtime& r
     while (loader.next(batch)) {
       EagerEmitter e(Mode::Observe, &plan.points, activations, weight_qmax(reduce_range), &observers,
                      /*histogram=*/pass == 1);
-      QdqEmitter q(e, e, plan.points, activations, /*creating=*/pass == 0 && images == 0);
+      QdqEmitter q(e, e, plan.points, activations, silu, /*creating=*/pass == 0 && images == 0);
       (void)model.emit(q, e.bind(train::network_input(batch.images, pre, rt)));
       q.finish();
       images += batch.labels.size(0);
@@ -183,7 +184,7 @@ FakeQuantNetworkImpl::FakeQuantNetworkImpl(Network inner, std::shared_ptr<const 
 torch::Tensor FakeQuantNetworkImpl::forward(torch::Tensor x) {
   EagerEmitter e(Mode::FakeQuant, &plan_->points, plan_->activations, weight_qmax(plan_->reduce_range));
   auto points = plan_->points;  // matched, not extended: creating is off
-  QdqEmitter q(e, e, points, plan_->activations, /*creating=*/false);
+  QdqEmitter q(e, e, points, plan_->activations, plan_->silu, /*creating=*/false);
   const auto out = inner_->emit(q, e.bind(x));
   q.finish();
   return e.get(out);

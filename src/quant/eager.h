@@ -17,7 +17,7 @@ namespace convnets::quant {
 // percentile and entropy read the images twice (extremes, then histograms).
 // `progress`: the phase named on stdout (empty: silent).
 Plan calibrate(NetworkImpl& model, data::Loader& loader, const train::Runtime& rt, const Preprocessing& pre,
-               Activations activations, Method method, bool reduce_range, const std::string& progress);
+               Activations activations, Method method, bool reduce_range, Silu silu, const std::string& progress);
 
 // Quantization-aware training's network (Jacob et al. 2018, "Quantization
 // and Training of Neural Networks for Efficient Integer-Arithmetic-Only

@@ -24,6 +24,14 @@ Method parse_method(const std::string& s, const std::string& flag) {
   throw Error(flag + " " + s + ": expected minmax, percentile or entropy");
 }
 
+Silu parse_silu(const std::string& s, const std::string& flag) {
+  if (s == "ops") return Silu::Ops;
+  if (s == "float") return Silu::Float;
+  throw Error(flag + " " + s + ": expected ops (ONNX Runtime's integer SiLU) or float (fused into the conv: OpenVINO)");
+}
+
+std::string to_string(Silu s) { return s == Silu::Ops ? "ops" : "float"; }
+
 std::string to_string(Activations a) { return a == Activations::UInt8 ? "uint8" : "int8"; }
 
 std::string to_string(Method m) {
@@ -68,6 +76,7 @@ nlohmann::json to_json(const Plan& plan) {
   return {{"activations", to_string(plan.activations)},
           {"method", to_string(plan.method)},
           {"reduce_range", plan.reduce_range},
+          {"silu", to_string(plan.silu)},
           {"images", plan.images},
           {"points", points}};
 }
@@ -78,6 +87,7 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& where) {
     plan.activations = parse_activations(j.at("activations").get<std::string>(), where + ": activations");
     plan.method = parse_method(j.at("method").get<std::string>(), where + ": method");
     plan.reduce_range = j.at("reduce_range").get<bool>();
+    if (j.contains("silu")) plan.silu = parse_silu(j.at("silu").get<std::string>(), where + ": silu");
     plan.images = j.at("images").get<std::int64_t>();
     for (const auto& e : j.at("points")) {
       Point p;
@@ -210,8 +220,8 @@ void choose_range(Point& p, const Observer& o, Method method, Activations a) {
 // ---- placement
 
 QdqEmitter::QdqEmitter(GraphEmitter& inner, Backend& backend, std::vector<Point>& points, Activations activations,
-                       bool creating)
-    : inner_(inner), backend_(backend), points_(points), activations_(activations), creating_(creating) {}
+                       Silu silu, bool creating)
+    : inner_(inner), backend_(backend), points_(points), activations_(activations), silu_(silu), creating_(creating) {}
 
 std::size_t QdqEmitter::point(const std::string& site, bool relu) {
   if (next_ < points_.size()) {
@@ -298,7 +308,12 @@ GraphEmitter::Value QdqEmitter::relu(const Value& x) {
   return y;
 }
 
-GraphEmitter::Value QdqEmitter::silu(const Value& x) { return mul(x, sigmoid(x)); }
+GraphEmitter::Value QdqEmitter::silu(const Value& x) {
+  // Float: the conv's output goes into the SiLU unquantized and the SiLU's
+  // output is quantized by whatever consumes it, as a ReLU would be folded.
+  if (silu_ == Silu::Float && fresh_.count(x)) return produced(inner_.silu(x));
+  return mul(x, sigmoid(x));
+}
 
 GraphEmitter::Value QdqEmitter::sigmoid(const Value& x) {
   return produced(inner_.sigmoid(q(x, "sigmoid " + std::to_string(++counter_))));

@@ -27,6 +27,17 @@ enum class Activations {
   Int8,
 };
 
+// Where a SiLU (x * sigmoid(x)) on a conv's output is quantized. The two
+// CPU runtimes want different graphs of the same network (measured on
+// GPUNet-0, docs/PERFORMANCE.md, issue 35): ONNX Runtime runs the Ops form in
+// integer kernels (QLinearSigmoid, QLinearMul) and the Float form with a
+// float conv; OpenVINO fuses the Float form into the conv and leaves the Ops
+// form as float dequantize arithmetic.
+enum class Silu {
+  Ops,    // its input and its sigmoid's output quantized, as the two ops (ONNX Runtime)
+  Float,  // computed in float on the conv's output, quantized once after it (OpenVINO, TensorRT's fusions)
+};
+
 // How a tensor's range is chosen from the calibration images.
 enum class Method {
   MinMax,      // the extremes seen
@@ -38,8 +49,10 @@ constexpr double kPercentile = 99.99;
 
 Activations parse_activations(const std::string& s, const std::string& flag);
 Method parse_method(const std::string& s, const std::string& flag);
+Silu parse_silu(const std::string& s, const std::string& flag);
 std::string to_string(Activations a);
 std::string to_string(Method m);
+std::string to_string(Silu s);
 
 // One quantized activation tensor of the graph. Points are numbered in the
 // order the placement first quantizes them, which is the order emit() visits
@@ -72,6 +85,7 @@ struct Plan {
   Activations activations = Activations::UInt8;
   Method method = Method::Percentile;
   bool reduce_range = false;  // 7-bit weights (weight_qmax)
+  Silu silu = Silu::Ops;      // plans written before the choice existed are Ops
   std::int64_t images = 0;    // calibration images
   std::vector<Point> points;
 };
@@ -111,13 +125,15 @@ class Backend {
 // mul, sigmoid, pool and flatten is quantized (ONNX Runtime's QDQ form, which
 // TensorRT's explicit quantization also reads: DQ -> op -> Q around each
 // op); max pool and flatten keep their input's quantization, so the runtime
-// can drop the pair around them. The network's output (the classifier's
+// can drop the pair around them. A SiLU on a conv's output is quantized as
+// `silu` says. The network's output (the classifier's
 // logits) stays float. With `creating`, points missing from `points` are
 // appended (calibration's first pass); otherwise the network must visit
 // exactly the listed points, or the ranges belong to another network.
 class QdqEmitter : public GraphEmitter {
  public:
-  QdqEmitter(GraphEmitter& inner, Backend& backend, std::vector<Point>& points, Activations activations, bool creating);
+  QdqEmitter(GraphEmitter& inner, Backend& backend, std::vector<Point>& points, Activations activations, Silu silu,
+             bool creating);
   ~QdqEmitter() override = default;
 
   Value conv_bn(const Value& x, const layers::Conv2dImpl& conv, const std::string& conv_name,
@@ -146,6 +162,7 @@ class QdqEmitter : public GraphEmitter {
   Backend& backend_;
   std::vector<Point>& points_;
   Activations activations_;
+  Silu silu_;
   bool creating_;
   std::size_t next_ = 0;
   int counter_ = 0;

@@ -107,6 +107,7 @@ namespace {
   X(calibration_method, "--qat: minmax | percentile (99.99% of |x|) | entropy (TensorRT's KL)")            \
   X(int8_activations, "--qat: uint8 (ONNX Runtime, OpenVINO) | int8 (symmetric: TensorRT)")                \
   X(int8_reduce_range, "--qat: 7-bit weights (ONNX Runtime on x86 CPUs without VNNI)")                     \
+  X(int8_silu, "--qat: ops (a SiLU quantized as its Sigmoid and Mul: ONNX Runtime's integer kernels) | float (in float after its conv, quantized once: OpenVINO fuses it)") \
   X(max_train_images, "use only the first N training samples (0: all)")                                      \
   X(max_val_images, "use only the first N validation samples (0: all)")                                    \
   X(holdout, "validate on N training samples held out of training (every size/N-th), not the val split: tuning that never sees the test set (0: off)")
@@ -299,6 +300,7 @@ void validate(const TrainConfig& c) {
   check(c.calibration_images >= 1, "calibration_images", "at least 1", std::to_string(c.calibration_images));
   check_choice("calibration_method", c.calibration_method, {"minmax", "percentile", "entropy"});
   check_choice("int8_activations", c.int8_activations, {"uint8", "int8"});
+  check_choice("int8_silu", c.int8_silu, {"ops", "float"});
   check_choice("data_backend", c.data_backend, {"auto", "cpu", "gpu"});
   check(c.max_train_images >= 0, "max_train_images", "0 or positive", std::to_string(c.max_train_images));
   check(c.max_val_images >= 0, "max_val_images", "0 or positive", std::to_string(c.max_val_images));

@@ -103,6 +103,7 @@ struct TrainConfig {
   std::string calibration_method = "percentile"; // minmax | percentile | entropy
   std::string int8_activations = "uint8";        // uint8 | int8
   bool int8_reduce_range = false;                // 7-bit weights
+  std::string int8_silu = "ops";                 // ops | float (quant::Silu)
   std::string data_backend = "auto";  // auto | cpu | gpu (train/runtime.h use_device_decode)
   std::int64_t max_train_images = 0;        // use only the first N samples; 0: all
   std::int64_t max_val_images = 0;

@@ -183,12 +183,13 @@ void start_qat(TrainingRun& run) {
     const auto loader = make_eval_loader(ds, run.pre, lo);
     const auto activations = quant::parse_activations(c.int8_activations, "--int8-activations");
     const auto method = quant::parse_method(c.calibration_method, "--calibration-method");
-    auto plan = quant::calibrate(*run.model, *loader, run.rt, run.pre, activations, method, c.int8_reduce_range,
+    const auto silu = quant::parse_silu(c.int8_silu, "--int8-silu");
+    auto plan = quant::calibrate(*run.model, *loader, run.rt, run.pre, activations, method, c.int8_reduce_range, silu,
                                  run.writer ? "qat calibration" : "");
     if (run.writer) {
       std::cout << "qat: " << plan.points.size() << " quantized tensors calibrated on " << ds->description() << " ("
                 << c.calibration_method << ", " << c.int8_activations << " activations"
-                << (c.int8_reduce_range ? ", 7-bit weights" : "") << ")\n";
+                << (c.int8_reduce_range ? ", 7-bit weights" : "") << ", SiLU " << c.int8_silu << ")\n";
     }
     run.quant = std::make_shared<quant::Plan>(std::move(plan));
   }

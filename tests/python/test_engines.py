@@ -5,16 +5,19 @@ equal LibTorch's (1e-4 of the largest logit) for every family the exporter
 covers. bf16 on the CPU is checked where the CPU has native bf16, and its
 refusal where it has not (one of the two always runs). INT8: a PTQ export and
 a checkpoint's QDQ graph run as INT8 kernels and measure what ONNX Runtime
-measures on the same graph.
+measures on the same graph; the SiLU placement (--int8-silu) each runtime
+wants, in PTQ and QAT.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
 
 import numpy as np
+import onnx
 import onnxruntime
 import torch
 
@@ -50,6 +53,19 @@ def fashion_test_batches(model, batch=500):
                                   crop_ratio=pre["crop_ratio"], interpolation=pre["interpolation"])
     for images, labels in loader:
         yield images, labels
+
+
+def onnx_metadata(path):
+    return {p.key: p.value for p in onnx.load(path).metadata_props}
+
+
+def run_graph_as_written(path, x):
+    """ONNX Runtime with every optimisation off: each QuantizeLinear/DequantizeLinear in float, the graph's meaning."""
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"input": x})[0]
 
 
 @unittest.skipUnless("openvino" in convnets.engines(), "this build has no OpenVINO engine (openvino wheel not found)")
@@ -238,6 +254,113 @@ class Engines(unittest.TestCase):
         r = cli("eval", FASHION, "--checkpoint", not_onnx, check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("broken.onnx", r.stderr)
+
+
+class SiluPlacement(unittest.TestCase):
+    """--int8-silu: GPUNet-0's seven SiLUs quantized as two ops (ONNX Runtime's form) or in float after their conv
+    (OpenVINO's), in PTQ and in QAT, and the float form's graph computes what QAT's fake quantization does."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-int8-silu-")
+        cls.dense = os.path.join(cls.tmp, "dense")
+        # Twelve steps on random images and labels: BN statistics and logits that depend on the image (a freshly
+        # initialised GPUNet-0's barely do), so that quantization's rounding shows in them.
+        cli("train", "synthetic:64", "--arch", "gpunet-0", "--image-size", "96", "--epochs", "3", "--lr", "0.2",
+            "--warmup", "0", "--batch-size", "16", "--max-val-images", "16", "--workspace", cls.dense)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def export(self, name, checkpoint, *extra):
+        out = os.path.join(self.tmp, name)
+        cli("export", "--checkpoint", checkpoint, "--format", "onnx", "--dynamic-batch", "--int8", "-o", out, *extra)
+        return out
+
+    def sigmoid_inputs(self, path):
+        """For each Sigmoid: what feeds it, and whether its Mul's output goes only into a QuantizeLinear."""
+        m = onnx.load(path)
+        onnx.checker.check_model(m)
+        producer = {o: n for n in m.graph.node for o in n.output}
+        consumers = {}
+        for n in m.graph.node:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+        rows = []
+        for n in m.graph.node:
+            if n.op_type == "Sigmoid":
+                mul = [c for c in consumers[n.output[0]] if c.op_type == "Mul"]
+                after = [c.op_type for c in consumers[mul[0].output[0]]] if mul else []
+                rows.append((producer[n.input[0]].op_type, after))
+        return rows, len(json.loads(onnx_metadata(path)["quantization"])["points"])
+
+    def test_ptq_float_silu_follows_its_conv_and_is_quantized_once(self):
+        ckpt = os.path.join(self.dense, "last.safetensors")
+        calib = ("--calibration", "synthetic:32", "--calibration-images", "32")
+        ops, ops_points = self.sigmoid_inputs(self.export("ops.onnx", ckpt, *calib))
+        flt, flt_points = self.sigmoid_inputs(self.export("float.onnx", ckpt, *calib, "--int8-silu", "float"))
+        # Ops: every Sigmoid reads a dequantized tensor (7 SiLUs and 2 SE gates).
+        self.assertEqual([src for src, _ in ops], ["DequantizeLinear"] * 9)
+        # Float: the seven SiLUs read their conv directly and are quantized once, after the Mul; the SE gates
+        # (a Sigmoid on its own) keep the ops form.
+        silus = [(src, after) for src, after in flt if src == "Conv"]
+        self.assertEqual(len(silus), 7, flt)
+        self.assertTrue(all(after == ["QuantizeLinear"] for _, after in silus), silus)
+        self.assertEqual(sum(src == "DequantizeLinear" for src, _ in flt), 2, flt)
+        # Each SiLU drops two quantized tensors: its input and its sigmoid's output.
+        self.assertEqual(ops_points - flt_points, 14, (ops_points, flt_points))
+        self.assertEqual(json.loads(onnx_metadata(os.path.join(self.tmp, "float.onnx"))["quantization"])["silu"], "float")
+        # The package's export is the CLI's: the same graph from the same keywords.
+        out = os.path.join(self.tmp, "package.onnx")
+        convnets.export(ckpt, out, format="onnx", dynamic_batch=True, int8=True, calibration="synthetic:32",
+                        calibration_images=32, int8_silu="float")
+        self.assertEqual(self.sigmoid_inputs(out), (flt, flt_points))
+        with self.assertRaisesRegex(Exception, "--int8-silu"):
+            convnets.export(ckpt, out + ".bad", format="onnx", int8=True, calibration="synthetic:8", int8_silu="fused")
+
+    def test_qat_trains_the_float_silu_graph_it_exports(self):
+        ws = os.path.join(self.tmp, "qat")
+        r = cli("train", "synthetic:64", "--arch", "gpunet-0", "--image-size", "96", "--epochs", "1", "--lr", "0",
+                "--warmup", "0", "--batch-size", "16", "--max-val-images", "16", "--workspace", ws,
+                "--fine-tune", os.path.join(self.dense, "last.safetensors"), "--qat", "--int8-silu", "float",
+                "--calibration-images", "32")
+        self.assertIn("SiLU float", r.stdout)
+        ckpt = os.path.join(ws, "last.safetensors")
+        path = self.export("qat_float.onnx", ckpt)
+        plan = json.loads(onnx_metadata(path)["quantization"])  # the checkpoint's plan, as the export carries it
+        self.assertEqual(plan["silu"], "float")
+        # Calibration (and so the fake quantization that must visit the same points) used the float placement:
+        # as many points as a float PTQ export of the same network, 14 fewer than the ops form.
+        ptq = self.export("ptq_float.onnx", os.path.join(self.dense, "last.safetensors"), "--calibration",
+                          "synthetic:8", "--calibration-images", "8", "--int8-silu", "float")
+        self.assertEqual(len(plan["points"]), len(json.loads(onnx_metadata(ptq)["quantization"])["points"]))
+        self.assertIn("qat: %d quantized tensors calibrated" % len(plan["points"]), r.stdout)
+        rows, _ = self.sigmoid_inputs(path)
+        self.assertEqual(sum(src == "Conv" for src, _ in rows), 7, rows)
+        # Its placement is the one it trained with: asking for the other is refused, naming both.
+        r = cli("export", "--checkpoint", ckpt, "--format", "onnx", "--int8", "--int8-silu", "ops",
+                "-o", os.path.join(self.tmp, "no.onnx"), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--int8-silu", r.stderr)
+        self.assertIn("SiLU float", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "no.onnx")))
+        # The fake-quantized network (the torch engine) and the exported graph run as written compute the same
+        # logits, up to the odd value that float summation order rounds to the neighbouring step.
+        model = convnets.load(ckpt, device="cpu", engine="torch")
+        rng = np.random.default_rng(0)
+        pixels = rng.integers(0, 256, (8, 96, 96, 3), dtype=np.uint8)
+        ours = model(torch.from_numpy(pixels)).numpy()
+        mean = np.array(model.preprocessing["mean"], dtype=np.float32).reshape(1, 3, 1, 1)
+        std = np.array(model.preprocessing["std"], dtype=np.float32).reshape(1, 3, 1, 1)
+        x = ((pixels.transpose(0, 3, 1, 2).astype(np.float32) / 255 - mean) / std).astype(np.float32)
+        graph = run_graph_as_written(path, x)
+        unquantized = convnets.load(ckpt, device="cpu", engine="torch", float_weights=True)
+        unquantized = unquantized(torch.from_numpy(pixels)).numpy()
+        to_fake_quant = np.abs(graph - ours).max()
+        self.assertLess(to_fake_quant, 1e-2 * np.abs(ours).max(), (to_fake_quant, np.abs(ours).max()))
+        # Not a trivial match: quantization moved the logits far more than the two computations differ.
+        self.assertGreater(np.abs(ours - unquantized).max(), 100 * to_fake_quant)
 
 
 if __name__ == "__main__":
