@@ -87,9 +87,7 @@ TEST(Quant, PercentileAndEntropyThresholds) {
   EXPECT_LT(quant::percentile_threshold(tailed, 1.0, 99.99), 0.2);
 }
 
-// Calibrated on images, the fake-quantized network stays close to the float
-// one, trains (gradients reach the weights and BN's gamma, its statistics
-// stay frozen), and the ranges of one network are refused by another.
+// The plan's JSON (checkpoints, ONNX metadata) keeps the SiLU placement.
 TEST(Quant, PlanJsonKeepsTheSiluPlacementAndReadsOlderPlansAsOps) {
   quant::Plan plan;
   plan.silu = quant::Silu::Float;
@@ -114,6 +112,9 @@ TEST(Quant, PlanJsonKeepsTheSiluPlacementAndReadsOlderPlansAsOps) {
   }
 }
 
+// Calibrated on images, the fake-quantized network stays close to the float
+// one, trains (gradients reach the weights and BN's gamma, its statistics
+// stay frozen), and the ranges of one network are refused by another.
 TEST(Quant, CalibratedFakeQuantizedNetworkIsCloseTrainsAndFitsOnlyItsNetwork) {
   auto net = trained_looking("resnet18", 1000);
   Preprocessing pre;

@@ -103,35 +103,47 @@ class OpenVinoEngine final : public Engine {
       // 1.03-1.08x the single request in fp32/bf16 and GPUNet-0 INT8,
       // 0.97x ResNet-50 INT8 (docs/PERFORMANCE.md, issue 35).
       if (!throughput_) {
-        throughput_ = compile(ov::hint::PerformanceMode::THROUGHPUT);
+        auto compiled = compile(ov::hint::PerformanceMode::THROUGHPUT);
         // Two requests per stream keep each stream fed while the other is
         // rebound; a fixed pool, not one per chunk (each holds its own
         // activation memory: a 500-image batch would hold 250).
-        const int streams = std::max(1, static_cast<int>(throughput_.get_property(ov::num_streams)));
-        for (int i = 0; i < 2 * streams; ++i) pool_.push_back(throughput_.create_infer_request());
+        const int streams = std::max(1, static_cast<int>(compiled.get_property(ov::num_streams)));
+        std::vector<ov::InferRequest> pool;
+        for (int i = 0; i < 2 * streams; ++i) pool.push_back(compiled.create_infer_request());
+        pool_ = std::move(pool);  // both or neither: a half-made pool is never kept
+        throughput_ = std::move(compiled);
       }
       const std::int64_t parts = (batch + kStreamImages - 1) / kStreamImages;
       const auto slots = static_cast<std::int64_t>(pool_.size());
-      std::string failure;
-      // Every started request is waited for, even after one failed: none may
-      // still write into `out` once this returns or throws.
-      auto wait = [&](ov::InferRequest& r) {
-        try {
-          r.wait();
-        } catch (const ov::Exception& e) {
-          if (failure.empty()) failure = e.what();
-        }
-      };
-      for (std::int64_t i = 0; i < parts; ++i) {
-        auto& r = pool_[i % slots];
-        if (i >= slots) wait(r);
-        if (!failure.empty()) break;
-        const std::int64_t begin = i * kStreamImages;
-        bind(r, x, out, begin, std::min(batch, begin + kStreamImages));
-        r.start_async();
+      if (2 * parts < slots) {
+        // Fewer parts than streams (a small batch on many cores): the
+        // latency build's one request uses every thread instead.
+        bind(request_, x, out, 0, batch);
+        request_.infer();
+        return out;
       }
-      for (std::int64_t i = std::max<std::int64_t>(0, parts - slots); i < parts; ++i) wait(pool_[i % slots]);
-      if (!failure.empty()) throw Error("--engine openvino: inference failed: " + first_line(failure));
+      std::int64_t started = 0;
+      try {
+        for (std::int64_t i = 0; i < parts; ++i) {
+          auto& r = pool_[i % slots];
+          if (i >= slots) r.wait();  // its previous part is done before it is rebound
+          const std::int64_t begin = i * kStreamImages;
+          bind(r, x, out, begin, std::min(batch, begin + kStreamImages));
+          r.start_async();
+          ++started;
+        }
+        for (std::int64_t i = std::max<std::int64_t>(0, started - slots); i < started; ++i) pool_[i % slots].wait();
+      } catch (...) {
+        // Whatever failed, no started request may still read `x` or write
+        // into `out` once this throws: wait for each (a finished one returns at once).
+        for (std::int64_t i = std::max<std::int64_t>(0, started - slots); i < started; ++i) {
+          try {
+            pool_[i % slots].wait();
+          } catch (...) {
+          }
+        }
+        throw;
+      }
     } catch (const ov::Exception& e) {
       throw Error("--engine openvino: inference failed: " + first_line(e.what()));
     }

@@ -60,7 +60,7 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::C
   const auto loader = train::make_eval_loader(ds, pre, lo);
   if (say) {
     say("export: calibrating on " + ds->description() + " (" + quant::to_string(method) + ", " +
-        quant::to_string(activations) + " activations)");
+        quant::to_string(activations) + " activations, SiLU " + quant::to_string(silu) + ")");
   }
   auto plan = quant::calibrate(model, *loader, rt, pre, activations, method, a.reduce_range, silu, "calibration");
   model.to(torch::kCPU);
@@ -156,7 +156,8 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
            (a.dynamic_batch ? std::string("batch") : std::to_string(a.batch_size)) + "x3x" +
            std::to_string(o.image_size) + "x" + std::to_string(o.image_size) + ", " +
            (plan ? "INT8 QDQ, " + quant::to_string(plan->activations) + " activations, " +
-                       std::to_string(plan->points.size()) + " quantized tensors, BN folded"
+                       std::to_string(plan->points.size()) + " quantized tensors" +
+                       (plan->silu == quant::Silu::Float ? ", SiLU in float" : "") + ", BN folded"
                  : a.dtype + (a.fold_bn ? ", BN folded" : "")) +
            ")";
   }

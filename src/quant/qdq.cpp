@@ -309,8 +309,10 @@ GraphEmitter::Value QdqEmitter::relu(const Value& x) {
 }
 
 GraphEmitter::Value QdqEmitter::silu(const Value& x) {
-  // Float: the conv's output goes into the SiLU unquantized and the SiLU's
-  // output is quantized by whatever consumes it, as a ReLU would be folded.
+  // Float: the producing op's output (a conv's in every network here) goes
+  // into the SiLU unquantized, and the SiLU's output is quantized by whatever
+  // consumes it, as a ReLU would be folded. An input quantized already
+  // (another consumer came first) keeps the ops form, in every interpreter alike.
   if (silu_ == Silu::Float && fresh_.count(x)) return produced(inner_.silu(x));
   return mul(x, sigmoid(x));
 }

@@ -27,7 +27,8 @@ enum class Activations {
   Int8,
 };
 
-// Where a SiLU (x * sigmoid(x)) on a conv's output is quantized. The two
+// Where a SiLU (x * sigmoid(x)) on a compute op's output (a conv in every
+// network here) is quantized. The two
 // CPU runtimes want different graphs of the same network (measured on
 // GPUNet-0, docs/PERFORMANCE.md, issue 35): ONNX Runtime runs the Ops form in
 // integer kernels (QLinearSigmoid, QLinearMul) and the Float form with a
@@ -142,7 +143,7 @@ class QdqEmitter : public GraphEmitter {
   Value linear(const Value& x, const layers::LinearImpl& fc, const std::string& name) override;
   Value linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string& name) override;
   Value relu(const Value& x) override;
-  Value silu(const Value& x) override;  // x * sigmoid(x), quantized as those two ops
+  Value silu(const Value& x) override;  // x * sigmoid(x): as its two ops, or in float (Silu::Float)
   Value sigmoid(const Value& x) override;
   Value add(const Value& a, const Value& b) override;
   Value mul(const Value& a, const Value& b) override;

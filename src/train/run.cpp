@@ -170,6 +170,16 @@ void start_qat(TrainingRun& run) {
                   "start QAT from its weights with --fine-tune " + run.resume->path);
     }
     run.quant = std::make_shared<quant::Plan>(quant::plan_from_json(run.resume->meta.at("quantization"), run.resume->path));
+    // The run goes on with the placement it trained; a flag asking for
+    // another would be recorded in the config and silently not applied.
+    if (quant::parse_activations(c.int8_activations, "--int8-activations") != run.quant->activations ||
+        quant::parse_silu(c.int8_silu, "--int8-silu") != run.quant->silu) {
+      throw Error("--int8-activations/--int8-silu: " + run.resume->path + " was trained with " +
+                      quant::to_string(run.quant->activations) + " activations and SiLU " +
+                      quant::to_string(run.quant->silu) + ", the run asks for " + c.int8_activations +
+                      " and SiLU " + c.int8_silu,
+                  "resume without those flags: a QAT run keeps the placement it was calibrated with");
+    }
   } else {
     if (run.options.fine_tune.empty()) {
       throw Error("--qat fine-tunes a trained model: add --fine-tune WEIGHTS (or --resume a QAT run's checkpoint)",
