@@ -12,6 +12,7 @@
 #include <openvino/openvino.hpp>
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -92,62 +93,78 @@ class OpenVinoEngine final : public Engine {
     // One caller at a time (another Python thread waits): the requests are the engine's.
     std::lock_guard<std::mutex> lock(mutex_);
     try {
-      if (batch < kStreamsFromBatch || at::get_num_threads() < 2) {
+      if (on_streams(batch)) {
+        infer_on_streams(x, out);
+      } else {
         bind(request_, x, out, 0, batch);
         request_.infer();
-        return out;
-      }
-      // A batch on the throughput build: requests of kStreamImages images
-      // queued on its streams (one thread each on 2 cores), so no thread
-      // waits for another inside a layer. Probed on 2 cores, batch 16:
-      // 1.03-1.08x the single request in fp32/bf16 and GPUNet-0 INT8,
-      // 0.97x ResNet-50 INT8 (docs/PERFORMANCE.md, issue 35).
-      if (!throughput_) {
-        auto compiled = compile(ov::hint::PerformanceMode::THROUGHPUT);
-        // Two requests per stream keep each stream fed while the other is
-        // rebound; a fixed pool, not one per chunk (each holds its own
-        // activation memory: a 500-image batch would hold 250).
-        const int streams = std::max(1, static_cast<int>(compiled.get_property(ov::num_streams)));
-        std::vector<ov::InferRequest> pool;
-        for (int i = 0; i < 2 * streams; ++i) pool.push_back(compiled.create_infer_request());
-        pool_ = std::move(pool);  // both or neither: a half-made pool is never kept
-        throughput_ = std::move(compiled);
-      }
-      const std::int64_t parts = (batch + kStreamImages - 1) / kStreamImages;
-      const auto slots = static_cast<std::int64_t>(pool_.size());
-      if (2 * parts < slots) {
-        // Fewer parts than streams (a small batch on many cores): the
-        // latency build's one request uses every thread instead.
-        bind(request_, x, out, 0, batch);
-        request_.infer();
-        return out;
-      }
-      std::int64_t started = 0;
-      try {
-        for (std::int64_t i = 0; i < parts; ++i) {
-          auto& r = pool_[i % slots];
-          if (i >= slots) r.wait();  // its previous part is done before it is rebound
-          const std::int64_t begin = i * kStreamImages;
-          bind(r, x, out, begin, std::min(batch, begin + kStreamImages));
-          r.start_async();
-          ++started;
-        }
-        for (std::int64_t i = std::max<std::int64_t>(0, started - slots); i < started; ++i) pool_[i % slots].wait();
-      } catch (...) {
-        // Whatever failed, no started request may still read `x` or write
-        // into `out` once this throws: wait for each (a finished one returns at once).
-        for (std::int64_t i = std::max<std::int64_t>(0, started - slots); i < started; ++i) {
-          try {
-            pool_[i % slots].wait();
-          } catch (...) {
-          }
-        }
-        throw;
       }
     } catch (const ov::Exception& e) {
       throw Error("--engine openvino: inference failed: " + first_line(e.what()));
     }
     return out;
+  }
+
+  static std::int64_t parts_of(std::int64_t batch) { return (batch + kStreamImages - 1) / kStreamImages; }
+
+  // Whether a batch runs on the throughput build: requests of kStreamImages
+  // images queued on its streams (one thread each on 2 cores), so no thread
+  // waits for another inside a layer. Probed on 2 cores, batch 16:
+  // 1.03-1.08x the single request in fp32/bf16 and GPUNet-0 INT8, 0.97x
+  // ResNet-50 INT8 (docs/PERFORMANCE.md, issue 35). A batch with fewer parts
+  // than streams (a small batch on many cores) stays on the latency build,
+  // whose one request uses every thread.
+  bool on_streams(std::int64_t batch) const {
+    if (batch < kStreamsFromBatch || at::get_num_threads() < 2) return false;
+    if (!throughput_) {
+      auto compiled = compile(ov::hint::PerformanceMode::THROUGHPUT);
+      // Two requests per stream keep each stream fed while the other is
+      // rebound; a fixed pool, not one per part (each holds its own
+      // activation memory: a 500-image batch would hold 250).
+      const int streams = std::max(1, static_cast<int>(compiled.get_property(ov::num_streams)));
+      std::vector<ov::InferRequest> pool;
+      for (int i = 0; i < 2 * streams; ++i) pool.push_back(compiled.create_infer_request());
+      pool_ = std::move(pool);  // both or neither: a half-made pool is never kept
+      throughput_ = std::move(compiled);
+    }
+    return 2 * parts_of(batch) >= static_cast<std::int64_t>(pool_.size());
+  }
+
+  void infer_on_streams(const at::Tensor& x, at::Tensor& out) const {
+    const std::int64_t batch = x.size(0), parts = parts_of(batch);
+    const auto slots = static_cast<std::int64_t>(pool_.size());
+    std::int64_t started = 0;
+    // Waits for every request still in flight, then rethrows the first
+    // failure: none may read `x` or write into `out` once this returns or
+    // throws (a finished request returns at once).
+    auto drain = [&] {
+      std::exception_ptr first;
+      for (std::int64_t i = std::max<std::int64_t>(0, started - slots); i < started; ++i) {
+        try {
+          pool_[i % slots].wait();
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+      if (first) std::rethrow_exception(first);
+    };
+    try {
+      for (std::int64_t i = 0; i < parts; ++i) {
+        auto& r = pool_[i % slots];
+        if (i >= slots) r.wait();  // its previous part is done before it is rebound
+        const std::int64_t begin = i * kStreamImages;
+        bind(r, x, out, begin, std::min(batch, begin + kStreamImages));
+        r.start_async();
+        ++started;
+      }
+    } catch (...) {
+      try {
+        drain();
+      } catch (...) {  // the failure that stopped the loop is the one to report
+      }
+      throw;
+    }
+    drain();
   }
 
   // Rows [begin, end) of `x` in, the same rows of `out` out, both borrowed
