@@ -89,7 +89,9 @@ class EagerEmitter : public GraphEmitter, public Backend {
 
  private:
   Value put(torch::Tensor t) {
-    Value name = "v" + std::to_string(values_.size());
+    // Appended rather than "v" + ...: GCC 12 warns falsely (-Wstringop-overflow) on operator+(const char*, string&&).
+    Value name = "v";
+    name += std::to_string(values_.size());
     values_.emplace(name, std::move(t));
     return name;
   }
