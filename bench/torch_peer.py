@@ -34,6 +34,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iterations", type=int, default=50)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
+    p.add_argument("--compile-backend", default="inductor",
+                   help="torch.compile's backend (inductor, what is timed; eager: graph capture only, the dry run's)")
     p.add_argument("--threads", type=int, default=0, help="CPU intra-op threads (convnets: --threads; 0: torch's default)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
@@ -68,7 +70,7 @@ def measure(a, device, batch):
         return torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
 
     if a.compile:
-        model = torch.compile(model)
+        model = torch.compile(model, backend=a.compile_backend)
     times = []
     if a.mode == "train":
         decay = [p for p in model.parameters() if p.dim() > 1]
@@ -136,6 +138,8 @@ def main(argv=None):
               "device": "%s (%s)" % (device, name), "torch_version": torch.__version__,
               "torchvision_version": torchvision.__version__, "warmup": a.warmup, "iterations": a.iterations,
               "rows": rows}
+    if a.compile:
+        result["compile_backend"] = a.compile_backend
     for r in rows:
         print("%s %s %s batch %d: %.1f img/s, %.2f ms" % (result["tool"], a.mode, a.precision, r["batch"],
                                                          r["images_per_s"], r["mean_ms"]))

@@ -1,119 +1,539 @@
 #!/usr/bin/env bash
-# The GPU machine's one call: build as CI does (CMakeLists.txt, CUDA on) against that machine's own PyTorch, run the GPU tests, benchmark convnets and PyTorch side by side.
+# The GPU machine's script, in stages that fit its 10-minute commands, and its rehearsals on a machine without a GPU.
 #
-#   here:  scripts/gpu.sh prepare      downloads the Debian build deps into .deps/ (git-ignored)
-#   there: scripts/gpu.sh run          (device tool, carry [".deps"]); results in $OUT (or ./gpu-out)
+#   here:  scripts/gpu.sh prepare              Debian build deps and photographs into .deps/ (git-ignored); checks the carry size
+#          scripts/gpu.sh preflight [--keep]   `run build` against PyPI's torch 2.11.0 (the GPU machine's) in a scratch venv,
+#                                              every stage on the CPU with that build, and its binaries into .deps/ to travel
+#          scripts/gpu.sh run --dry STAGE...   every stage's shell logic and peer scripts on the CPU at a tiny size
+#   there: scripts/gpu.sh run STAGE...         (device tool, carry [".deps"]); STAGE: build tests data python train infer, or all
 #
-# Environment: QUICK=1 runs batch 256 amp only (a short first check).
+# Results: $OUT/summary.txt (one PASS/FAIL line per step) and $OUT/STAGE.tar.gz (each step's log and JSON);
+# $OUT defaults to ./gpu-out. The exit status is 1 when any step failed. On the GPU a call stops starting steps 570 s
+# in (the device tool kills a command at 600 s), and a stage reuses what the same machine already built or generated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case ${1:-} in
-prepare)
-  shared=${SHARED:-../shared}
-  # carry-debs.sh's default set, plus the Gloo headers backend_gloo.cpp compiles with.
+root=$PWD
+STAGES=(build tests data python train infer)
+# The binaries every stage but python runs; the preflight's travel prebuilt (.deps/prebuilt.tar.gz).
+TARGETS=(convnets tests/unit_tests tests/data_tests)
+# What the binaries are compiled from: a prebuilt set is used only where these are unchanged since it was made.
+SOURCES=(CMakeLists.txt cmake recipes src tests/CMakeLists.txt tests/test_*.cpp tests/*.h)
+
+usage() { sed -n '2,12p' "$0" >&2; exit 2; }
+die() { echo "gpu.sh: $*" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------------------------------- prepare
+# What travels to the GPU machine: the working tree (tracked and untracked-not-ignored files) and the carried .deps/,
+# 64 MiB together (the device tool's limit).
+carry_size() {
+  local tree deps limit=$((64 * 1024 * 1024))
+  tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null |
+         awk '{s += $1} END {print s + 0}')
+  deps=$(du -sb .deps 2>/dev/null | cut -f1); deps=${deps:-0}
+  awk -v t="$tree" -v d="$deps" 'BEGIN {
+    printf "carry: working tree %.1f MiB + .deps %.1f MiB = %.1f MiB of the 64 MiB limit\n", t / 2^20, d / 2^20, (t + d) / 2^20 }'
+  if ((tree + deps > limit)); then
+    echo "gpu.sh: over the device tool's 64 MiB: ignore or delete what need not travel (du -sh .deps/*)" >&2
+    return 1
+  fi
+}
+
+# The identity of a PyTorch build: a prebuilt convnets runs only against the very build it was linked with.
+torch_id() { "$1" -c 'import torch; print(torch.__version__, torch.version.git_version, torch.version.cuda)'; }
+sources_id() { (cd "$root" && find "${SOURCES[@]}" -type f -print0 | LC_ALL=C sort -z | xargs -0 sha1sum | sha1sum | cut -c1-16); }
+
+prepare() {
+  local shared=${SHARED:-../shared}
+  [[ -x $shared/tools/carry-debs.sh ]] || die "prepare: $shared/tools/carry-debs.sh not found (set SHARED=DIR)"
+  # An unpacked root from an older version of this script would travel too; `run` unpacks into its build folder.
+  rm -rf .deps/root .deps/debs
+  # The libraries CMakeLists.txt finds (JPEG, PNG, zlib, nlohmann-json, CLI11, GoogleTest) and the Gloo headers
+  # backend_gloo.cpp compiles with. Debian's zlib1g (the runtime) is not carried: every system has one.
   "$shared/tools/carry-debs.sh" download -o .deps \
-    libturbojpeg0 libturbojpeg0-dev libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev \
-    libspng0 libspng-dev nlohmann-json3-dev libcli11-dev libfmt9 libfmt-dev libgtest-dev libgmock-dev \
-    libbenchmark1debian libbenchmark-dev libopencv-core406 libopencv-core-dev libopencv-imgproc406 \
-    libopencv-imgproc-dev libtbb12 libgloo-dev
+    libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev nlohmann-json3-dev libcli11-dev \
+    libgtest-dev libgmock-dev libgloo-dev
   cp "$shared/tools/carry-debs.sh" .deps/
   # The ImageNet-like set's source photographs (python3-skimage is not there).
   mkdir -p .deps/photos
-  skdata=/usr/lib/python3/dist-packages/skimage/data  # Debian's python3-skimage
+  local skdata=/usr/lib/python3/dist-packages/skimage/data  # Debian's python3-skimage
   for f in astronaut.png chelsea.png coffee.png rocket.jpg hubble_deep_field.jpg retina.jpg motorcycle_left.png ihc.png \
            camera.png coins.png; do cp "$skdata/$f" .deps/photos/; done
-  echo "now: device run, carry [\".deps\"], command: scripts/gpu.sh run"
-  exit 0 ;;
-run) ;;
-*) sed -n '2,7p' "$0"; exit 2 ;;
-esac
-
-out=${OUT:-$PWD/gpu-out}
-mkdir -p "$out"
-log() { echo "== $*" | tee -a "$out/summary.txt"; }
-bash .deps/carry-debs.sh unpack -o .deps >/dev/null
-deps=$PWD/.deps/root/usr
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:$torch_lib:${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$out/summary.txt"
-python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__)' | tee -a "$out/summary.txt"
-
-log "build"
-start=$SECONDS
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps;$torch_prefix" \
-  -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
-  -DCONVNETS_PYTHON="$(command -v python3)" \
-  >"$out/cmake.log" 2>&1 || { tail -40 "$out/cmake.log"; exit 1; }
-ninja -C build-gpu convnets unit_tests data_tests >"$out/build.log" 2>&1 || { grep -A5 -m5 "error" "$out/build.log"; tail -20 "$out/build.log"; exit 1; }
-log "built in $((SECONDS - start)) s: $(./build-gpu/convnets --version)"
-
-log "GPU tests (the unit suites; GPU-only cases skip nowhere here)"
-./build-gpu/tests/unit_tests --gtest_brief=1 2>&1 | tail -30 | tee -a "$out/summary.txt" || true
-./build-gpu/tests/data_tests --gtest_brief=1 --gtest_filter='Normalize*' 2>&1 | tail -5 | tee -a "$out/summary.txt" || true
-
-bench() {  # mode precision batches
-  local mode=$1 p=$2 b=$3
-  ./build-gpu/convnets bench "$mode" --arch resnet50 --precision "$p" --batch-sizes "$b" --json "$out/convnets-$mode-$p.json" \
-    >>"$out/bench.log" 2>&1 || echo "convnets bench $mode $p failed (see bench.log)"
-  python3 bench/torch_peer.py "$mode" --arch resnet50 --precision "$p" --batch-sizes "$b" \
-    --json "$out/eager-$mode-$p.json" >>"$out/bench.log" 2>&1 || echo "peer eager $mode $p failed"
-  local files=("$out/convnets-$mode-$p.json" "$out/eager-$mode-$p.json")
-  if [[ $mode == train && $p == amp ]]; then
-    python3 bench/torch_peer.py train --compile --arch resnet50 --precision "$p" --batch-sizes "$b" \
-      --json "$out/compile-$mode-$p.json" >>"$out/bench.log" 2>&1 || echo "peer compile failed"
-    files+=("$out/compile-$mode-$p.json")
-  fi
-  python3 bench/compare.py "${files[@]}" 2>&1 | tee -a "$out/summary.txt"
+  # What made it: the GPU machine's copy has no .git to ask.
+  echo "$(git describe --always --dirty 2>/dev/null || echo unknown) prepared $(date -u +%Y-%m-%dT%H:%MZ)" >.deps/source.txt
+  carry_size
+  echo "next: scripts/gpu.sh preflight (here), then device run, carry [\".deps\"]: scripts/gpu.sh run build tests"
 }
-# Issue 9: training from JPEG files against the same step on synthetic data,
-# for the CPU loader and the hybrid device decoder, with the stage breakdown;
-# and the device decoder's kernels against their host loops (data_tests).
-log "GPU data path"
-jpegs=/tmp/imagenet_like  # 3,080 JPEGs: not under $OUT, which comes back
-python3 scripts/make_imagenet_like.py "$jpegs" --train-per-class 300 --val-per-class 8 --sources .deps/photos \
-  | tail -1 | tee -a "$out/summary.txt"
-CONVNETS_IMAGENET_LIKE=$jpegs ./build-gpu/tests/data_tests --gtest_brief=1 --gtest_filter='DeviceDecode*' 2>&1 | tail -8 | tee -a "$out/summary.txt" || true
-for b in cpu gpu; do
-  ./build-gpu/convnets bench data "$jpegs" --train --data-backend "$b" --images 6000 --batch-size 256 2>&1 | tail -4 | tee -a "$out/summary.txt" || true
-  ./build-gpu/convnets bench data "$jpegs" --train --data-backend "$b" --workers 1 --images 1500 2>&1 | grep images/s | sed "s/^/1 worker $b: /" | tee -a "$out/summary.txt" || true
-done
-./build-gpu/convnets bench train --arch resnet50 --precision amp --batch-sizes 256 --iterations 60 --data "$jpegs" \
-  --data-backend synthetic,cpu,gpu --json "$out/convnets-train-files.json" 2>&1 | tail -12 | tee -a "$out/summary.txt" || true
+
+# ---------------------------------------------------------------------------------------------------- steps
+# step [--show N | --gtest] [--limit S] NAME CMD...: runs CMD with its output in the stage's NAME.log and adds one
+# line to summary.txt: PASS or FAIL, the time, and on failure (or with --show) the log's last lines (--gtest: its
+# totals; the log keeps each test's name, so a crash shows which test was running). A failed step does not end the
+# stage (the GPU hour is scarce: the next step may still measure something); the run's exit status does.
+step() {
+  local show=0 limit=$step_limit totals=''
+  while [[ $1 == --* ]]; do
+    case $1 in
+      --show) show=$2; shift 2 ;;
+      --limit) limit=$2; shift 2 ;;
+      --gtest) totals='^\[(==========|  PASSED  |  SKIPPED |  FAILED  )\] [0-9]'; shift ;;
+      *) die "step: unknown option $1" ;;
+    esac
+  done
+  local name=$1; shift
+  local log=$res/$name.log t0=$SECONDS rc=0
+  printf '$ %s\n' "$*" >"$log"
+  # A step the device tool would kill half-way loses its log and its line: better not to start it.
+  if ((deadline)); then
+    local left=$((deadline - SECONDS))
+    if ((left < 20)); then
+      failed=$((failed + 1)) last_rc=1
+      say "FAIL $stage/$name (not started: ${deadline} s of this call are spent; run the stage again)"
+      return 0
+    fi
+    if ((left < limit)); then limit=$left; fi
+  fi
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1 </dev/null || rc=$?
+  local dt=$((SECONDS - t0))
+  last_rc=$rc
+  if ((rc == 0)); then
+    passed=$((passed + 1))
+    say "PASS $stage/$name (${dt} s)"
+  else
+    failed=$((failed + 1))
+    local why="exit $rc"
+    if ((rc == 124 || rc == 137)); then why="stopped at its ${limit} s limit"; fi
+    say "FAIL $stage/$name ($why, ${dt} s; log: $stage.tar.gz $name.log)"
+    if ((show >= 0 && show < 20)); then show=20; fi
+  fi
+  if ((rc == 0)) && [[ -n $totals ]]; then
+    grep -E "$totals" "$log" | sed 's/^/    /' | tee -a "$summary" || true
+  elif ((show != 0)); then
+    if ((show < 0)); then sed 's/^/    /' "$log"; else tail -n "$show" "$log" | sed 's/^/    /'; fi | tee -a "$summary"
+  fi
+  pack
+  return 0
+}
+
+# gpu_step ARGS...: a step only a GPU can run. The dry run says it would have run it, with its command.
+gpu_step() {
+  if ((gpu)); then step "$@"; return; fi
+  while [[ $1 == --* ]]; do if [[ $1 == --gtest ]]; then shift; else shift 2; fi; done
+  local name=$1; shift
+  say "GPU  $stage/$name: $*"
+}
+
+say() { echo "$*" | tee -a "$summary"; }
+pack() { tar -czf "$out/$stage.tar.gz" -C "$res" . 2>/dev/null || true; }
+
+# A free TCP port on the loopback interface for the data-parallel rendezvous.
+free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# ---------------------------------------------------------------------------------------------------- stages
+# native_build TARGET...: the GPU build, what CI builds with the kernels for Hopper (9.0) only, against the machine's
+# own PyTorch; configured once per build folder. Without ONNX and OpenVINO: the GPU machine has neither and no stage
+# needs them. No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
+# (run sets it), the same way here and there, so the preflight's binaries can travel. Debian's jconfig.h sits in the
+# multiarch folder that CMake's FindJPEG does not add.
+native_build() {
+  local nvcc=${CONVNETS_NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+  nvcc=$(readlink -f "$nvcc") || { say "FAIL $stage/configure (no nvcc: not on PATH, nor /usr/local/cuda/bin/nvcc)"; exit 1; }
+  local configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+    "-DCMAKE_PREFIX_PATH=$deps_prefix;$torch_prefix" -DTORCH_CUDA_ARCH_LIST=9.0
+    "-DCMAKE_CUDA_COMPILER=$nvcc" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc")")"
+    "-DCONVNETS_PYTHON=$(command -v "$py")" -DCONVNETS_WITH_OPENVINO=OFF -DCMAKE_DISABLE_FIND_PACKAGE_ONNX=ON
+    -DCMAKE_SKIP_BUILD_RPATH=ON "-DCMAKE_CXX_FLAGS=-isystem $deps_prefix/include/x86_64-linux-gnu")
+  local line="${configure[*]}"
+  if ((!do_build)); then
+    say "GPU  $stage/configure: $line"
+    step check-build test -f "$build/build.ninja"
+    step --show 3 up-to-date ninja -C "$build" -n "$@"
+    return 0
+  fi
+  if [[ -f $build/build.ninja && "$(cat "$build/gpu-configure.txt" 2>/dev/null)" == "$line" ]]; then
+    say "REUSE $stage/configure: $build, configured by an earlier call"
+  else
+    step --limit 300 configure "${configure[@]}"
+    if ((last_rc == 0)); then echo "$line" >"$build/gpu-configure.txt"; fi
+  fi
+  step --limit "$build_limit" --show 2 compile ninja -C "$build" "$@"
+  compiled=$((last_rc == 0))
+  if ((!compiled)); then
+    grep -m 1 -A 8 -E 'error:|undefined reference|CMake Error' "$res/compile.log" | sed 's/^/    first error: /' |
+      tee -a "$summary" || true
+    return 0
+  fi
+  # A header of a carried package taken from the machine's own /usr/include would compile against one version of a
+  # library and run against another: every header must come from .deps.
+  step --show 10 headers-from-deps "$root/scripts/gpu.sh" _headers "$deps_prefix" "$build"
+}
+
+# The build stage: the preflight's prebuilt binaries where they were linked against this very PyTorch from these very
+# sources (minutes saved on every fresh machine), else a native build; the Python module is built by its stage.
+stage_build() {
+  local want; want=$(torch_id "$py")
+  if ((do_build)) && [[ ${CONVNETS_GPU_PREBUILT:-auto} != no && -f $root/.deps/prebuilt.tar.gz ]]; then
+    local have_torch have_sources
+    have_torch=$(sed -n 1p "$root/.deps/prebuilt.txt" 2>/dev/null || true)
+    have_sources=$(sed -n 2p "$root/.deps/prebuilt.txt" 2>/dev/null || true)
+    if [[ $have_torch == "$want" && $have_sources == "sources $(sources_id)" ]]; then
+      # Unpacked and run once: binaries that do not run here (a library or a libc missing) fall back to a build,
+      # which is not a failure of this run.
+      rm -rf "$work/prebuilt"; mkdir -p "$work/prebuilt"
+      local t0=$SECONDS
+      if tar -xzf "$root/.deps/prebuilt.tar.gz" -C "$work/prebuilt" >"$res/prebuilt.log" 2>&1 &&
+         timeout 120 "$work/prebuilt/convnets" --version >>"$res/prebuilt.log" 2>&1; then
+        bin=$work/prebuilt passed=$((passed + 1))
+        say "PASS build/prebuilt ($((SECONDS - t0)) s): the preflight's binaries, $(sed -n 3p "$root/.deps/prebuilt.txt")"
+      else
+        say "NOTE build/prebuilt: the preflight's binaries do not run here: building here"
+        tail -n 5 "$res/prebuilt.log" | sed 's/^/    /' | tee -a "$summary"
+      fi
+      pack
+    else
+      say "NOTE build/prebuilt: made for torch '$have_torch', $have_sources; here torch '$want', sources" \
+          "$(sources_id): building here"
+    fi
+  fi
+  if [[ $bin != "$work/prebuilt" ]]; then
+    compiled=1
+    native_build "${TARGETS[@]}"
+    if ((!compiled)); then
+      say "== stage build: the build failed, and every other stage runs what it builds: stopping"
+      exit 1
+    fi
+    bin=$build
+  fi
+  step --show 3 version "$bin/convnets" --version
+  built=1
+}
+
+need_build() { ((built)) || run_stage build; }
+
+# The unit suites. On the GPU the CUDA cases must run, not skip: a skip there is a failure. A dry run runs only the
+# CPU build's own CUDA checks (CTest runs the rest); the preflight runs them all against torch 2.11.
+stage_tests() {
+  need_build
+  step --gtest gpu-cases "$bin/tests/unit_tests" --gtest_filter='Gpu.*'
+  gpu_step ran-not-skipped sh -c 'grep -q "^\[  PASSED  \] [1-9]" "$1" && ! grep -n "SKIPPED" "$1"' _ "$res/gpu-cases.log"
+  # The reference files (GPUNet keys, parameter counts) where ../shared is beside the checkout: here, not there.
+  step --limit 420 --gtest unit-tests env CONVNETS_SHARED_DIR="${CONVNETS_SHARED_DIR:-$root/../shared}" \
+    "$bin/tests/unit_tests" --gtest_filter="$unit_filter"
+  step --gtest normalize-kernels "$bin/tests/data_tests" --gtest_filter='Normalize*'
+}
+
+# The ImageNet-like JPEG set (3,080 files on the GPU, 140 in a dry run: the device decoder tests read 40 val files
+# and 3 batches of 32), made once per build folder.
+need_data() {
+  local args=(--train-per-class "$per_class" --val-per-class "$val_per_class")
+  if [[ -d $root/.deps/photos ]]; then args+=(--sources "$root/.deps/photos"); fi
+  if [[ "$(cat "$jpegs/.made-by" 2>/dev/null)" == "${args[*]}" ]]; then
+    if [[ $stage == data ]]; then say "REUSE $stage/make-jpegs: $jpegs, made by an earlier call"; fi
+    return 0
+  fi
+  rm -rf "$jpegs"
+  step --show 1 make-jpegs "$py" "$root/scripts/make_imagenet_like.py" "$jpegs" "${args[@]}"
+  if ((last_rc == 0)); then echo "${args[*]}" >"$jpegs/.made-by"; fi
+}
+
+# Issue 9: training from JPEG files against the same step on synthetic data, the CPU loader and the hybrid
+# device decoder, with the stage breakdown; the device decoder's kernels against their host loops.
+stage_data() {
+  need_build
+  need_data
+  step --gtest device-decode env CONVNETS_IMAGENET_LIKE="$jpegs" "$bin/tests/data_tests" \
+    --gtest_filter='DeviceDecode*'
+  gpu_step ran-not-skipped sh -c 'grep -q "^\[  PASSED  \] [1-9]" "$1" && ! grep -n "SKIPPED" "$1"' _ "$res/device-decode.log"
+  local b
+  for b in cpu gpu; do
+    step --show 4 "loader-$b" "$bin/convnets" bench data "$jpegs" --train --data-backend "$b" --images "$data_images" \
+      --batch-size "$data_batch" --image-size "$size"
+    step --show 1 "loader-$b-1-worker" "$bin/convnets" bench data "$jpegs" --train --data-backend "$b" --workers 1 \
+      --images "$data_images_1" --batch-size "$data_batch" --image-size "$size"
+  done
+  # 3,000 training files make 11 batches of 256: the 60 steps cross 5 epoch boundaries, each a loader restart that
+  # synthetic data does not pay (docs/PERFORMANCE.md counts it in the prediction).
+  step --show 12 train-from-files "$bin/convnets" bench train --arch "$arch" --device "$device" --precision "$amp" \
+    --batch-sizes "$big" --image-size "$size" --warmup "$warmup" --iterations "$files_iterations" --data "$jpegs" \
+    --data-backend "$file_backends" --json "$res/train-files.json"
+  if ((!gpu)); then say "GPU  $stage/train-from-files: --data-backend synthetic,cpu,gpu (the device decoder's step needs CUDA)"; fi
+}
 
 # Issue 34: the Python package's loader with device="cuda" against its CPU path (the tests' Cuda class), and
-# examples/train_pytorch.py fed by it, where this machine's interpreter has the headers to build the module.
-log "Python package on CUDA"
-if ninja -C build-gpu convnets_python >>"$out/build.log" 2>&1; then
-  (cd tests/python && CONVNETS_BIN=../../build-gpu/convnets CONVNETS_SOURCE_DIR=../.. \
-    CONVNETS_PYTHONPATH=../../build-gpu/python CONVNETS_IMAGENET_LIKE=$jpegs \
-    python3 -m unittest -v test_python_package.Cuda 2>&1 | tail -6 | tee -a "$out/summary.txt") || true
-  PYTHONPATH=build-gpu/python python3 examples/train_pytorch.py "$jpegs" --arch resnet50 --image-size 224 \
-    --batch-size 256 --epochs 1 --max-steps 60 --device cuda --workers 12 2>&1 | tail -3 | tee -a "$out/summary.txt" || true
-else
-  echo "the Python module was not built (no Python headers here?): see build.log" | tee -a "$out/summary.txt"
-fi
+# examples/train_pytorch.py fed by it. The module is built here, against this machine's Python (3.12 there).
+stage_python() {
+  need_build
+  native_build convnets_python
+  need_data
+  step --show 3 loader-cuda env -C "$root/tests/python" CONVNETS_BIN="$bin/convnets" CONVNETS_SOURCE_DIR="$root" \
+    CONVNETS_PYTHONPATH="$build/python" CONVNETS_IMAGENET_LIKE="$jpegs" "$py" -m unittest -v test_python_package.Cuda
+  gpu_step ran-not-skipped sh -c 'grep -q "^OK$" "$1" && ! grep -n "skipped" "$1"' _ "$res/loader-cuda.log"
+  step --show 3 train-pytorch-example env PYTHONPATH="$build/python" "$py" "$root/examples/train_pytorch.py" "$jpegs" \
+    --arch "$arch" --image-size "$size" --batch-size "$big" --epochs "$example_epochs" --max-steps "$example_steps" \
+    --device "$device" --workers "$example_workers" --max-val-images "$big" --json "$res/train-pytorch.json"
+}
 
-if [[ ${QUICK:-0} == 1 ]]; then
-  log "bench (quick)"; bench train amp 256
-else
-  log "bench train"
-  bench train amp 64,128,256
-  bench train bf16 256
-  bench train tf32 256
-  log "bench infer"
-  bench infer amp 1,64,256
-  # Issue 7: GPUNet batch-1 fp16 latency, convnets against the same network in
-  # PyTorch eager (bench/gpunet_reference.py, written from the spec; the
-  # definition comes from convnets so nothing from shared/ has to travel).
-  log "bench infer gpunet"
-  for arch in gpunet-0 gpunet-d1; do
-    ./build-gpu/convnets models --arch "$arch" --definition >"$out/$arch.json"
-    ./build-gpu/convnets bench infer --arch "$arch" --precision amp --batch-sizes 1 --json "$out/convnets-infer-$arch.json" \
-      >>"$out/bench.log" 2>&1 || echo "convnets bench infer $arch failed (see bench.log)"
-    python3 bench/gpunet_reference.py --config "$out/$arch.json" --latency --batch-size 1 --precision fp16 \
-      2>>"$out/bench.log" | tee -a "$out/summary.txt" || echo "peer gpunet $arch failed"
-    grep -h '"' "$out/convnets-infer-$arch.json" | head -c 2000 >>"$out/summary.txt" || true
+# bench_pair MODE LABEL PRECISION BATCHES [compile]: convnets and PyTorch eager (and torch.compile) on the same
+# synthetic step, then the ratio table. LABEL names the steps and files: the GPU's precision, which a dry run
+# replaces with fp32 under the same names.
+bench_pair() {
+  local mode=$1 label=$2 p=$3 batches=$4 with_compile=${5:-}
+  local common=(--arch "$arch" --device "$device" --precision "$p" --image-size "$size" --warmup "$warmup"
+                --iterations "$iterations")
+  local tag="$mode-$label" files=()
+  step --show 8 "convnets-$tag" "$bin/convnets" bench "$mode" "${common[@]}" --batch-sizes "$batches" \
+    --json "$res/convnets-$tag.json"
+  files+=("$res/convnets-$tag.json")
+  step --show 1 "eager-$tag" "$py" "$root/bench/torch_peer.py" "$mode" "${common[@]}" --batch-sizes "$batches" \
+    --json "$res/eager-$tag.json"
+  files+=("$res/eager-$tag.json")
+  if [[ -n $with_compile ]]; then
+    # One batch size: each new shape is a recompilation, minutes of the hour.
+    step --show 1 "compile-$tag" "$py" "$root/bench/torch_peer.py" "$mode" --compile \
+      --compile-backend "$compile_backend" "${common[@]}" --batch-sizes "$big" --json "$res/compile-$tag.json"
+    files+=("$res/compile-$tag.json")
+  fi
+  step --show -1 "compare-$tag" "$py" "$root/bench/compare.py" "${files[@]}"
+}
+
+# Issue 5: ResNet-50 training, convnets against PyTorch eager and torch.compile; issue 6: one process on NCCL
+# (the data-parallel step with its gradient all-reduce, on one GPU) against the same process alone.
+stage_train() {
+  need_build
+  bench_pair train amp "$amp" "$train_batches" compile
+  bench_pair train bf16 "$bf16" "$big"
+  bench_pair train tf32 "$tf32" "$big"
+  step --show 6 one-process-nccl "$bin/convnets" bench train --arch "$arch" --device "$device" --precision "$amp" \
+    --batch-sizes "$big" --image-size "$size" --warmup "$warmup" --iterations "$iterations" --nproc-per-node 1 \
+    --master-port "$(free_port)" --json "$res/nccl-1.json"
+}
+
+# Issue 8: inference throughput and latency; issue 7: GPUNet batch-1 fp16 latency against the same network in
+# PyTorch eager (bench/gpunet_reference.py, built from convnets' own definition so nothing from shared/ travels).
+stage_infer() {
+  need_build
+  bench_pair infer amp "$amp" "$infer_batches"
+  # What the inference engine offers beyond eager: BatchNorm folded into the convolutions (issue 8).
+  step --show 8 convnets-infer-folded "$bin/convnets" bench infer --fold-bn --arch "$arch" --device "$device" \
+    --precision "$amp" --image-size "$size" --warmup "$warmup" --iterations "$iterations" \
+    --batch-sizes "$infer_batches" --json "$res/convnets-infer-folded.json"
+  step --show -1 compare-infer-folded "$py" "$root/bench/compare.py" "$res/convnets-infer-folded.json" \
+    "$res/eager-infer-amp.json"
+  local net
+  for net in gpunet-0 gpunet-d1; do
+    step "$net-definition" sh -c '"$1" models --arch "$2" --definition >"$3"' _ "$bin/convnets" "$net" "$res/$net.json"
+    step --show 6 "convnets-$net" "$bin/convnets" bench infer --arch "$net" --device "$device" --precision "$amp" \
+      --batch-sizes 1 --warmup "$warmup" --iterations "$latency_iterations" --json "$res/convnets-$net.json"
+    step --show 2 "eager-$net" "$py" "$root/bench/gpunet_reference.py" --config "$res/$net.json" --latency \
+      --device "$device" --batch-size 1 --precision "$half" --warmup "$warmup" --iterations "$latency_iterations"
   done
-fi
-log "done in $((SECONDS - start)) s"
+}
+
+# ---------------------------------------------------------------------------------------------------- run
+# Settings: the GPU's (the figures docs/PERFORMANCE.md predicts) or a dry run's (the CPU, tiny, seconds).
+settings() {
+  unit_filter='-Gpu.*'
+  if ((!gpu && !do_build)); then unit_filter='CudaBuild.*'; fi
+  if ((gpu)); then
+    device=cuda arch=resnet50 size=224 big=256 train_batches=64,128,256 infer_batches=1,64,256
+    amp=amp bf16=bf16 tf32=tf32 half=fp16 warmup=10 iterations=50 latency_iterations=200 files_iterations=60
+    per_class=300 val_per_class=8 data_images=6000 data_images_1=1500 data_batch=256 example_steps=60
+    example_epochs=6 example_workers=12 file_backends=synthetic,cpu,gpu compile_backend=inductor
+  else
+    device=cpu arch=resnet50 size=32 big=2 train_batches=2 infer_batches=1,2
+    amp=fp32 bf16=fp32 tf32=fp32 half=fp32 warmup=1 iterations=2 latency_iterations=2 files_iterations=2
+    per_class=10 val_per_class=4 data_images=24 data_images_1=8 data_batch=8 example_steps=2 example_epochs=1
+    example_workers=1 file_backends=synthetic,cpu compile_backend=eager  # inductor's CPU code generation takes minutes
+  fi
+}
+
+run_stage() {
+  local saved_stage=${stage:-} saved_res=${res:-}
+  stage=$1 res=$work/results/$1
+  rm -rf "$res"; mkdir -p "$res"
+  say "== stage $stage${saved_stage:+ (for $saved_stage)}"
+  local before=$failed s0=$SECONDS
+  "stage_$stage"
+  say "== stage $stage: $((failed - before)) failed, $((SECONDS - s0)) s"
+  stage=$saved_stage res=$saved_res
+}
+
+# Debian's libraries: carried (.deps, unpacked into the build folder so .deps stays small enough to travel).
+unpack_deps() {
+  local stamp; stamp=$(ls -l "$root/.deps/debs" | sha1sum | cut -c1-16)
+  if [[ "$(cat "$build/deps/.unpacked" 2>/dev/null)" != "$stamp" ]]; then
+    rm -rf "$build/deps"; mkdir -p "$build/deps"
+    ln -sfn "$root/.deps/debs" "$build/deps/debs"
+    bash "$root/.deps/carry-debs.sh" unpack -o "$build/deps" >/dev/null || { say "FAIL unpacking .deps"; exit 1; }
+    # zlib1g-dev's libz.so is an absolute link to Debian's libz.so.1.2.13, which another system lacks; CMake would
+    # then take its libz.a, which is not position-independent and cannot go into the Python module. The machine's
+    # own libz.so.1 (zlib keeps its ABI) is linked instead, compiled against the carried header.
+    local lib=$build/deps/root/usr/lib/x86_64-linux-gnu z
+    for z in /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 /usr/lib64/libz.so.1 ""; do
+      if [[ -e $z ]]; then break; fi
+    done
+    [[ -n $z ]] || { say "FAIL unpacking .deps: this machine has no libz.so.1"; exit 1; }
+    ln -sfn "$z" "$lib/libz.so"
+    rm -f "$lib/libz.a"
+    echo "$stamp" >"$build/deps/.unpacked"
+  fi
+}
+
+run() {
+  gpu=1 do_build=1
+  if [[ ${1:-} == --dry ]]; then gpu=0 do_build=0; shift; fi
+  # The preflight: builds for real, runs on the CPU.
+  if [[ ${CONVNETS_GPU_SH_MODE:-} == preflight ]]; then gpu=0 do_build=1; fi
+  (($#)) || usage
+  local stages=() s
+  for s in "$@"; do
+    if [[ $s == all ]]; then stages+=("${STAGES[@]}"); continue; fi
+    [[ " ${STAGES[*]} " == *" $s "* ]] || die "run: unknown stage '$s' (expected: ${STAGES[*]} or all)"
+    stages+=("$s")
+  done
+
+  out=${OUT:-$root/gpu-out}
+  mkdir -p "$out"
+  summary=$out/summary.txt
+  # The GPU machine's 16 cores build in minutes, inside its 10-minute command; the preflight's 2 take longer.
+  step_limit=300 build_limit=${CONVNETS_BUILD_LIMIT:-540} passed=0 failed=0 built=0 last_rc=0 compiled=1 stage='' res=''
+  deadline=0
+  if ((gpu)); then deadline=${CONVNETS_GPU_DEADLINE:-570}; fi
+  settings
+  if ((gpu)); then
+    py=${CONVNETS_GPU_PYTHON:-python3}
+    build=${CONVNETS_BUILD:-$root/build-gpu}
+  else
+    py=${CONVNETS_PYTHON:-$root/.venv/bin/python}
+    build=${CONVNETS_BUILD:-$root/build}
+  fi
+  bin=$build work=$build/gpu-work
+  jpegs=$work/imagenet_like
+  mkdir -p "$work"
+  torch_prefix=$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') ||
+    die "$py cannot import torch (CONVNETS_GPU_PYTHON / CONVNETS_PYTHON name the interpreter)"
+  deps_prefix=/usr
+  if ((do_build)); then
+    [[ -f $root/.deps/carry-debs.sh && -d $root/.deps/debs ]] || die "no .deps/: run scripts/gpu.sh prepare first (here)"
+    unpack_deps
+    deps_prefix=$build/deps/root/usr
+    # LibTorch, the CUDA libraries of its wheels (nvidia/*/lib), then Debian's: what a RUNPATH would have named.
+    local libs
+    libs=$("$py" -c 'import glob, os, torch
+site = os.path.dirname(os.path.dirname(torch.__file__))
+print(":".join([os.path.join(site, "torch", "lib")] + sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")))))')
+    export LD_LIBRARY_PATH="$libs:$deps_prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+
+  local mode="GPU"
+  if ((!gpu && do_build)); then mode="preflight (built for 9.0, run on the CPU)"; fi
+  if ((!gpu && !do_build)); then mode="dry run (CPU, tiny sizes; GPU lines: what a GPU would run)"; fi
+  local source="unknown"
+  if [[ -d $root/.git ]]; then source=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
+  elif [[ -f $root/.deps/source.txt ]]; then source=$(cat "$root/.deps/source.txt"); fi
+  say "== gpu.sh run ${stages[*]}: $mode, $(date -u +%Y-%m-%dT%H:%M:%SZ), source $source"
+  if ((gpu)); then
+    timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/   /' \
+      >>"$summary" || true
+  fi
+  timeout 120 "$py" -c 'import sys, torch, torchvision; print("   python", sys.version.split()[0], "torch",
+torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision",
+torchvision.__version__, "GPU", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)' \
+    >>"$summary" 2>&1 || true
+  # What the build needs of the machine, said before anything is built: CMake, nvcc, the interpreter's headers.
+  { echo "   $(cmake --version 2>&1 | head -1); nvcc: $(nvcc --version 2>&1 | tail -2 | head -1)"
+    "$py" -c 'import os, sysconfig; h = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+print("   Python.h:", h if os.path.exists(h) else "missing (" + h + "): the python stage cannot build the module")'
+  } >>"$summary" 2>&1 || true
+
+  local t0=$SECONDS
+  for s in "${stages[@]}"; do
+    if [[ $s == build ]] && ((built)); then continue; fi
+    run_stage "$s"
+  done
+  say "== gpu.sh run ${stages[*]}: $passed passed, $failed failed in $((SECONDS - t0)) s"
+  ((failed == 0))
+}
+
+# _headers DEPS_PREFIX BUILD: fails naming each header of a carried package that the build read from /usr/include.
+check_headers() {
+  local deps=$1 build=$2
+  (cd "$deps/include" && find . -type f -o -type l) | sed 's|^\./|/usr/include/|' >"$build/gpu-carried-headers.txt"
+  ninja -C "$build" -t deps | awk -v list="$build/gpu-carried-headers.txt" '
+    BEGIN { while ((getline line < list) > 0) carried[line] = 1 }
+    ($1 in carried) && !seen[$1]++ { print "read from the system, not .deps: " $1; bad = 1 }
+    END { if (!bad) print "every header of a carried package came from .deps"; exit bad }'
+}
+
+# ---------------------------------------------------------------------------------------------------- preflight
+# The GPU machine builds against its own PyTorch (2.11.0+cu130, Python 3.12, torchvision 0.26), not the pinned
+# 2.14.1: an API that differs ends its one hour at the build. This builds the same targets, the same way, against
+# PyPI's torch 2.11.0 here and runs every stage (CPU, tiny sizes) on that build; then packs its binaries into .deps/
+# (they carry no RUNPATH and link the same LibTorch build as the GPU machine's, so they run there without a build),
+# and runs the stages again from those binaries alone, in a fresh folder, as the GPU machine will.
+preflight() {
+  local keep=0
+  if [[ ${1:-} == --keep ]]; then keep=1; fi
+  local scratch=${PREFLIGHT_DIR:-/tmp/convnets-preflight}
+  rm -rf "$scratch"; mkdir -p "$scratch"
+  # Expanded now: the trap runs after this function's locals are gone.
+  if ((!keep)); then trap "rm -rf '$scratch'" EXIT; fi
+  [[ -d .deps/debs ]] || prepare
+  rm -f .deps/prebuilt.tar.* .deps/prebuilt.txt
+  local t0=$SECONDS
+  echo "preflight: scratch environment $scratch/venv: torch==2.11.0 torchvision==0.26.0"
+  /usr/bin/python3 -m venv "$scratch/venv"
+  "$scratch/venv/bin/pip" install -q --disable-pip-version-check torch==2.11.0 torchvision==0.26.0 >"$scratch/pip.log" 2>&1 ||
+    { tail -20 "$scratch/pip.log"; die "preflight: pip install failed"; }
+  echo "preflight: pip $((SECONDS - t0)) s"
+  # nvcc 13.0, as the GPU machine's: this machine's if it is one, else PyPI's (the nvvm wheel pinned to nvcc's own
+  # release: pip's newest nvvm emits PTX that ptxas 13.0 rejects).
+  local nvcc; nvcc=$(command -v nvcc || true)
+  if [[ -z $nvcc ]] || ! "$nvcc" --version | grep -q 'release 13\.0'; then
+    local toolkit
+    toolkit=$("$scratch/venv/bin/python" -c 'import importlib.metadata as m
+print(next((r.split(";")[0].split("==")[1] for r in m.requires("torch") if r.startswith("cuda-toolkit")), "13.0.2"))')
+    "$scratch/venv/bin/pip" install -q "cuda-toolkit[nvcc,crt,cccl,cudart]==$toolkit" nvidia-nvvm==13.0.88 \
+      >>"$scratch/pip.log" 2>&1 || { tail -20 "$scratch/pip.log"; die "preflight: pip install of nvcc failed"; }
+    local site; site=$("$scratch/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    ./scripts/cuda-from-wheels.sh "$site" "$scratch/cuda"
+    nvcc=$scratch/cuda/bin/nvcc
+  fi
+  echo "preflight: $("$nvcc" --version | tail -2 | head -1)"
+  # Hashed before the build: a source edited while it runs must not be credited to these binaries.
+  local rc=0 out=${OUT:-$root/gpu-out/preflight} sources; sources=$(sources_id)
+  local vars=(CONVNETS_GPU_SH_MODE=preflight CONVNETS_PYTHON="$scratch/venv/bin/python" CONVNETS_NVCC="$nvcc"
+             CONVNETS_BUILD_LIMIT="${CONVNETS_BUILD_LIMIT:-3600}")
+  env "${vars[@]}" CONVNETS_BUILD="$scratch/build" CONVNETS_GPU_PREBUILT=no OUT="$out/native" \
+    "$root/scripts/gpu.sh" run all || rc=$?
+  if ((rc == 0)); then
+    # The binaries, stripped, and what they were made from and against.
+    mkdir -p "$scratch/prebuilt/tests"
+    local t
+    for t in "${TARGETS[@]}"; do strip --strip-unneeded -o "$scratch/prebuilt/$t" "$scratch/build/$t"; done
+    tar -czf .deps/prebuilt.tar.gz -C "$scratch/prebuilt" .
+    { torch_id "$scratch/venv/bin/python"; echo "sources $sources"
+      echo "made by gpu.sh preflight, $(git describe --always --dirty 2>/dev/null), $(date -u +%Y-%m-%dT%H:%MZ)"; } \
+      >.deps/prebuilt.txt
+    echo "preflight: .deps/prebuilt.tar.gz $(du -h .deps/prebuilt.tar.gz | cut -f1)"
+    env "${vars[@]}" CONVNETS_BUILD="$scratch/build-prebuilt" OUT="$out/prebuilt" \
+      "$root/scripts/gpu.sh" run build tests data train infer || rc=$?
+    if ! grep -q '^PASS build/prebuilt' "$out/prebuilt/summary.txt"; then
+      echo "preflight: the second run did not use the prebuilt binaries" >&2
+      rc=1
+    fi
+    carry_size || rc=$?
+  fi
+  if ((rc != 0)); then rm -f .deps/prebuilt.tar.gz .deps/prebuilt.txt; fi
+  echo "preflight: $((SECONDS - t0)) s in all; $( ((rc == 0)) && echo PASSED || echo FAILED)" \
+       "(summaries: $out/native/summary.txt, $out/prebuilt/summary.txt)"
+  if ((keep)); then echo "preflight: kept $scratch"; fi
+  return $rc
+}
+
+case ${1:-} in
+prepare) prepare ;;
+preflight) shift; preflight "$@" ;;
+run) shift; run "$@" ;;
+_headers) shift; check_headers "$@" ;;
+*) usage ;;
+esac

@@ -1,0 +1,124 @@
+"""scripts/gpu.sh, rehearsed without a GPU (issue 43): `run --dry` goes through every stage's shell logic, data
+generation and peer scripts on the CPU at a tiny size, so a change that breaks the GPU machine's script fails here
+rather than in its one rare hour; a failing step is a FAIL line and a non-zero exit, never a quiet pass.
+
+Run by CTest with CONVNETS_SOURCE_DIR and CONVNETS_BUILD_DIR (this build: its convnets, unit_tests, data_tests and
+Python module) set; the interpreter running this file is the one the script is given.
+"""
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+
+SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
+BUILD = os.environ["CONVNETS_BUILD_DIR"]
+SCRIPT = os.path.join(SOURCE, "scripts", "gpu.sh")
+STAGES = ["build", "tests", "data", "python", "train", "infer"]
+
+
+def gpu_sh(out, *args, python=sys.executable, timeout=540):
+    env = dict(os.environ, OUT=out, CONVNETS_BUILD=BUILD, CONVNETS_PYTHON=python)
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def summary(out):
+    with open(os.path.join(out, "summary.txt")) as f:
+        return f.read()
+
+
+class DryRun(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="gpu-dry-")
+        cls.out = cls.tmp.name
+        cls.result = gpu_sh(cls.out, "run", "--dry", "all")
+        cls.text = summary(cls.out) if os.path.exists(os.path.join(cls.out, "summary.txt")) else ""
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_every_stage_passes_on_the_cpu(self):
+        r = self.result
+        self.assertEqual(r.returncode, 0, r.stdout[-4000:] + r.stderr[-2000:])
+        self.assertNotIn("FAIL", self.text)
+        for stage in STAGES:
+            self.assertRegex(self.text, r"== stage %s: 0 failed, \d+ s" % stage)
+        m = re.search(r"== gpu\.sh run build tests data python train infer: (\d+) passed, 0 failed", self.text)
+        self.assertTrue(m, self.text[-2000:])
+        self.assertEqual(int(m.group(1)), self.text.count("\nPASS "))
+
+    def test_each_measurement_ran_with_convnets_and_its_peer(self):
+        for step in ["build/version", "tests/gpu-cases", "tests/unit-tests", "data/device-decode",
+                     "data/loader-cpu", "data/loader-gpu", "data/train-from-files", "python/loader-cuda",
+                     "python/train-pytorch-example", "train/convnets-train-amp", "train/eager-train-amp",
+                     "train/compile-train-amp", "train/compare-train-amp", "train/compare-train-bf16",
+                     "train/compare-train-tf32", "train/one-process-nccl",
+                     "infer/convnets-infer-amp", "infer/eager-infer-amp", "infer/compare-infer-amp",
+                     "infer/convnets-infer-folded", "infer/convnets-gpunet-0", "infer/eager-gpunet-0",
+                     "infer/convnets-gpunet-d1", "infer/eager-gpunet-d1"]:
+            self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
+        # The JPEG set is made once per build folder (on the GPU machine: once per warm machine).
+        self.assertRegex(self.text, r"\n(PASS data/make-jpegs \(\d+ s\)|"
+                                    r"REUSE data/make-jpegs: .*imagenet_like, made by an earlier call)\n")
+        # The comparison tables hold a row per batch size, convnets' and the peers' figures side by side.
+        self.assertRegex(self.text, r"\| 2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|")  # train: eager, compile
+        self.assertRegex(self.text, r"\| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|")
+
+    def test_the_steps_only_a_gpu_runs_are_named_not_run(self):
+        gpu_lines = [line for line in self.text.splitlines() if line.startswith("GPU  ")]
+        named = {line.split(":")[0][5:] for line in gpu_lines}
+        self.assertTrue({"build/configure", "tests/ran-not-skipped", "data/ran-not-skipped",
+                         "python/ran-not-skipped", "data/train-from-files"} <= named, gpu_lines)
+        configure = next(line for line in gpu_lines if line.startswith("GPU  build/configure"))
+        self.assertIn("-DTORCH_CUDA_ARCH_LIST=9.0", configure)
+        # On the CPU the CUDA cases skip (that is the dry run's point); on the GPU a skip would be a FAIL.
+        self.assertIn("skipped", self.text)
+
+    def test_what_comes_back_fits_the_device_tools_limits(self):
+        files = sorted(os.listdir(self.out))
+        self.assertEqual(files, sorted(["summary.txt"] + ["%s.tar.gz" % s for s in STAGES]))
+        self.assertLessEqual(len(files), 8)  # the device tool returns at most 8 files from $OUT
+        with tarfile.open(os.path.join(self.out, "train.tar.gz")) as t:
+            names = {os.path.basename(n) for n in t.getnames()}
+        self.assertTrue({"convnets-train-amp.json", "eager-train-amp.json", "compile-train-amp.json",
+                         "convnets-train-amp.log", "one-process-nccl.log"} <= names, names)
+
+
+class Failures(unittest.TestCase):
+    def test_a_failing_step_is_a_fail_line_and_an_exit_status_and_the_rest_still_runs(self):
+        with tempfile.TemporaryDirectory(prefix="gpu-fail-") as out:
+            # An interpreter whose PyTorch peer breaks: convnets' own steps must still run and pass.
+            python = os.path.join(out, "python")
+            with open(python, "w") as f:
+                f.write('#!/bin/sh\ncase "$*" in *torch_peer.py*) echo "peer broke" >&2; exit 3;; esac\n'
+                        'exec "%s" "$@"\n' % sys.executable)
+            os.chmod(python, 0o755)
+            r = gpu_sh(out, "run", "--dry", "infer", python=python)
+            text = summary(out)
+            os.remove(python)
+            self.assertEqual(r.returncode, 1, r.stdout[-3000:])
+            self.assertRegex(text, r"\nFAIL infer/eager-infer-amp \(exit 3, \d+ s; log: infer\.tar\.gz "
+                                   r"eager-infer-amp\.log\)\n    \$ .*torch_peer\.py infer")
+            self.assertIn("    peer broke", text)
+            self.assertRegex(text, r"\nPASS infer/convnets-infer-amp ")
+            self.assertRegex(text, r"\nPASS infer/convnets-gpunet-d1 ")
+            # The comparisons that need the peer's figures fail too, rather than print half a table.
+            self.assertRegex(text, r"\nFAIL infer/compare-infer-amp ")
+            self.assertRegex(text, r"\nFAIL infer/compare-infer-folded ")
+            self.assertRegex(text, r"== stage infer: 3 failed")
+            self.assertRegex(text, r"== gpu\.sh run infer: \d+ passed, 3 failed")
+
+    def test_an_unknown_stage_is_refused_by_name(self):
+        with tempfile.TemporaryDirectory(prefix="gpu-usage-") as out:
+            r = gpu_sh(out, "run", "--dry", "tarin")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("unknown stage 'tarin' (expected: build tests data python train infer or all)", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(out, "summary.txt")))
+
+
+if __name__ == "__main__":
+    unittest.main()
