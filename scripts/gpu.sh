@@ -114,12 +114,16 @@ step() {
   return 0
 }
 
-# gpu_step ARGS...: a step only a GPU can run. The dry run says it would have run it, with its command.
+# gpu_step NAME CMD...: a step only a GPU can run. The dry run says it would have run it, with its command.
 gpu_step() {
   if ((gpu)); then step "$@"; return; fi
-  while [[ $1 == --* ]]; do if [[ $1 == --gtest ]]; then shift; else shift 2; fi; done
   local name=$1; shift
   say "GPU  $stage/$name: $*"
+}
+
+# ran_on_gpu LOG: on the GPU, the gtest run in LOG passed tests and skipped none (its CUDA cases skip without CUDA).
+ran_on_gpu() {
+  gpu_step ran-not-skipped sh -c 'grep -q "^\[  PASSED  \] [1-9]" "$1" && ! grep -n "SKIPPED" "$1"' _ "$1"
 }
 
 say() { echo "$*" | tee -a "$summary"; }
@@ -170,12 +174,12 @@ native_build() {
 # The build stage: the preflight's prebuilt binaries where they were linked against this very PyTorch from these very
 # sources (minutes saved on every fresh machine), else a native build; the Python module is built by its stage.
 stage_build() {
-  local want; want=$(torch_id "$py")
   if ((do_build)) && [[ ${CONVNETS_GPU_PREBUILT:-auto} != no && -f $root/.deps/prebuilt.tar.gz ]]; then
-    local have_torch have_sources
+    local want have_torch have_sources sources
+    want=$(torch_id "$py") sources=$(sources_id)
     have_torch=$(sed -n 1p "$root/.deps/prebuilt.txt" 2>/dev/null || true)
     have_sources=$(sed -n 2p "$root/.deps/prebuilt.txt" 2>/dev/null || true)
-    if [[ $have_torch == "$want" && $have_sources == "sources $(sources_id)" ]]; then
+    if [[ $have_torch == "$want" && $have_sources == "sources $sources" ]]; then
       # Unpacked and run once: binaries that do not run here (a library or a libc missing) fall back to a build,
       # which is not a failure of this run.
       rm -rf "$work/prebuilt"; mkdir -p "$work/prebuilt"
@@ -191,11 +195,10 @@ stage_build() {
       pack
     else
       say "NOTE build/prebuilt: made for torch '$have_torch', $have_sources; here torch '$want', sources" \
-          "$(sources_id): building here"
+          "$sources: building here"
     fi
   fi
   if [[ $bin != "$work/prebuilt" ]]; then
-    compiled=1
     native_build "${TARGETS[@]}"
     if ((!compiled)); then
       say "== stage build: the build failed, and every other stage runs what it builds: stopping"
@@ -214,7 +217,7 @@ need_build() { ((built)) || run_stage build; }
 stage_tests() {
   need_build
   step --gtest gpu-cases "$bin/tests/unit_tests" --gtest_filter='Gpu.*'
-  gpu_step ran-not-skipped sh -c 'grep -q "^\[  PASSED  \] [1-9]" "$1" && ! grep -n "SKIPPED" "$1"' _ "$res/gpu-cases.log"
+  ran_on_gpu "$res/gpu-cases.log"
   # The reference files (GPUNet keys, parameter counts) where ../shared is beside the checkout: here, not there.
   step --limit 420 --gtest unit-tests env CONVNETS_SHARED_DIR="${CONVNETS_SHARED_DIR:-$root/../shared}" \
     "$bin/tests/unit_tests" --gtest_filter="$unit_filter"
@@ -242,7 +245,7 @@ stage_data() {
   need_data
   step --gtest device-decode env CONVNETS_IMAGENET_LIKE="$jpegs" "$bin/tests/data_tests" \
     --gtest_filter='DeviceDecode*'
-  gpu_step ran-not-skipped sh -c 'grep -q "^\[  PASSED  \] [1-9]" "$1" && ! grep -n "SKIPPED" "$1"' _ "$res/device-decode.log"
+  ran_on_gpu "$res/device-decode.log"
   local b
   for b in cpu gpu; do
     step --show 4 "loader-$b" "$bin/convnets" bench data "$jpegs" --train --data-backend "$b" --images "$data_images" \
