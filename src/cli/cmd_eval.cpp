@@ -73,6 +73,7 @@ void run(const EvalArgs& a) {
     j["images"] = r.images;
     j["quantized"] = quantized;
     j["engine"] = model.engine_name();
+    j["kernel_precisions"] = engine.kernel_precisions();
     j["precision"] = model.runtime().precision;
     std::cout << dump_json(j, 2) << '\n';
     return;

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,12 @@ class Engine {
   // already normalised, in any dtype or layout (converted when not the engine's).
   virtual at::Tensor logits_of_input(const at::Tensor& input) const = 0;
   at::Tensor logits(const at::Tensor& pixels) const { return logits_of_input(input(pixels)); }
+  // How many of the compiled network's convolutions and fully connected
+  // layers run in each precision ("u8", "i8", "bf16", "f32"), as the runtime
+  // itself reports it after compiling: evidence that an INT8 or bf16 request
+  // ran as such, not a restatement of the request. Empty where the engine does
+  // not report it (LibTorch runs what the network's dtypes say).
+  virtual std::map<std::string, std::int64_t> kernel_precisions() const { return {}; }
 };
 
 // `name` is a resolved engine (resolve_engine). The OpenVINO engine compiles

@@ -12,6 +12,7 @@
 #include <openvino/openvino.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <mutex>
 #include <vector>
@@ -64,6 +65,25 @@ class OpenVinoEngine final : public Engine {
   }
 
   std::string name() const override { return "openvino"; }
+
+  std::map<std::string, std::int64_t> kernel_precisions() const override {
+    // The CPU plugin's execution graph: each node's layer type and the
+    // precision its primitive was chosen for, under ov::exec_model_info's
+    // rt_info keys (spelled out: the wheel does not ship that header).
+    std::map<std::string, std::int64_t> counts;
+    for (const auto& op : compiled_.get_runtime_model()->get_ordered_ops()) {
+      const auto& info = op->get_rt_info();
+      const auto type = info.find("layerType");
+      const auto precision = info.find("runtimePrecision");
+      if (type == info.end() || precision == info.end()) continue;
+      const auto layer = type->second.as<std::string>();
+      if (layer.find("Convolution") == std::string::npos && layer != "FullyConnected" && layer != "MatMul") continue;
+      auto name = precision->second.as<std::string>();
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      ++counts[name];
+    }
+    return counts;
+  }
 
   at::Tensor input(const at::Tensor& pixels) const override {
     // NCHW float, the graph's input, on this thread: LibTorch's parallel

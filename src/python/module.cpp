@@ -450,6 +450,10 @@ PYBIND11_MODULE(_convnets, m) {
       .def_property_readonly("device", [](const PyModel& p) { return p.model().runtime().device.str(); })
       .def_property_readonly("precision", [](const PyModel& p) { return p.model().runtime().precision; })
       .def_property_readonly("engine", [](const PyModel& p) { return p.model().engine_name(); })
+      .def_property_readonly(
+          "kernel_precisions", [](const PyModel& p) { return p.model().engine().kernel_precisions(); },
+          "How many convolutions and fully connected layers run in each precision ('u8', 'i8', 'bf16', 'f32'), "
+          "as the engine reports after compiling (OpenVINO); empty where the engine does not report it (torch).")
       .def_property_readonly("preprocessing",
                              [](const PyModel& p) { return to_python(to_json(p.model().preprocessing())); });
 }
