@@ -70,7 +70,7 @@ def main():
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
-    if device.type == "cpu":
+    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:  # a thread count given is kept
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
 
     # The data: convnets decodes and augments on `workers` C++ threads and normalises (on the GPU when

@@ -25,6 +25,11 @@ packages=(
   python3-skimage                    # real photographs (its data folder) for the ImageNet-like JPEG set
 )
 
+# Each part says what it does and how long it took, and is skipped when what it makes is already there.
+started=$SECONDS
+part_started=$SECONDS
+done_part() { echo "setup: $1 ($((SECONDS - part_started)) s)"; part_started=$SECONDS; }
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,6 +40,9 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  done_part "Debian packages: installed ${#missing[@]}"
+else
+  done_part "Debian packages: all ${#packages[@]} present"
 fi
 
 # Debian's interpreter, not whichever python3 comes first on PATH.
@@ -45,6 +53,9 @@ if [[ ! -x $venv/bin/python ]] || ! cmp -s "$requirements" "$venv/requirements.i
   [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
   cp "$requirements" "$venv/requirements.installed"
+  done_part "Python environment .venv: installed"
+else
+  done_part "Python environment .venv: up to date with $requirements"
 fi
 
 # The wheels' CUDA (nvidia/cu13) laid out as a toolkit, for CMake and nvcc.
@@ -55,10 +66,21 @@ cuda=$venv/cuda
 torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 build_type=${CONVNETS_BUILD_TYPE:-Release}
 build=${1:-build}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_PATH="$torch_prefix" \
-  -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" \
-  -DCONVNETS_PYTHON="$venv/bin/python" "${@:2}" >/dev/null
+configure=(cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DCMAKE_PREFIX_PATH="$torch_prefix"
+  -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda"
+  -DCONVNETS_PYTHON="$venv/bin/python" "${@:2}")
+# A configured tree with the same arguments reconfigures itself when a CMakeLists.txt changes (ninja's rule), so
+# the explicit configure (10-20 s of finding LibTorch and CUDA) runs only for a new tree or new arguments.
+stamp=$build/.setup-configure-args
+if [[ -f $build/build.ninja ]] && [[ "$(cat "$stamp" 2>/dev/null)" == "${configure[*]}" ]]; then
+  done_part "CMake: $build already configured with these arguments"
+else
+  "${configure[@]}" >/dev/null
+  echo "${configure[*]}" >"$stamp"
+  done_part "CMake: configured $build"
+fi
 cmake --build "$build"
+done_part "build: $build up to date"
 
 # `import convnets` in .venv: the package as the build stages it (the .py
 # files linked from python/convnets, the extension module beside them), so a
@@ -70,3 +92,4 @@ if [[ $build == build ]]; then
   fi
   echo "$PWD/$build/python" >"$site/convnets-build.pth"
 fi
+echo "setup: ready in $((SECONDS - started)) s"

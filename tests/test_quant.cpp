@@ -87,17 +87,31 @@ TEST(Quant, PercentileAndEntropyThresholds) {
   EXPECT_LT(quant::percentile_threshold(tailed, 1.0, 99.99), 0.2);
 }
 
-// The plan's JSON (checkpoints, ONNX metadata) keeps the SiLU placement.
+// The plan's JSON (checkpoints, ONNX metadata) keeps every field, the SiLU placement among them.
 TEST(Quant, PlanJsonKeepsTheSiluPlacementAndReadsOlderPlansAsOps) {
-  quant::Plan plan;
+  quant::Plan plan;  // every field away from its default, so a field the JSON drops shows
+  plan.activations = quant::Activations::Int8;
+  plan.method = quant::Method::Entropy;
+  plan.reduce_range = true;
   plan.silu = quant::Silu::Float;
   plan.images = 8;
   plan.points.push_back({"conv1", false, -1.5, 2.0});
+  plan.points.push_back({"add 3", true, 0.0, 0.1 + 0.2});  // a double that needs all 17 digits
   const auto j = quant::to_json(plan);
   const auto back = quant::plan_from_json(j, "a.safetensors");
+  EXPECT_EQ(quant::to_json(back), j);  // the whole document, not a sample of its fields
+  EXPECT_EQ(back.activations, quant::Activations::Int8);
+  EXPECT_EQ(back.method, quant::Method::Entropy);
+  EXPECT_TRUE(back.reduce_range);
   EXPECT_EQ(back.silu, quant::Silu::Float);
-  ASSERT_EQ(back.points.size(), 1u);
-  EXPECT_EQ(back.points[0].hi, 2.0);
+  EXPECT_EQ(back.images, 8);
+  ASSERT_EQ(back.points.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(back.points[i].site, plan.points[i].site);
+    EXPECT_EQ(back.points[i].relu, plan.points[i].relu);
+    EXPECT_EQ(back.points[i].lo, plan.points[i].lo);
+    EXPECT_EQ(back.points[i].hi, plan.points[i].hi);
+  }
   // Checkpoints from before the choice existed carry no "silu": they were the ops form.
   auto older = j;
   older.erase("silu");

@@ -126,7 +126,7 @@ class Loop:
         self.failures, self.trials = [], []
 
     def cmd(self, *args):
-        return [self.bin, "--threads", "2", "train", *args]
+        return [self.bin, "train", *args]
 
     def check(self, ok, what):
         if not ok:

@@ -34,8 +34,10 @@ MASKED = ["layer1.0.conv1.weight", "layer1.0.conv2.weight", "layer2.0.conv1.weig
           "layer3.0.downsample.0.weight"]
 
 
-def convnets(*args, threads="2", timeout=300, env=None):
-    return subprocess.run([BIN, "--threads", threads, *args], capture_output=True, text=True, timeout=timeout,
+def convnets(*args, threads=None, timeout=300, env=None):
+    # Without `threads`, convnets' default: OMP_NUM_THREADS (CTest gives each test its share of the cores).
+    return subprocess.run([BIN, *(["--threads", threads] if threads else []), *args], capture_output=True, text=True,
+                          timeout=timeout,
                           env=env)
 
 

@@ -14,6 +14,8 @@ import sys
 import tempfile
 import unittest
 
+import fixtures  # the suite's shared trained network (tests/python/fixtures.py)
+
 import numpy as np
 import torch
 import torchvision
@@ -28,7 +30,7 @@ HELD_OUT = 1000
 
 
 def convnets(*args, stdin=None, timeout=600):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, input=stdin,
+    return subprocess.run([BIN, *args], capture_output=True, text=True, input=stdin,
                           timeout=timeout)
 
 
@@ -46,11 +48,7 @@ class Classify(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-classify-")
-        ws = os.path.join(cls.tmp, "run")
-        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--epochs", "1", "--max-train-images", "4096",
-                     "--max-val-images", str(HELD_OUT), "--batch-size", "64", "--workspace", ws)
-        assert r.returncode == 0, r.stdout + r.stderr
-        cls.ckpt = os.path.join(ws, "last.safetensors")
+        cls.ckpt = fixtures.fashion_resnet8()  # the suite's trained ResNet-8, validated on the first HELD_OUT
         images = idx(os.path.join(FASHION, "t10k-images-idx3-ubyte.gz"))[:HELD_OUT]
         cls.labels = idx(os.path.join(FASHION, "t10k-labels-idx1-ubyte.gz"))[:HELD_OUT]
         cls.pngs = []

@@ -25,7 +25,7 @@ TINY = ["--recipe", "fashion-mnist-resnet8", "--max-train-images", "512", "--max
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def resolved(*args):

@@ -111,7 +111,9 @@ def near_misses(model):
     yield {"BN eps 1e-5": eps, "SAME_LOWER padding": padding}
 
 
-class AgainstTimm(unittest.TestCase):
+class TimmCase(unittest.TestCase):
+    """A folder per class, timm's networks and their weights as convnets reads them."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-efficientnet-")
@@ -144,6 +146,10 @@ class AgainstTimm(unittest.TestCase):
                      "--input-size", str(size), "--seed", "5", "--forward-save", io, "--save", saved, "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout), pth2safetensors.read_safetensors(io)[0], pth2safetensors.read_safetensors(saved)[0]
+
+
+class AgainstTimm(TimmCase):
+    """Keys, logits, the ONNX graph and distillation against timm itself (CTest efficientnet_accuracy)."""
 
     def test_keys_parameters_and_logits_equal_timm(self):
         for name, sizes in ARCHS.items():
@@ -202,7 +208,7 @@ class AgainstTimm(unittest.TestCase):
                         and any(a.name == "auto_pad" and a.s == b"SAME_UPPER" for a in n.attribute)]
                 self.assertEqual(len(same), 5)  # the stem and the first block of 4 strided stages
                 so = onnxruntime.SessionOptions()
-                so.intra_op_num_threads = 2
+                so.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "2"))  # CTest: the test's share
                 sess = onnxruntime.InferenceSession(out, so, providers=["CPUExecutionProvider"])
                 theirs = sess.run(None, {sess.get_inputs()[0].name: x})[0]
                 diff = float(np.abs(theirs.astype(np.float64) - ours).max())
@@ -216,6 +222,32 @@ class AgainstTimm(unittest.TestCase):
                     print("%s ONNX plain: max |logit difference| vs convnets %.3g under OpenCV %s"
                           % (name, diff, cv2.__version__))
                     self.assertLessEqual(diff, TOLERANCE)
+
+    @unittest.skipUnless(os.path.isdir(FASHION), FASHION + " is missing (Debian's fashion-mnist package)")
+    def test_gpunet_p0_recipe_distils_from_tf_efficientnet_b2(self):
+        # DLE's GPUNet-P0 train.params through the CLI: the built-in recipe (RandAugment, random erasing,
+        # RMSpropTF, EMA) with its teacher tf_efficientnet_b2, timm's weights converted to safetensors. Scaled
+        # down for a CPU: 10 classes, Fashion-MNIST at 32 px, fp32, one short epoch; --test-teacher first.
+        weights = self.converted("tf_efficientnet_b2", num_classes=10)
+        ws = self.path("kd")
+        r = convnets("train", FASHION, "--recipe", "gpunet-p0-450ep", "--teacher-checkpoint", weights,
+                     "--precision", "fp32", "--epochs", "1", "--max-train-images", "256", "--max-val-images", "64",
+                     "--batch-size", "32", "--image-size", "32", "--teacher-img-size", "32", "--test-teacher",
+                     "--warmup", "0", "--print-freq", "2", "--workspace", ws)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("distillation: teacher tf_efficientnet_b2", r.stdout)
+        self.assertIn("teacher tf_efficientnet_b2 at 32 px: top-1", r.stdout)
+        with open(os.path.join(ws, "config.json")) as f:
+            config = json.load(f)["config"]
+        self.assertEqual((config["arch"], config["augment"], config["reprob"]), ("gpunet-p0", "rand-m9-mstd0.5", 0.2))
+        with open(os.path.join(ws, "log.json")) as f:
+            steps = [json.loads(l[5:]) for l in f if l.startswith("DLLL ")]
+        losses = [x["data"]["train.loss"] for x in steps if len(x.get("step") or []) == 2]
+        self.assertTrue(losses and all(0 < v < 20 for v in losses), losses)
+
+
+class TimmFiles(TimmCase):
+    """timm-named weights files written and refused (CTest efficientnet_timm)."""
 
     def test_safetensors_export_keeps_and_labels_timm_names(self):
         name = "tf_efficientnet_b2"
@@ -249,27 +281,6 @@ class AgainstTimm(unittest.TestCase):
         self.assertIn("tensor 'conv_stem.weight' has shape [48, 3, 3, 3] in the model but [32, 3, 3, 3] in the file",
                       r.stderr)
 
-    @unittest.skipUnless(os.path.isdir(FASHION), FASHION + " is missing (Debian's fashion-mnist package)")
-    def test_gpunet_p0_recipe_distils_from_tf_efficientnet_b2(self):
-        # DLE's GPUNet-P0 train.params through the CLI: the built-in recipe (RandAugment, random erasing,
-        # RMSpropTF, EMA) with its teacher tf_efficientnet_b2, timm's weights converted to safetensors. Scaled
-        # down for a CPU: 10 classes, Fashion-MNIST at 32 px, fp32, one short epoch; --test-teacher first.
-        weights = self.converted("tf_efficientnet_b2", num_classes=10)
-        ws = self.path("kd")
-        r = convnets("train", FASHION, "--recipe", "gpunet-p0-450ep", "--teacher-checkpoint", weights,
-                     "--precision", "fp32", "--epochs", "1", "--max-train-images", "256", "--max-val-images", "64",
-                     "--batch-size", "32", "--image-size", "32", "--teacher-img-size", "32", "--test-teacher",
-                     "--warmup", "0", "--print-freq", "2", "--workspace", ws)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("distillation: teacher tf_efficientnet_b2", r.stdout)
-        self.assertIn("teacher tf_efficientnet_b2 at 32 px: top-1", r.stdout)
-        with open(os.path.join(ws, "config.json")) as f:
-            config = json.load(f)["config"]
-        self.assertEqual((config["arch"], config["augment"], config["reprob"]), ("gpunet-p0", "rand-m9-mstd0.5", 0.2))
-        with open(os.path.join(ws, "log.json")) as f:
-            steps = [json.loads(l[5:]) for l in f if l.startswith("DLLL ")]
-        losses = [x["data"]["train.loss"] for x in steps if len(x.get("step") or []) == 2]
-        self.assertTrue(losses and all(0 < v < 20 for v in losses), losses)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import sys
 import tempfile
 import unittest
 
+import fixtures  # the suite's shared trained network (tests/python/fixtures.py)
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -62,22 +64,35 @@ def onnx_metadata(path):
 def run_graph_as_written(path, x):
     """ONNX Runtime with every optimisation off: each QuantizeLinear/DequantizeLinear in float, the graph's meaning."""
     so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "2"))  # CTest: the test's share
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     return sess.run(None, {"input": x})[0]
 
 
-@unittest.skipUnless("openvino" in convnets.engines(), "this build has no OpenVINO engine (openvino wheel not found)")
-class Engines(unittest.TestCase):
+class InAFolder(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-engines-")
-        cls.ws = os.path.join(cls.tmp, "ws")
-        # A network that has learnt something (~85 %), so that predictions and accuracies mean something.
-        cli("train", FASHION, "--recipe", "fashion-mnist-resnet8", "--epochs", "2", "--warmup", "0",
-            "--max-train-images", "12000", "--max-val-images", "1000", "--workspace", cls.ws)
-        cls.ckpt = os.path.join(cls.ws, "last.safetensors")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+
+class OnTheSharedCheckpoint(InAFolder):
+    """And the suite's trained ResNet-8 (~85 %, so that predictions mean something)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.ckpt = fixtures.fashion_resnet8()
+
+
+@unittest.skipUnless("openvino" in convnets.engines(), "this build has no OpenVINO engine (openvino wheel not found)")
+class EveryFamily(InAFolder):
+    """OpenVINO against LibTorch for each family of networks, a batch split over OpenVINO's streams (CTest
+    engines_families, which takes both cores: one stream per core)."""
 
     def test_openvino_logits_equal_torch_for_every_family(self):
         # ResNet, ResNeXt (grouped convs), SE-ResNeXt, GPUNet (fused IRBs, SE), EfficientNet (SiLU, SE, depthwise).
@@ -86,19 +101,20 @@ class Engines(unittest.TestCase):
         torch.manual_seed(0)
         # Eleven images: the OpenVINO engine splits them over its streams as six requests (5 x 2 + 1), more than
         # its pool holds on 2 cores (4), so requests are rebound as they finish.
-        pixels = torch.randint(0, 256, (11, 96, 96, 3), dtype=torch.uint8)
+        pixels = torch.randint(0, 256, (11, 64, 64, 3), dtype=torch.uint8)
         for arch in archs:
             with self.subTest(arch=arch):
                 # Freshly initialised BN statistics (mean 0, var 1) let a deep random network's activations
                 # grow by orders of magnitude, and then LibTorch disagrees with itself (BN folded or not) by
-                # 1e-3. Eight steps at learning rate 0 on synthetic images give the BNs real statistics.
+                # 1e-3. Eight steps at learning rate 0 on synthetic images give the BNs real statistics (64 px
+                # and batches of 8: every family's layers at a quarter of the 96 px batch-16 cost).
                 ws = os.path.join(self.tmp, arch)
-                cli("train", "synthetic:128", "--arch", arch, "--image-size", "96", "--epochs", "1", "--lr", "0",
-                    "--warmup", "0", "--batch-size", "16", "--max-val-images", "16", "--workspace", ws)
+                cli("train", "synthetic:64", "--arch", arch, "--image-size", "64", "--epochs", "1", "--lr", "0",
+                    "--warmup", "0", "--batch-size", "8", "--max-val-images", "8", "--workspace", ws)
                 out = {}
                 for engine in ("torch", "openvino"):
                     m = convnets.load(os.path.join(ws, "last.safetensors"), device="cpu", engine=engine,
-                                      image_size=96)
+                                      image_size=64)
                     self.assertEqual(m.engine, engine)
                     out[engine] = m(pixels)
                 self.assertEqual(out["openvino"].shape, (11, 1000))
@@ -106,6 +122,10 @@ class Engines(unittest.TestCase):
                 # Not a trivial match: the engines differ far less than two images' logits do.
                 between_images = float((out["torch"][0] - out["torch"][1]).abs().max())
                 self.assertGreater(between_images, 100 * float((out["openvino"] - out["torch"]).abs().max()))
+
+
+@unittest.skipUnless("openvino" in convnets.engines(), "this build has no OpenVINO engine (openvino wheel not found)")
+class Engines(OnTheSharedCheckpoint):
 
     def test_engines_agree_on_a_checkpoint_and_auto_says_which(self):
         from PIL import Image
@@ -131,63 +151,6 @@ class Engines(unittest.TestCase):
         model = convnets.load(self.ckpt, device="cpu")
         self.assertEqual(model.engine, "openvino")
         self.assertEqual(model.predict(paths), docs["auto"]["results"])
-
-    def test_bf16_on_the_cpu(self):
-        if not cpu_has_native_bf16():
-            # The other half of the contract: a clear refusal naming the instruction sets.
-            for args in (["eval", FASHION, "--checkpoint", self.ckpt, "--precision", "bf16", "--device", "cpu"],
-                         ["train", FASHION, "--recipe", "fashion-mnist-resnet8", "--precision", "bf16",
-                          "--device", "cpu", "--workspace", os.path.join(self.tmp, "nobf16")]):
-                r = cli(*args, check=False)
-                self.assertEqual(r.returncode, 1, r.stderr)
-                self.assertIn("AVX512_BF16 or AMX-BF16", r.stderr)
-            self.skipTest("this CPU has no native bf16: the refusal was checked, the agreement cannot be")
-        labels_all, preds = [], {}
-        models = {(e, p): convnets.load(self.ckpt, device="cpu", engine=e, precision=p)
-                  for e in ("torch", "openvino") for p in ("fp32", "bf16")}
-        for images, labels in fashion_test_batches(models[("torch", "fp32")]):
-            labels_all.append(labels)
-            for key, m in models.items():
-                preds.setdefault(key, []).append(m(images).argmax(1))
-        labels = torch.cat(labels_all)
-        self.assertEqual(labels.numel(), 10000)
-        for engine in ("torch", "openvino"):
-            fp32 = torch.cat(preds[(engine, "fp32")])
-            bf16 = torch.cat(preds[(engine, "bf16")])
-            top1 = lambda p: float((p == labels).float().mean() * 100)  # noqa: E731
-            self.assertGreater(top1(fp32), 70)
-            self.assertLessEqual(abs(top1(bf16) - top1(fp32)), 0.2, (engine, top1(bf16), top1(fp32)))
-            self.assertGreaterEqual(float((bf16 == fp32).float().mean() * 100), 99.5, engine)
-
-    def test_int8_graphs_run_as_int8_and_measure_what_onnx_runtime_measures(self):
-        onnx = os.path.join(self.tmp, "int8.onnx")
-        cli("export", "--checkpoint", self.ckpt, "--format", "onnx", "--int8", "--dynamic-batch",
-            "--calibration", FASHION, "--calibration-images", "256", "-o", onnx)
-        r = cli("eval", FASHION, "--checkpoint", onnx, "--json")
-        ours = json.loads(r.stdout)
-        self.assertEqual((ours["engine"], ours["quantized"], ours["images"]), ("openvino", True, 10000))
-        # ONNX Runtime on the same graph and the same pixels (the package's loader = the CLI's).
-        sess = onnxruntime.InferenceSession(onnx, providers=["CPUExecutionProvider"])
-        model = convnets.load(onnx)
-        self.assertEqual((model.engine, model.quantized), ("openvino", True))
-        mean = torch.tensor(model.preprocessing["mean"]).view(1, 3, 1, 1)
-        std = torch.tensor(model.preprocessing["std"]).view(1, 3, 1, 1)
-        hits, agree, n = 0, 0, 0
-        for images, labels in fashion_test_batches(model):
-            x = images.permute(0, 3, 1, 2).float().div(255).expand(-1, 3, -1, -1)
-            x = ((x - mean) / std).contiguous()
-            ort = torch.from_numpy(sess.run(None, {"input": x.numpy()})[0]).argmax(1)
-            ov = model(images).argmax(1)
-            hits += int((ort == labels).sum())
-            agree += int((ort == ov).sum())
-            n += labels.numel()
-        self.assertGreaterEqual(agree / n, 0.99)
-        self.assertLess(abs(ours["val.top1"] - 100.0 * hits / n), 0.5, (ours["val.top1"], 100.0 * hits / n))
-        # The same graph through the torch engine is refused, naming the way out.
-        r = cli("eval", FASHION, "--checkpoint", onnx, "--engine", "torch", check=False)
-        self.assertEqual(r.returncode, 1)
-        self.assertIn("is an ONNX graph", r.stderr)
-        self.assertIn("--engine openvino", r.stderr)
 
     def test_bench_infer_times_the_engines_side_by_side(self):
         out = os.path.join(self.tmp, "bench.json")
@@ -255,6 +218,87 @@ class Engines(unittest.TestCase):
         r = cli("eval", FASHION, "--checkpoint", not_onnx, check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("broken.onnx", r.stderr)
+
+
+@unittest.skipUnless("openvino" in convnets.engines(), "this build has no OpenVINO engine (openvino wheel not found)")
+class EngineAccuracy(OnTheSharedCheckpoint):
+    """The accuracy claims, on the 10,000 test images: bf16 against fp32, an INT8 graph against ONNX Runtime."""
+
+    def test_bf16_on_the_cpu(self):
+        if not cpu_has_native_bf16():
+            # The other half of the contract: a clear refusal naming the instruction sets.
+            for args in (["eval", FASHION, "--checkpoint", self.ckpt, "--precision", "bf16", "--device", "cpu"],
+                         ["train", FASHION, "--recipe", "fashion-mnist-resnet8", "--precision", "bf16",
+                          "--device", "cpu", "--workspace", os.path.join(self.tmp, "nobf16")]):
+                r = cli(*args, check=False)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn("AVX512_BF16 or AMX-BF16", r.stderr)
+            self.skipTest("this CPU has no native bf16: the refusal was checked, the agreement cannot be")
+        labels_all, preds, first_logits = [], {}, {}
+        models = {(e, p): convnets.load(self.ckpt, device="cpu", engine=e, precision=p)
+                  for e in ("torch", "openvino") for p in ("fp32", "bf16")}
+        # OpenVINO says which kernels it compiled: bf16 ones for the bf16 request, none for the fp32 one.
+        self.assertGreaterEqual(models[("openvino", "bf16")].kernel_precisions.get("bf16", 0), 9)
+        self.assertNotIn("bf16", models[("openvino", "fp32")].kernel_precisions)
+        self.assertEqual(models[("torch", "bf16")].kernel_precisions, {})  # LibTorch does not report
+        for images, labels in fashion_test_batches(models[("torch", "fp32")]):
+            labels_all.append(labels)
+            for key, m in models.items():
+                logits = m(images)
+                first_logits.setdefault(key, logits)
+                preds.setdefault(key, []).append(logits.argmax(1))
+        for engine in ("torch", "openvino"):
+            # bf16 really ran: its 8-bit mantissa moves the logits by about 1e-2 of their scale (measured 0.013
+            # torch, 0.008 OpenVINO), where a bf16 request silently run in fp32 matches fp32 to the last bits, and
+            # one that only rounds the input to bf16 moves them by about 1e-3.
+            gap = relative_gap(first_logits[(engine, "bf16")].float(), first_logits[(engine, "fp32")])
+            self.assertGreater(gap, 3e-3, (engine, gap))
+        labels = torch.cat(labels_all)
+        self.assertEqual(labels.numel(), 10000)
+        for engine in ("torch", "openvino"):
+            fp32 = torch.cat(preds[(engine, "fp32")])
+            bf16 = torch.cat(preds[(engine, "bf16")])
+            top1 = lambda p: float((p == labels).float().mean() * 100)  # noqa: E731
+            self.assertGreater(top1(fp32), 70)
+            self.assertLessEqual(abs(top1(bf16) - top1(fp32)), 0.2, (engine, top1(bf16), top1(fp32)))
+            self.assertGreaterEqual(float((bf16 == fp32).float().mean() * 100), 99.5, engine)
+
+    def test_int8_graphs_run_as_int8_and_measure_what_onnx_runtime_measures(self):
+        onnx = os.path.join(self.tmp, "int8.onnx")
+        cli("export", "--checkpoint", self.ckpt, "--format", "onnx", "--int8", "--dynamic-batch",
+            "--calibration", FASHION, "--calibration-images", "256", "-o", onnx)
+        r = cli("eval", FASHION, "--checkpoint", onnx, "--json")
+        ours = json.loads(r.stdout)
+        self.assertEqual((ours["engine"], ours["quantized"], ours["images"]), ("openvino", True, 10000))
+        # What OpenVINO chose after compiling, not what was asked: ResNet-8's nine convolutions in INT8 kernels
+        # (u8 activations, i8 weights), where the float network's run in f32.
+        int8_kernels = lambda k: k.get("u8", 0) + k.get("i8", 0)  # noqa: E731
+        self.assertGreaterEqual(int8_kernels(ours["kernel_precisions"]), 9, ours["kernel_precisions"])
+        dense = convnets.load(self.ckpt, device="cpu", engine="openvino").kernel_precisions
+        self.assertEqual(int8_kernels(dense), 0, dense)
+        self.assertGreaterEqual(dense.get("f32", 0), 9, dense)
+        # ONNX Runtime on the same graph and the same pixels (the package's loader = the CLI's).
+        sess = onnxruntime.InferenceSession(onnx, providers=["CPUExecutionProvider"])
+        model = convnets.load(onnx)
+        self.assertEqual((model.engine, model.quantized), ("openvino", True))
+        mean = torch.tensor(model.preprocessing["mean"]).view(1, 3, 1, 1)
+        std = torch.tensor(model.preprocessing["std"]).view(1, 3, 1, 1)
+        hits, agree, n = 0, 0, 0
+        for images, labels in fashion_test_batches(model):
+            x = images.permute(0, 3, 1, 2).float().div(255).expand(-1, 3, -1, -1)
+            x = ((x - mean) / std).contiguous()
+            ort = torch.from_numpy(sess.run(None, {"input": x.numpy()})[0]).argmax(1)
+            ov = model(images).argmax(1)
+            hits += int((ort == labels).sum())
+            agree += int((ort == ov).sum())
+            n += labels.numel()
+        self.assertGreaterEqual(agree / n, 0.99)
+        self.assertLess(abs(ours["val.top1"] - 100.0 * hits / n), 0.5, (ours["val.top1"], 100.0 * hits / n))
+        # The same graph through the torch engine is refused, naming the way out.
+        r = cli("eval", FASHION, "--checkpoint", onnx, "--engine", "torch", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is an ONNX graph", r.stderr)
+        self.assertIn("--engine openvino", r.stderr)
 
 
 class SiluPlacement(unittest.TestCase):

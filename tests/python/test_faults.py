@@ -26,7 +26,7 @@ NEEDS_FASHION = unittest.skipUnless(os.path.isdir(FASHION),
 
 
 def train(*args, timeout=300):
-    return subprocess.run([BIN, "--threads", "2", "train", *args], capture_output=True, text=True,
+    return subprocess.run([BIN, "train", *args], capture_output=True, text=True,
                           errors="backslashreplace", timeout=timeout)
 
 

@@ -41,7 +41,7 @@ TINY = [
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def dllogger(path):
@@ -82,8 +82,7 @@ class AgainstThePyTorchReference(unittest.TestCase):
             shutil.rmtree(tmp)
 
 
-@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
-class TrainsOnFashionMnist(unittest.TestCase):
+class InAFolder(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-gpunet-train-")
@@ -91,6 +90,11 @@ class TrainsOnFashionMnist(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp)
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class Gpunet0Learns(InAFolder):
+    """The accuracy claim (CTest gpunet_accuracy): GPUNet-0 with its recipe's pieces learns Fashion-MNIST."""
 
     def test_gpunet_0_learns_with_its_recipe_pieces(self):
         # GPUNet's recipe (DLE train_params): RMSpropTF with eps 1e-3, staircase
@@ -116,6 +120,9 @@ class TrainsOnFashionMnist(unittest.TestCase):
         with open(os.path.join(ws, "config.json")) as f:
             self.assertEqual(json.load(f)["config"]["optimizer"], "rmsproptf")
 
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class TrainsOnFashionMnist(InAFolder):
     def test_user_json_trains_evaluates_without_the_file_and_teaches(self):
         arch = os.path.join(self.tmp, "tiny.json")
         with open(arch, "w") as f:

@@ -21,7 +21,7 @@ BIN = os.environ["CONVNETS_BIN"]
 
 
 def convnets(*args, timeout=600):
-    r = subprocess.run([BIN, "--threads", "2", *args], capture_output=True, timeout=timeout)
+    r = subprocess.run([BIN, *args], capture_output=True, timeout=timeout)
     # Progress lines print a path as the file system holds it (as `ls` would without quoting);
     # the JSON outputs are checked strictly by strict_json().
     return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode("utf-8", "surrogateescape"),

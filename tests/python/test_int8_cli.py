@@ -17,6 +17,8 @@ import sys
 import tempfile
 import unittest
 
+import fixtures  # the suite's shared trained network (tests/python/fixtures.py)
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -32,12 +34,12 @@ VAL_IMAGES = 2000
 
 
 def convnets(*args, timeout=900):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def run_ort(path, x, optimized=True):
     so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "2"))  # CTest: the test's share
     if not optimized:
         # Every QuantizeLinear/DequantizeLinear run as written, in float: the graph's meaning.
         so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -59,11 +61,8 @@ class Int8(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-int8-")
-        cls.ws = os.path.join(cls.tmp, "dense")
-        r = convnets("train", "--recipe", "fashion-mnist-resnet8", "--workspace", cls.ws, "--epochs", "2",
-                     "--max-train-images", "8000", "--max-val-images", str(VAL_IMAGES))
-        assert r.returncode == 0, r.stdout + r.stderr
-        cls.ckpt = os.path.join(cls.ws, "last.safetensors")
+        cls.ckpt = fixtures.fashion_resnet8()  # the suite's trained ResNet-8, read only
+        cls.ws = os.path.dirname(cls.ckpt)
         cls.images, cls.labels = onnx_accuracy.load_split(FASHION, "test", VAL_IMAGES)
 
     @classmethod
@@ -174,6 +173,12 @@ class Int8(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             evaluated[bool(extra)] = json.loads(r.stdout)
         self.assertEqual((evaluated[False]["quantized"], evaluated[True]["quantized"]), (True, False))
+        # And OpenVINO (eval's engine on the CPU) ran it so: the INT8 network's nine convolutions in INT8 kernels,
+        # the float weights' in f32 (the engine's own report after compiling, not the flag above).
+        int8_kernels = [sum(evaluated[f]["kernel_precisions"].get(p, 0) for p in ("u8", "i8")) for f in (False, True)]
+        self.assertEqual(evaluated[False]["engine"], "openvino")
+        self.assertGreaterEqual(int8_kernels[0], 9, evaluated[False]["kernel_precisions"])
+        self.assertEqual(int8_kernels[1], 0, evaluated[True]["kernel_precisions"])
         self.assertNotEqual(evaluated[False]["val.loss"], evaluated[True]["val.loss"])  # two computations
         self.assertLess(abs(evaluated[False]["val.top1"] - fake_quant_top1), 0.3,
                         (evaluated[False]["val.top1"], fake_quant_top1))

@@ -28,7 +28,7 @@ ARCHS = ["resnet10s", "resnet18", "resnet50", "se_resnext101_32x4d", "gpunet-0",
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def relative_error(a, b):
@@ -44,12 +44,14 @@ def opencv_logits(path, x):
 
 def onnxruntime_logits(path, x):
     so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "2"))  # CTest: the test's share
     sess = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     return sess.run(None, {sess.get_inputs()[0].name: x})[0]
 
 
-class OnnxAgainstOpenCv(unittest.TestCase):
+class OnnxCase(unittest.TestCase):
+    """A folder per class, and random weights with real BatchNorm statistics."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-onnx-")
@@ -88,6 +90,10 @@ class OnnxAgainstOpenCv(unittest.TestCase):
         t, _ = pth2safetensors.read_safetensors(io)
         return t["input"].numpy(), t["logits"].numpy()
 
+
+class OnnxAgainstOpenCv(OnnxCase):
+    """Every arch's graph against OpenCV's and ONNX Runtime's own runs, within 1e-4 (CTest onnx_accuracy)."""
+
     def test_every_arch_matches_opencv_and_onnxruntime_with_and_without_bn_folding(self):
         for arch in ARCHS:
             with self.subTest(arch):
@@ -110,6 +116,10 @@ class OnnxAgainstOpenCv(unittest.TestCase):
                 m = onnx.load(folded)
                 self.assertNotIn("BatchNormalization", {n.op_type for n in m.graph.node})
                 self.assertIn("BatchNormalization", {n.op_type for n in onnx.load(plain).graph.node})
+
+
+class OnnxGraphs(OnnxCase):
+    """The exported graph's metadata, fp16 weights and refusals (CTest onnx_cli)."""
 
     def test_graph_metadata_opset_and_shapes(self):
         w = self.weights_with_real_bn("resnet18")

@@ -2,6 +2,7 @@
 read by convnets, the streaming order across ranks and threads, bit-exact resume, hostile shards, and image folders
 with symbolic-link cycles and list files with a byte-order mark.
 """
+import hashlib
 import io
 import json
 import os
@@ -24,7 +25,7 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def bench_eval(path, *extra, images=1, batch_size=1):
@@ -206,14 +207,24 @@ class PackAndPeers(unittest.TestCase):
         _, two = self.bench_batches(self.shards, "--train", "--workers", "2", "--seed", "3")
         for k in one:
             self.assertTrue((one[k] == two[k]).all(), k)
-        # 30 samples over 2 ranks: 15 each, every sample once (DistributedSampler's count).
-        seen = []
-        for rank in (0, 1):
-            r = convnets("bench", "data", self.shards, "--eval", "--rank", str(rank), "--world-size", "2",
-                         "--image-size", "24", "--batch-size", "5", "--images", "5", "--json")
+        # 30 samples over 2 ranks: 15 each, every sample once (DistributedSampler's count), and not only the
+        # counts: the pixels each rank loads in its first epoch, the two sets disjoint and together the whole set.
+        def first_epoch(*rank_args):
+            out = os.path.join(tempfile.mkdtemp(dir=self.tmp), "batches.safetensors")
+            r = convnets("bench", "data", self.shards, "--eval", *rank_args, "--image-size", "24", "--batch-size",
+                         "5", "--workers", "1", "--images", "30", "--save-batches", out, "--json")
             self.assertEqual(r.returncode, 0, r.stderr)
-            seen.append(json.loads(r.stdout)["samples_per_epoch"])
-        self.assertEqual(seen, [15, 15])
+            tensors, _ = pth2safetensors.read_safetensors(out)
+            images = [tensors[k] for k in sorted(tensors) if k.startswith("images.0.")]
+            digests = [hashlib.sha1(x.numpy().tobytes()).hexdigest() for b in images for x in b]
+            return json.loads(r.stdout)["samples_per_epoch"], digests
+        whole_count, whole = first_epoch()
+        self.assertEqual((whole_count, len(whole), len(set(whole))), (30, 30, 30))
+        ranks = [first_epoch("--rank", str(rank), "--world-size", "2") for rank in (0, 1)]
+        self.assertEqual([(count, len(px)) for count, px in ranks], [(15, 15), (15, 15)])
+        both = set(ranks[0][1]) & set(ranks[1][1])
+        self.assertEqual(len(both), 0, "%d samples were loaded by both ranks" % len(both))
+        self.assertTrue(set(ranks[0][1]) | set(ranks[1][1]) == set(whole), "the two ranks miss samples of the set")
 
 
 class ShardWriterShards(unittest.TestCase):

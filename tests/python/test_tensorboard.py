@@ -26,7 +26,7 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def read_log(path):
@@ -130,7 +130,7 @@ class ReportWatch(unittest.TestCase):
         # Started first: it waits for the run's log to appear.
         watch = subprocess.Popen([BIN, "report", ws, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
         train = subprocess.Popen([BIN, "--threads", "1", "train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws,
-                                  "--max-train-images", "3840", "--max-val-images", "500", "--epochs", "3",
+                                  "--max-train-images", "2560", "--max-val-images", "500", "--epochs", "3",
                                   "--print-freq", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         seen = set()
         while train.poll() is None:

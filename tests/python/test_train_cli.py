@@ -47,7 +47,7 @@ def digest(folder):
 
 def train_cmd(*args):
     # --threads is a global flag: it goes before the command.
-    return [BIN, "--threads", "2", "train", *SMALL, *args]
+    return [BIN, "train", *SMALL, *args]
 
 
 @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
@@ -200,7 +200,7 @@ class TrainEvalReport(unittest.TestCase):
                 Image.fromarray(rng.integers(0, 255, (28, 28, 3), dtype=np.uint8)).save(
                     os.path.join(folder, c, f"{i}.png"))
         ws = os.path.join(self.tmp, "fine")
-        r = convnets("--threads", "2", "train", folder, "--arch", "resnet8", "--fine-tune",
+        r = convnets("train", folder, "--arch", "resnet8", "--fine-tune",
                      os.path.join(self.ws, "last.safetensors"), "--training-only", "--epochs", "1", "--warmup", "0", "--batch-size",
                      "8", "--image-size", "28", "--device", "cpu", "--precision", "fp32", "--workspace", ws)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -243,10 +243,10 @@ class InterruptAndResume(unittest.TestCase):
             self.assertGreaterEqual(meta["step_in_epoch"], 5)
             self.assertLess(meta["step_in_epoch"], 16)
 
-            code, err = self.interrupt([BIN, "--threads", "2", "train", "--resume", resume, "--print-freq", "1"],
+            code, err = self.interrupt([BIN, "train", "--resume", resume, "--print-freq", "1"],
                                        "epoch 3/3 train 9/16", signal.SIGTERM)
             self.assertEqual(code, 128 + signal.SIGTERM, err)
-            r = subprocess.run([BIN, "--threads", "2", "train", "--resume", resume], capture_output=True, text=True)
+            r = subprocess.run([BIN, "train", "--resume", resume], capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
 
             ta, ma = pth2safetensors.read_safetensors(os.path.join(a, "last.safetensors"))

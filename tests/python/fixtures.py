@@ -1,0 +1,86 @@
+"""The trained network the CLI and Python tests share, made once per build tree instead of once per test file.
+
+CTest runs `fixtures.py make` as the setup of the `fashion_resnet8` fixture (tests/CMakeLists.txt) before the tests
+that require it; each of those reads the checkpoint through `fashion_resnet8()`, which makes it first when a test runs
+outside CTest. The folder keeps `made_by.json`: the command, the commit and a digest of the convnets binary that
+trained it; a later run reuses the checkpoint only when all three are the same, and trains it again otherwise (a
+rebuilt binary, a changed command, another commit). Tests only read it: what they write goes to their own folders.
+"""
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+# ResNet-8 that has learnt something (~85 % top-1): enough for predictions, INT8 against fp32 and bf16 against fp32
+# to mean something; with an EMA of its weights for the tests that load them; the first 1,000 test images as its
+# validation set, the held-out set of the classify tests.
+FASHION_RESNET8 = ["train", FASHION, "--recipe", "fashion-mnist-resnet8", "--epochs", "2", "--warmup", "0",
+                   "--max-train-images", "12000", "--max-val-images", "1000", "--ema", "0.9"]
+
+
+def _root():
+    root = os.environ.get("CONVNETS_FIXTURES") or os.path.join(tempfile.gettempdir(), "convnets-test-fixtures")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def _commit(source):
+    r = subprocess.run(["git", "-C", source, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "unknown"
+
+
+def _digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _made(name, command):
+    """The fixture `name` made by `convnets COMMAND --workspace DIR`: its folder, reused when its record matches."""
+    binary = os.environ["CONVNETS_BIN"]
+    record = {"command": command, "commit": _commit(os.environ.get("CONVNETS_SOURCE_DIR", ".")),
+              "binary_sha256": _digest(binary)}
+    root = _root()
+    folder = os.path.join(root, name)
+    # One maker at a time: a second test process that needs the fixture waits for the first, then reuses it.
+    with open(os.path.join(root, name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(os.path.join(folder, "made_by.json")) as f:
+                if json.load(f) == record:
+                    return folder, False
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(folder, ignore_errors=True)
+        ws = folder + ".partial"
+        shutil.rmtree(ws, ignore_errors=True)
+        r = subprocess.run([binary, *command, "--workspace", ws], capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError("fixture %s: convnets %s failed (%d):\n%s%s" % (
+                name, " ".join(command), r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
+        with open(os.path.join(ws, "made_by.json"), "w") as f:
+            json.dump(record, f, indent=2)
+        os.replace(ws, folder)  # complete or absent: a killed maker leaves only the .partial folder
+        return folder, True
+
+
+def fashion_resnet8():
+    """The shared Fashion-MNIST ResNet-8 training checkpoint (last.safetensors) and its run's folder."""
+    folder, _ = _made("fashion-resnet8", FASHION_RESNET8)
+    return os.path.join(folder, "last.safetensors")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["make"]:
+        sys.exit("usage: fixtures.py make   (CONVNETS_BIN, CONVNETS_SOURCE_DIR, CONVNETS_FIXTURES from CTest)")
+    folder, made = _made("fashion-resnet8", FASHION_RESNET8)
+    print("fixture fashion-resnet8: %s %s" % ("made in" if made else "reused (same command, commit and binary):",
+                                             folder))
