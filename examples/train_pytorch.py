@@ -44,6 +44,8 @@ def parse_args():
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--image-size", type=int, default=0, help="default: 28 for IDX data, else 224")
     p.add_argument("--workers", type=int, default=0, help="loader threads per process (0: the CPUs / processes)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads for the model's kernels per process (0: the CPUs / processes)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--seed", type=int, default=0)
@@ -70,8 +72,8 @@ def main():
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     workers = args.workers or max(1, (os.cpu_count() or 1) // world)
-    if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:  # a thread count given is kept
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // world))
 
     # The data: convnets decodes and augments on `workers` C++ threads and normalises (on the GPU when
     # device is CUDA) into channels-last float batches; rank and world size come from torch.distributed.

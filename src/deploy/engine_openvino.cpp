@@ -58,6 +58,7 @@ class OpenVinoEngine final : public Engine {
       model_ = model;
       compiled_ = compile(ov::hint::PerformanceMode::LATENCY);
       request_ = compiled_.create_infer_request();
+      kernel_precisions_ = count_kernel_precisions();
     } catch (const ov::Exception& e) {
       throw Error("--engine openvino could not compile " + s_.arch + " for the CPU: " + first_line(e.what()),
                   "use --engine torch for this network, or report the layer above");
@@ -66,10 +67,26 @@ class OpenVinoEngine final : public Engine {
 
   std::string name() const override { return "openvino"; }
 
-  std::map<std::string, std::int64_t> kernel_precisions() const override {
-    // The CPU plugin's execution graph: each node's layer type and the
-    // precision its primitive was chosen for, under ov::exec_model_info's
-    // rt_info keys (spelled out: the wheel does not ship that header).
+  std::map<std::string, std::int64_t> kernel_precisions() const override { return kernel_precisions_; }
+
+  at::Tensor input(const at::Tensor& pixels) const override {
+    // NCHW float, the graph's input, on this thread: LibTorch's parallel
+    // normalisation would leave its pool spinning on OpenVINO's cores
+    // (ResNet-50 batch 1 on 2 cores: 45 img/s, 55 with the pool asleep).
+    return data::normalize_batch_serial(pixels, s_.pre.mean, s_.pre.std);
+  }
+
+  at::Tensor logits_of_input(const at::Tensor& input) const override {
+    return run(input.to(c10::kCPU, at::kFloat).contiguous());
+  }
+
+ private:
+  // Read once, after compiling: the CPU plugin's execution graph, each node's
+  // layer type and the precision its primitive was chosen for, under
+  // ov::exec_model_info's rt_info keys (spelled out: the wheel does not ship
+  // that header). The throughput build compiles the same graph with the same
+  // precision hint, so its kernels are these.
+  std::map<std::string, std::int64_t> count_kernel_precisions() const {
     std::map<std::string, std::int64_t> counts;
     for (const auto& op : compiled_.get_runtime_model()->get_ordered_ops()) {
       const auto& info = op->get_rt_info();
@@ -85,18 +102,6 @@ class OpenVinoEngine final : public Engine {
     return counts;
   }
 
-  at::Tensor input(const at::Tensor& pixels) const override {
-    // NCHW float, the graph's input, on this thread: LibTorch's parallel
-    // normalisation would leave its pool spinning on OpenVINO's cores
-    // (ResNet-50 batch 1 on 2 cores: 45 img/s, 55 with the pool asleep).
-    return data::normalize_batch_serial(pixels, s_.pre.mean, s_.pre.std);
-  }
-
-  at::Tensor logits_of_input(const at::Tensor& input) const override {
-    return run(input.to(c10::kCPU, at::kFloat).contiguous());
-  }
-
- private:
   static std::string first_line(const std::string& s) {
     const auto end = s.find('\n');
     return end == std::string::npos ? s : s.substr(0, end);
@@ -218,6 +223,7 @@ class OpenVinoEngine final : public Engine {
   EngineSpec s_;
   mutable ov::Core core_;
   std::shared_ptr<ov::Model> model_;
+  std::map<std::string, std::int64_t> kernel_precisions_;
   ov::CompiledModel compiled_;  // latency: one stream over all threads
   mutable ov::InferRequest request_;
   mutable ov::CompiledModel throughput_;  // streams, for batches (empty until one comes)

@@ -16,8 +16,9 @@ SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 EXAMPLE = os.path.join(SOURCE, "examples", "train_pytorch.py")
 IMAGENET_LIKE = os.environ["CONVNETS_IMAGENET_LIKE"]
 FASHION = "/usr/share/datasets/fashion-mnist"
-# OMP_NUM_THREADS as CTest gives it (the test's share of the cores), one per rank under torchrun.
 ENV = dict(os.environ, PYTHONPATH=os.environ["CONVNETS_PYTHONPATH"])
+# The test's share of the cores as CTest gives it (tests/CMakeLists.txt); one thread per rank under torchrun.
+THREADS = os.environ.get("OMP_NUM_THREADS", "2")
 sys.path.insert(0, os.environ["CONVNETS_PYTHONPATH"])
 import convnets  # noqa: E402
 
@@ -30,14 +31,35 @@ def free_port():
 
 def run(args, launcher=None):
     out = tempfile.mktemp(suffix=".json")
-    cmd = (launcher or [sys.executable]) + [EXAMPLE, *args, "--json", out]
-    env = dict(ENV, OMP_NUM_THREADS="1") if launcher else ENV
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    cmd = (launcher or [sys.executable]) + [EXAMPLE, *args, "--threads", "1" if launcher else THREADS, "--json", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     with open(out) as f:
         summary = json.load(f)
     os.remove(out)
     return summary, r.stdout
+
+
+def sample_digests(train, max_images):
+    """Each sample of a loader the example's way (its Fashion-MNIST settings), as a digest of itself or its mirror."""
+    loader = convnets.data.Loader(FASHION, train=train, seed=0, max_images=max_images, batch_size=100, image_size=28,
+                                  workers=1, crop_scale_min=1.0)
+    return [hashlib.sha1(min(x.numpy().tobytes(), x.flip(1).numpy().tobytes())).hexdigest()
+            for images, _ in loader for x in images]
+
+
+# Run under torchrun: each rank writes the digests of the samples its loaders yield.
+RANK_SAMPLES = """
+import json, os, sys
+import torch.distributed as dist
+sys.path.insert(0, os.path.dirname(%r))
+from test_examples import sample_digests
+dist.init_process_group("gloo")
+out = {"train": sample_digests(True, 3200), "val": sample_digests(False, 500)}
+with open("%%s.%%d.json" %% (sys.argv[1], dist.get_rank()), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+""" % os.path.abspath(__file__)
 
 
 def mean(xs):
@@ -62,7 +84,6 @@ class TrainPytorchExample(unittest.TestCase):
         self.assertIn("image folder", out)
 
 
-
 class UnderTorchrun(unittest.TestCase):
     """Two ranks of one thread each (CTest examples_torchrun)."""
 
@@ -76,26 +97,29 @@ class UnderTorchrun(unittest.TestCase):
         self.assertEqual(ranks, [("0", "50", "1600", "250"), ("1", "50", "1600", "250")], out)
         self.assertEqual((summary["world_size"], summary["steps"]), (2, 50))
         self.assertLess(mean(summary["last_losses"]), mean(summary["first_losses"]) - 0.3, summary)
-        # Halves, not just half the count: the loaders the example builds on each rank (its arguments, the
-        # rank and world size torch.distributed gives) load disjoint samples that together are the whole set.
-        # A training image may come flipped, so each is compared as the lesser of itself and its mirror.
-        def samples(train, max_images, rank, world):
-            loader = convnets.data.Loader(FASHION, train=train, seed=0, max_images=max_images, batch_size=100,
-                                          image_size=28, workers=1, crop_scale_min=1.0, rank=rank, world_size=world)
-            seen = []
-            for images, _ in loader:
-                seen += [hashlib.sha1(min(x.numpy().tobytes(), x.flip(1).numpy().tobytes())).hexdigest()
-                         for x in images]
-            return seen
-        for train, n in ((True, 3200), (False, 500)):
-            with self.subTest(train=train):
-                whole = samples(train, n, 0, 1)
-                halves = [samples(train, n, rank, 2) for rank in (0, 1)]
-                self.assertEqual([len(h) for h in halves], [n // 2, n // 2])
+        # Halves, not just half the count: under torchrun, loaders built as the example builds them (rank and
+        # world size left to torch.distributed) load disjoint samples that together are the whole set. A
+        # training image may come flipped, so each is compared as the lesser of itself and its mirror.
+        with tempfile.TemporaryDirectory(prefix="convnets-ranks-") as tmp:
+            script = os.path.join(tmp, "ranks.py")
+            with open(script, "w") as f:
+                f.write(RANK_SAMPLES)
+            r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()), script,
+                                os.path.join(tmp, "rank")], capture_output=True, text=True, env=ENV, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            halves = []
+            for rank in (0, 1):
+                with open(os.path.join(tmp, "rank.%d.json" % rank)) as f:
+                    halves.append(json.load(f))
+        for train, n in (("train", 3200), ("val", 500)):
+            with self.subTest(split=train):
+                whole = sample_digests(train == "train", n)  # one process: rank 0 of 1
+                self.assertEqual(len(whole), n)
+                self.assertEqual([len(h[train]) for h in halves], [n // 2, n // 2])
                 # Equal as multisets: a sample both ranks loaded would leave another out (Fashion-MNIST has a few
                 # pixel-identical images, so a plain set intersection would not prove anything more).
-                self.assertEqual(len(whole), n)
-                self.assertTrue(sorted(halves[0] + halves[1]) == sorted(whole), "the halves are not a split of the set")
+                mine = sorted(halves[0][train] + halves[1][train])
+                self.assertTrue(mine == sorted(whole), "the ranks' halves are not a split of the set")
 
 
 if __name__ == "__main__":
