@@ -121,9 +121,11 @@ gpu_step() {
   say "GPU  $stage/$name: $*"
 }
 
-# ran_on_gpu LOG: on the GPU, the gtest run in LOG passed tests and skipped none (its CUDA cases skip without CUDA).
+# ran_on_gpu LOG [PASSED SKIPPED]: on the GPU, the run in LOG passed tests and skipped none (its CUDA cases skip
+# without CUDA); the patterns default to gtest's lines (unittest's: '^OK$' and 'skipped').
 ran_on_gpu() {
-  gpu_step ran-not-skipped sh -c 'grep -q "^\[  PASSED  \] [1-9]" "$1" && ! grep -n "SKIPPED" "$1"' _ "$1"
+  gpu_step ran-not-skipped sh -c 'grep -q "$2" "$1" && ! grep -n "$3" "$1"' _ "$1" "${2:-^\[  PASSED  \] [1-9]}" \
+    "${3:-SKIPPED}"
 }
 
 say() { echo "$*" | tee -a "$summary"; }
@@ -148,7 +150,7 @@ native_build() {
     -DCMAKE_SKIP_BUILD_RPATH=ON "-DCMAKE_CXX_FLAGS=-isystem $deps_prefix/include/x86_64-linux-gnu")
   local line="${configure[*]}"
   if ((!do_build)); then
-    say "GPU  $stage/configure: $line"
+    gpu_step configure "${configure[@]}"
     step check-build test -f "$build/build.ninja"
     step --show 3 up-to-date ninja -C "$build" -n "$@"
     return 0
@@ -175,10 +177,11 @@ native_build() {
 # sources (minutes saved on every fresh machine), else a native build; the Python module is built by its stage.
 stage_build() {
   if ((do_build)) && [[ ${CONVNETS_GPU_PREBUILT:-auto} != no && -f $root/.deps/prebuilt.tar.gz ]]; then
-    local want have_torch have_sources sources
+    local want have_torch have_sources sources meta=()
     want=$(torch_id "$py") sources=$(sources_id)
-    have_torch=$(sed -n 1p "$root/.deps/prebuilt.txt" 2>/dev/null || true)
-    have_sources=$(sed -n 2p "$root/.deps/prebuilt.txt" 2>/dev/null || true)
+    # prebuilt.txt: the torch it was linked against, the sources' id, what it holds.
+    [[ -f $root/.deps/prebuilt.txt ]] && mapfile -t meta <"$root/.deps/prebuilt.txt"
+    have_torch=${meta[0]:-} have_sources=${meta[1]:-}
     if [[ $have_torch == "$want" && $have_sources == "sources $sources" ]]; then
       # Unpacked and run once: binaries that do not run here (a library or a libc missing) fall back to a build,
       # which is not a failure of this run.
@@ -187,7 +190,7 @@ stage_build() {
       if tar -xzf "$root/.deps/prebuilt.tar.gz" -C "$work/prebuilt" >"$res/prebuilt.log" 2>&1 &&
          timeout 120 "$work/prebuilt/convnets" --version >>"$res/prebuilt.log" 2>&1; then
         bin=$work/prebuilt passed=$((passed + 1))
-        say "PASS build/prebuilt ($((SECONDS - t0)) s): the preflight's binaries, $(sed -n 3p "$root/.deps/prebuilt.txt")"
+        say "PASS build/prebuilt ($((SECONDS - t0)) s): the preflight's binaries, ${meta[2]:-}"
       else
         say "NOTE build/prebuilt: the preflight's binaries do not run here: building here"
         tail -n 5 "$res/prebuilt.log" | sed 's/^/    /' | tee -a "$summary"
@@ -269,7 +272,7 @@ stage_python() {
   need_data
   step --show 3 loader-cuda env -C "$root/tests/python" CONVNETS_BIN="$bin/convnets" CONVNETS_SOURCE_DIR="$root" \
     CONVNETS_PYTHONPATH="$build/python" CONVNETS_IMAGENET_LIKE="$jpegs" "$py" -m unittest -v test_python_package.Cuda
-  gpu_step ran-not-skipped sh -c 'grep -q "^OK$" "$1" && ! grep -n "skipped" "$1"' _ "$res/loader-cuda.log"
+  ran_on_gpu "$res/loader-cuda.log" '^OK$' skipped
   step --show 3 train-pytorch-example env PYTHONPATH="$build/python" "$py" "$root/examples/train_pytorch.py" "$jpegs" \
     --arch "$arch" --image-size "$size" --batch-size "$big" --epochs "$example_epochs" --max-steps "$example_steps" \
     --device "$device" --workers "$example_workers" --max-val-images "$big" --json "$res/train-pytorch.json"
@@ -278,10 +281,16 @@ stage_python() {
 # bench_pair MODE LABEL PRECISION BATCHES [compile]: convnets and PyTorch eager (and torch.compile) on the same
 # synthetic step, then the ratio table. LABEL names the steps and files: the GPU's precision, which a dry run
 # replaces with fp32 under the same names.
+# bench_args PRECISION: the options every timed run shares, into `common`.
+bench_args() {
+  common=(--arch "$arch" --device "$device" --precision "$1" --image-size "$size" --warmup "$warmup"
+          --iterations "$iterations")
+}
+
 bench_pair() {
   local mode=$1 label=$2 p=$3 batches=$4 with_compile=${5:-}
-  local common=(--arch "$arch" --device "$device" --precision "$p" --image-size "$size" --warmup "$warmup"
-                --iterations "$iterations")
+  local common
+  bench_args "$p"
   local tag="$mode-$label" files=()
   step --show 8 "convnets-$tag" "$bin/convnets" bench "$mode" "${common[@]}" --batch-sizes "$batches" \
     --json "$res/convnets-$tag.json"
@@ -305,8 +314,9 @@ stage_train() {
   bench_pair train amp "$amp" "$train_batches" compile
   bench_pair train bf16 "$bf16" "$big"
   bench_pair train tf32 "$tf32" "$big"
-  step --show 6 one-process-nccl "$bin/convnets" bench train --arch "$arch" --device "$device" --precision "$amp" \
-    --batch-sizes "$big" --image-size "$size" --warmup "$warmup" --iterations "$iterations" --nproc-per-node 1 \
+  local common
+  bench_args "$amp"
+  step --show 6 one-process-nccl "$bin/convnets" bench train "${common[@]}" --batch-sizes "$big" --nproc-per-node 1 \
     --master-port "$(free_port)" --json "$res/nccl-1.json"
 }
 
@@ -316,8 +326,9 @@ stage_infer() {
   need_build
   bench_pair infer amp "$amp" "$infer_batches"
   # What the inference engine offers beyond eager: BatchNorm folded into the convolutions (issue 8).
-  step --show 8 convnets-infer-folded "$bin/convnets" bench infer --fold-bn --arch "$arch" --device "$device" \
-    --precision "$amp" --image-size "$size" --warmup "$warmup" --iterations "$iterations" \
+  local common
+  bench_args "$amp"
+  step --show 8 convnets-infer-folded "$bin/convnets" bench infer --fold-bn "${common[@]}" \
     --batch-sizes "$infer_batches" --json "$res/convnets-infer-folded.json"
   step --show -1 compare-infer-folded "$py" "$root/bench/compare.py" "$res/convnets-infer-folded.json" \
     "$res/eager-infer-amp.json"
@@ -412,18 +423,21 @@ run() {
   bin=$build work=$build/gpu-work
   jpegs=$work/imagenet_like
   mkdir -p "$work"
-  torch_prefix=$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') ||
+  # One interpreter start for what the build needs of torch: its CMake prefix, then LibTorch's folder and the CUDA
+  # libraries of its wheels (nvidia/*/lib), what a RUNPATH would have named.
+  local probe libs
+  probe=$("$py" -c 'import glob, os, torch.utils
+site = os.path.dirname(os.path.dirname(torch.__file__))
+print(torch.utils.cmake_prefix_path)
+print(":".join([os.path.join(site, "torch", "lib")] + sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")))))') ||
     die "$py cannot import torch (CONVNETS_GPU_PYTHON / CONVNETS_PYTHON name the interpreter)"
+  { read -r torch_prefix; read -r libs; } <<<"$probe"
   deps_prefix=/usr
   if ((do_build)); then
     [[ -f $root/.deps/carry-debs.sh && -d $root/.deps/debs ]] || die "no .deps/: run scripts/gpu.sh prepare first (here)"
     unpack_deps
     deps_prefix=$build/deps/root/usr
-    # LibTorch, the CUDA libraries of its wheels (nvidia/*/lib), then Debian's: what a RUNPATH would have named.
-    local libs
-    libs=$("$py" -c 'import glob, os, torch
-site = os.path.dirname(os.path.dirname(torch.__file__))
-print(":".join([os.path.join(site, "torch", "lib")] + sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")))))')
+    # LibTorch and its CUDA libraries, then Debian's.
     export LD_LIBRARY_PATH="$libs:$deps_prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 

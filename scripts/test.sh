@@ -12,14 +12,11 @@ if [[ ${1:-} == --quick ]]; then
   shift
 fi
 ./scripts/setup.sh
-jobs=$(nproc)
+select=() what=CTest
+if ((quick)); then select=(--label-exclude accuracy) what="CTest (quick: no accuracy label, no fuzz replay)"; fi
 started=$SECONDS
-if ((quick)); then
-  ctest --test-dir build --output-on-failure -j "$jobs" --label-exclude accuracy "$@"
-  echo "test: quick suite (no accuracy label, no fuzz replay) in $((SECONDS - started)) s"
-  exit 0
-fi
-ctest --test-dir build --output-on-failure -j "$jobs" "$@"
-echo "test: CTest in $((SECONDS - started)) s"
+ctest --test-dir build --output-on-failure -j "$(nproc)" "${select[@]}" "$@"
+echo "test: $what in $((SECONDS - started)) s"
+if ((quick)); then exit 0; fi
 # Every fuzz corpus input (seeds and past findings) once, under ASan + UBSan.
 FUZZ_SETUP=0 ./scripts/fuzz.sh regress

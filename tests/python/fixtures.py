@@ -1,4 +1,5 @@
-"""The trained network the CLI and Python tests share, made once per build tree instead of once per test file.
+"""The trained network the CLI and Python tests share, made once per build tree instead of once per test file, and
+what the machine offers them (native bf16).
 
 CTest runs `fixtures.py make` as the setup of the `fashion_resnet8` fixture (tests/CMakeLists.txt) before the tests
 that require it; each of those reads the checkpoint through `fashion_resnet8()`, which makes it first when a test runs
@@ -26,6 +27,13 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 # validation set, the held-out set of the classify tests.
 FASHION_RESNET8 = ["train", FASHION, "--recipe", "fashion-mnist-resnet8", "--epochs", "2", "--warmup", "0",
                    "--max-train-images", "12000", "--max-val-images", "1000", "--ema", "0.9"]
+
+
+def cpu_has_native_bf16():
+    """Read independently of convnets: /proc/cpuinfo's flags."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _root():

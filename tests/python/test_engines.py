@@ -37,13 +37,6 @@ def cli(*args, check=True):
     return r
 
 
-def cpu_has_native_bf16():
-    """Read independently of convnets: /proc/cpuinfo's flags."""
-    with open("/proc/cpuinfo") as f:
-        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def relative_gap(a, b):
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
 
@@ -225,7 +218,7 @@ class EngineAccuracy(OnTheSharedCheckpoint):
     """The accuracy claims, on the 10,000 test images: bf16 against fp32, an INT8 graph against ONNX Runtime."""
 
     def test_bf16_on_the_cpu(self):
-        if not cpu_has_native_bf16():
+        if not fixtures.cpu_has_native_bf16():
             # The other half of the contract: a clear refusal naming the instruction sets.
             for args in (["eval", FASHION, "--checkpoint", self.ckpt, "--precision", "bf16", "--device", "cpu"],
                          ["train", FASHION, "--recipe", "fashion-mnist-resnet8", "--precision", "bf16",

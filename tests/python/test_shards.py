@@ -166,10 +166,10 @@ class PackAndPeers(unittest.TestCase):
         self.assertIn("already holds", r.stderr)
         self.assertIn("train-*.tar", r.stderr)
 
-    def bench_batches(self, data, *args):
+    def bench_batches(self, data, *args, batch_size=4, images=4):
         out = os.path.join(tempfile.mkdtemp(dir=self.tmp), "batches.safetensors")
-        r = convnets("bench", "data", data, "--image-size", "24", "--batch-size", "4", "--images", "4",
-                     "--save-batches", out, *args)
+        r = convnets("bench", "data", data, "--image-size", "24", "--batch-size", str(batch_size), "--images",
+                     str(images), "--save-batches", out, *args)
         self.assertEqual(r.returncode, 0, r.stderr)
         tensors, _ = pth2safetensors.read_safetensors(out)
         return r, tensors
@@ -210,11 +210,8 @@ class PackAndPeers(unittest.TestCase):
         # 30 samples over 2 ranks: 15 each, every sample once (DistributedSampler's count), and not only the
         # counts: the pixels each rank loads in its first epoch, the two sets disjoint and together the whole set.
         def first_epoch(*rank_args):
-            out = os.path.join(tempfile.mkdtemp(dir=self.tmp), "batches.safetensors")
-            r = convnets("bench", "data", self.shards, "--eval", *rank_args, "--image-size", "24", "--batch-size",
-                         "5", "--workers", "1", "--images", "30", "--save-batches", out, "--json")
-            self.assertEqual(r.returncode, 0, r.stderr)
-            tensors, _ = pth2safetensors.read_safetensors(out)
+            r, tensors = self.bench_batches(self.shards, "--eval", *rank_args, "--workers", "1", "--json",
+                                            batch_size=5, images=30)
             images = [tensors[k] for k in sorted(tensors) if k.startswith("images.0.")]
             digests = [hashlib.sha1(x.numpy().tobytes()).hexdigest() for b in images for x in b]
             return json.loads(r.stdout)["samples_per_epoch"], digests
