@@ -92,7 +92,9 @@ step() {
     fi
     if ((left < limit)); then limit=$left; fi
   fi
-  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1 </dev/null || rc=$?
+  local pre=()
+  if [[ -n $frames_so && $name != configure && $name != compile ]]; then pre=(env "LD_PRELOAD=$frames_so"); fi
+  timeout --kill-after=10 "$limit" "${pre[@]}" "$@" >>"$log" 2>&1 </dev/null || rc=$?
   local dt=$((SECONDS - t0))
   last_rc=$rc
   if ((rc == 0)); then
@@ -104,6 +106,7 @@ step() {
     if ((rc == 124 || rc == 137)); then why="stopped at its ${limit} s limit"; fi
     say "FAIL $stage/$name ($why, ${dt} s; log: $stage.tar.gz $name.log)"
     if ((show >= 0 && show < 20)); then show=20; fi
+    crash_frames "$log"
   fi
   if ((rc == 0)) && [[ -n $totals ]]; then
     grep -E "$totals" "$log" | sed 's/^/    /' | tee -a "$summary" || true
@@ -129,6 +132,26 @@ ran_on_gpu() {
 }
 
 say() { echo "$*" | tee -a "$summary"; }
+
+# crash_frames LOG: the native frames scripts/crash-frames.c printed into LOG when the step crashed, as function
+# names (addr2line; symbols only, the binaries have no debug information), into the summary.
+crash_frames() {
+  grep -q '^crash-frame ' "$1" || return 0
+  say "    native frames of the crash (scripts/crash-frames.c):"
+  local file offset symbol name n=0
+  while read -r _ file offset symbol && ((n++ < 40)); do
+    name=$(addr2line -Cf -e "$file" "$offset" 2>/dev/null | head -1) || true
+    if [[ -z $name || $name == '??' ]]; then name=$symbol; fi  # a stripped file: the dynamic symbol, if any
+    echo "      $(basename "$file") $offset $name"
+  done < <(grep '^crash-frame ' "$1") | tee -a "$summary"
+}
+
+# The crash-frames library every step but the build's own runs under (no gdb on the GPU machine); none where this
+# machine cannot compile it, which costs only the frames.
+build_frames() {
+  frames_so=$work/crash-frames.so
+  cc -shared -fPIC -O1 -o "$frames_so" "$root/scripts/crash-frames.c" 2>"$work/crash-frames.log" || frames_so=''
+}
 pack() { tar -czf "$out/$stage.tar.gz" -C "$res" . 2>/dev/null || true; }
 
 # A free TCP port on the loopback interface for the data-parallel rendezvous.
@@ -171,6 +194,12 @@ native_build() {
   # A header of a carried package taken from the machine's own /usr/include would compile against one version of a
   # library and run against another: every header must come from .deps.
   step --show 10 headers-from-deps "$root/scripts/gpu.sh" _headers "$deps_prefix" "$build"
+  # A static libstdc++ inside a binary crashed the module there (CONVNETS_LIBSTDCXX in CMakeLists.txt says how).
+  local files=() t
+  for t in "$@"; do
+    if [[ $t == convnets_python ]]; then files+=("$build"/python/convnets/_convnets*.so); else files+=("$build/$t"); fi
+  done
+  step --show 10 shared-libstdcxx "$root/scripts/check-libstdcxx.sh" "${files[@]}"
 }
 
 # The build stage: the preflight's prebuilt binaries where they were linked against this very PyTorch from these very
@@ -420,9 +449,10 @@ run() {
     py=${CONVNETS_PYTHON:-$root/.venv/bin/python}
     build=${CONVNETS_BUILD:-$root/build}
   fi
-  bin=$build work=$build/gpu-work
+  bin=$build work=$build/gpu-work frames_so=''
   jpegs=$work/imagenet_like
   mkdir -p "$work"
+  build_frames
   # One interpreter start for what the build needs of torch: its CMake prefix, then LibTorch's folder and the CUDA
   # libraries of its wheels (nvidia/*/lib), what a RUNPATH would have named.
   local probe libs

@@ -438,7 +438,7 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
         row["cuda_graph"] = r.cuda_graph;
         row["processes"] = r.processes;
         row["total_images_per_s"] = r.total_images_per_s;
-        if (r.processes > 1) {
+        if (o.group) {  // a data-parallel run, of one process too
           row["buckets"] = r.buckets, row["allreduce_mb"] = r.allreduce_mb, row["comm_wait_ms"] = r.comm_wait_ms;
         }
       } else {

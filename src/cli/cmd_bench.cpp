@@ -186,6 +186,10 @@ struct BenchModelArgs {
 
 // Where a bench worker started by the scaling launcher leaves its JSON.
 constexpr const char* kBenchOut = "CONVNETS_BENCH_OUT";
+// Set for the data-parallel leg: its workers form a process group even when there is one of them, so that
+// `--nproc-per-node 1` measures the gradient all-reduce on NCCL against the lone process (as DDP on one GPU does)
+// rather than running the lone process twice. The GPU machine's first run showed 0 buckets there.
+constexpr const char* kBenchGroup = "CONVNETS_BENCH_GROUP";
 
 nlohmann::json read_json(const std::string& path) {
   if (!std::ifstream(path)) throw Error("bench: the workers left no results in " + path);
@@ -213,7 +217,9 @@ void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
     env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, cpus / static_cast<unsigned>(plan.world_size))));
   }
   int rc = distributed::launch_workers(single, distributed::program_args(), grace, env);
-  if (rc == 0) rc = distributed::launch_workers(plan, distributed::program_args(), grace, {{kBenchOut, many}});
+  if (rc == 0) {
+    rc = distributed::launch_workers(plan, distributed::program_args(), grace, {{kBenchOut, many}, {kBenchGroup, "1"}});
+  }
   if (rc != 0) {
     std::filesystem::remove_all(dir);
     throw Error("bench train: a worker failed (exit code " + std::to_string(rc) + "); its error is above");
@@ -223,7 +229,7 @@ void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
   const int n = plan.world_size;
   std::cout << "convnets bench train: " << jn["arch"].get<std::string>() << ", " << jn["precision"].get<std::string>()
             << ", " << jn["image_size"] << "px, " << jn["device"].get<std::string>() << ", " << n
-            << " processes (data-parallel) vs 1, LibTorch " << jn["torch_version"].get<std::string>() << "\n\n"
+            << (n == 1 ? " process" : " processes") << " (data-parallel) vs 1, LibTorch " << jn["torch_version"].get<std::string>() << "\n\n"
             << "| Batch/process | img/s per process | Total img/s | 1 process img/s | Scaling efficiency | "
                "All-reduce/step (MiB) | Buckets | Exposed comm (ms/step) |\n"
             << "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -270,7 +276,7 @@ void run_bench_model(BenchModelArgs& a) {
   }
   o.cuda_graph = !a.no_cuda_graph;
   std::unique_ptr<distributed::Group> group;
-  if (worker && worker->world_size > 1) {
+  if (worker && (worker->world_size > 1 || std::getenv(kBenchGroup))) {
     group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");
     o.group = group.get();
   }

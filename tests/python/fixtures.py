@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,13 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 # validation set, the held-out set of the classify tests.
 FASHION_RESNET8 = ["train", FASHION, "--recipe", "fashion-mnist-resnet8", "--epochs", "2", "--warmup", "0",
                    "--max-train-images", "12000", "--max-val-images", "1000", "--ema", "0.9"]
+
+
+def free_port():
+    """A TCP port free on the loopback interface now, for a rendezvous the test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def cpu_has_native_bf16():

@@ -22,7 +22,7 @@ from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
-from test_distributed_cli import free_port  # noqa: E402
+from fixtures import free_port  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"

@@ -5,7 +5,6 @@ measured on the GPU machine (scripts/gpu.sh); here the output is checked.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -120,16 +119,18 @@ class BenchModel(unittest.TestCase):
         self.assertGreater(j["decode_ms"], 0)
         self.assertGreater(j["images_per_s"], 0)
 
-    def test_data_parallel_scaling_against_one_process(self):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = str(sock.getsockname()[1])
-        r = run([BIN, "bench", "train", *SMALL, "--batch-sizes", "8", "--nproc-per-node", "2", "--master-port", port,
-                 "--bucket-mb", "0.1", "--json", self.path("dp.json")])
+    def scaling(self, nproc):
+        """`bench train --nproc-per-node NPROC` at batch 8: its output and its JSON row."""
+        json_path = self.path("dp%d.json" % nproc)
+        r = run([BIN, "bench", "train", *SMALL, "--batch-sizes", "8", "--nproc-per-node", str(nproc),
+                 "--master-port", str(fixtures.free_port()), "--bucket-mb", "0.1", "--json", json_path])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("2 processes (data-parallel) vs 1", r.stdout)
         self.assertRegex(r.stdout, r"\| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \|")
-        row = json.load(open(self.path("dp.json")))["rows"][0]
+        return r.stdout, json.load(open(json_path))["rows"][0]
+
+    def test_data_parallel_scaling_against_one_process(self):
+        out, row = self.scaling(2)
+        self.assertIn("2 processes (data-parallel) vs 1", out)
         self.assertEqual(row["processes"], 2)
         # The total is both processes' images/s, and the efficiency compares it with two lone processes.
         self.assertGreater(row["total_images_per_s"], row["images_per_s"])
@@ -139,6 +140,15 @@ class BenchModel(unittest.TestCase):
         # cross the wire each step, in several 0.1 MiB buckets.
         self.assertGreater(row["allreduce_mb"], 142392 * 4 / 2**20)
         self.assertLess(row["allreduce_mb"], 142392 * 4 / 2**20 + 0.02)
+        self.assertGreaterEqual(row["buckets"], 3)
+
+    def test_one_process_data_parallel_all_reduces_against_the_lone_process(self):
+        # `--nproc-per-node 1` (scripts/gpu.sh's one-process NCCL run) goes through the process group and its
+        # all-reduce; it is not the lone process run twice (the first GPU run's row had 0 buckets).
+        out, row = self.scaling(1)
+        self.assertIn("1 process (data-parallel) vs 1", out)
+        self.assertEqual(row["processes"], 1)
+        self.assertGreater(row["allreduce_mb"], 142392 * 4 / 2**20)
         self.assertGreaterEqual(row["buckets"], 3)
 
     def test_infer_latency_percentiles(self):

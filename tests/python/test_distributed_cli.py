@@ -17,6 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
+from fixtures import free_port  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -24,12 +25,6 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 # exactly as the single process does, and the runs must agree to the bit.
 RUN = ["--recipe", "fashion-mnist-resnet8", "--max-train-images", "1024", "--max-val-images", "201",
        "--epochs", "1", "--warmup", "0", "--batch-size", "32", "--print-freq", "2"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env1(**extra):

@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,12 +20,7 @@ ENV = dict(os.environ, PYTHONPATH=os.environ["CONVNETS_PYTHONPATH"])
 THREADS = os.environ.get("OMP_NUM_THREADS", "2")
 sys.path.insert(0, os.environ["CONVNETS_PYTHONPATH"])
 import convnets  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from fixtures import free_port  # noqa: E402
 
 
 def run(args, launcher=None):

@@ -94,8 +94,10 @@ class Failures(unittest.TestCase):
             # An interpreter whose PyTorch peer breaks: convnets' own steps must still run and pass.
             python = os.path.join(out, "python")
             with open(python, "w") as f:
-                f.write('#!/bin/sh\ncase "$*" in *torch_peer.py*) echo "peer broke" >&2; exit 3;; esac\n'
-                        'exec "%s" "$@"\n' % sys.executable)
+                # ... and its GPUNet reference crashes, as the module did on the GPU machine.
+                f.write('#!/bin/sh\ncase "$*" in *torch_peer.py*) echo "peer broke" >&2; exit 3;;\n'
+                        '*gpunet_reference.py*) exec "%s" -c "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)";;'
+                        '\nesac\nexec "%s" "$@"\n' % (sys.executable, sys.executable))
             os.chmod(python, 0o755)
             r = gpu_sh(out, "run", "--dry", "infer", python=python)
             text = summary(out)
@@ -109,8 +111,12 @@ class Failures(unittest.TestCase):
             # The comparisons that need the peer's figures fail too, rather than print half a table.
             self.assertRegex(text, r"\nFAIL infer/compare-infer-amp ")
             self.assertRegex(text, r"\nFAIL infer/compare-infer-folded ")
-            self.assertRegex(text, r"== stage infer: 3 failed")
-            self.assertRegex(text, r"== gpu\.sh run infer: \d+ passed, 3 failed")
+            # A crash names its native frames (scripts/crash-frames.c; the GPU machine has no gdb).
+            self.assertRegex(text, r"\nFAIL infer/eager-gpunet-0 \(exit 139, ")
+            self.assertIn("    native frames of the crash (scripts/crash-frames.c):", text)
+            self.assertRegex(text, r"\n      crash-frames\.so 0x[0-9a-f]+ print_frames\n")
+            self.assertRegex(text, r"== stage infer: 5 failed")
+            self.assertRegex(text, r"== gpu\.sh run infer: \d+ passed, 5 failed")
 
     def test_an_unknown_stage_is_refused_by_name(self):
         with tempfile.TemporaryDirectory(prefix="gpu-usage-") as out:
