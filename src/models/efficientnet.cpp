@@ -1,9 +1,10 @@
 #include "models/efficientnet.h"
 
 #include "core/error.h"
-#include "models/gpunet.h"  // gpunet_make_divisible (timm's make_divisible), drop_path (timm's)
+#include "models/gpunet_def.h"  // gpunet_make_divisible (timm's make_divisible)
 #include "models/graph.h"
 #include "models/layers.h"
+#include "models/mobile_blocks.h"
 
 #include <torch/torch.h>
 
@@ -119,33 +120,11 @@ Conv2dSame conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t 
   return Conv2dSame(nn::Conv2dOptions(in, out, k).stride(stride).groups(groups).bias(false));
 }
 
-BatchNorm2d bn(std::int64_t c) { return BatchNorm2d(nn::BatchNormOptions(c).eps(kBnEps)); }
+BatchNorm2d bn(std::int64_t c) { return blocks::batch_norm(c, kBnEps); }
 
-// timm's SqueezeExcite (efficientnet_blocks.py): the spatial mean, a 1x1 conv
-// with bias to `reduced` channels, the block's activation (SiLU), a 1x1 conv
-// back, a sigmoid gate on x.
-class SqueezeExciteImpl : public nn::Module {
- public:
-  SqueezeExciteImpl(std::int64_t channels, std::int64_t reduced) {
-    // Plain nn.Conv2d in timm (1x1 on a 1x1 map: no padding to speak of).
-    conv_reduce_ = register_module("conv_reduce", layers::Conv2d(nn::Conv2dOptions(channels, reduced, 1).bias(true)));
-    conv_expand_ = register_module("conv_expand", layers::Conv2d(nn::Conv2dOptions(reduced, channels, 1).bias(true)));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto s = x.mean({2, 3}, /*keepdim=*/true);
-    s = conv_expand_(torch::silu(conv_reduce_(s)));
-    return x * torch::sigmoid(s);
-  }
-  Value emit(GraphEmitter& g, const Value& x, const std::string& name) {
-    auto s = g.conv(g.global_avg_pool(x), *conv_reduce_, name + ".conv_reduce");
-    s = g.conv(g.silu(s), *conv_expand_, name + ".conv_expand");
-    return g.mul(x, g.sigmoid(s));
-  }
-
- private:
-  layers::Conv2d conv_reduce_{nullptr}, conv_expand_{nullptr};
-};
-TORCH_MODULE(SqueezeExcite);
+using blocks::Act;
+using blocks::BlockImpl;
+using blocks::SqueezeExcite;
 
 // The SE width. timm's builder (se_from_exp=False) divides se_ratio by the
 // expansion and SqueezeExcite takes round(mid x ratio) with Python's round
@@ -154,15 +133,6 @@ TORCH_MODULE(SqueezeExcite);
 std::int64_t se_channels(std::int64_t mid, double se_ratio, double expansion) {
   return static_cast<std::int64_t>(std::nearbyint(static_cast<double>(mid) * (se_ratio / expansion)));
 }
-
-class BlockImpl : public nn::Module {
- public:
-  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
-  // forward() in eval mode as graph ops; `name` is the block's state_dict path.
-  virtual Value emit(GraphEmitter& g, const Value& x, const std::string& name) = 0;
-  // The BN whose output the residual adds (zero_init_residual), or null.
-  virtual BatchNorm2d residual_bn() = 0;
-};
 
 // timm's DepthwiseSeparableConv ("ds", MobileNet-V1's block with SE): k x k
 // depthwise conv, BN, SiLU, SE, 1x1 conv, BN with no activation after it
@@ -174,7 +144,7 @@ class DepthwiseSeparableImpl : public BlockImpl {
       : residual_(stride == 1 && in == out), drop_path_(drop_path_rate) {
     conv_dw_ = register_module("conv_dw", conv(in, in, s.kernel, stride, in));
     bn1_ = register_module("bn1", bn(in));
-    if (s.se_ratio > 0) se_ = register_module("se", SqueezeExcite(in, se_channels(in, s.se_ratio, 1.0)));
+    if (s.se_ratio > 0) se_ = register_module("se", SqueezeExcite(in, se_channels(in, s.se_ratio, 1.0), Act::SiLU));
     conv_pw_ = register_module("conv_pw", conv(in, out, 1));
     bn2_ = register_module("bn2", bn(out));
   }
@@ -182,7 +152,7 @@ class DepthwiseSeparableImpl : public BlockImpl {
     auto y = torch::silu(bn1_(conv_dw_(x)));
     if (se_) y = se_(y);
     y = bn2_(conv_pw_(y));
-    return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
+    return residual_ ? blocks::drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
     auto y = g.silu(g.conv_bn(x, *conv_dw_, name + ".conv_dw", *bn1_, name + ".bn1"));
@@ -200,47 +170,23 @@ class DepthwiseSeparableImpl : public BlockImpl {
   SqueezeExcite se_{nullptr};
 };
 
-// timm's InvertedResidual (MBConv, Sandler et al. 2018, with SE): 1x1
-// expansion to make_divisible(in x e), BN, SiLU, k x k depthwise conv with the
-// stage's stride, BN, SiLU, SE, 1x1 linear projection, BN, the skip when
-// stride 1 and in == out.
-class InvertedResidualImpl : public BlockImpl {
- public:
-  InvertedResidualImpl(std::int64_t in, std::int64_t out, const EfficientNetStage& s, std::int64_t stride,
-                       double drop_path_rate)
-      : residual_(stride == 1 && in == out), drop_path_(drop_path_rate) {
-    const std::int64_t mid = gpunet_make_divisible(static_cast<double>(in) * s.expansion);
-    conv_pw_ = register_module("conv_pw", conv(in, mid, 1));
-    bn1_ = register_module("bn1", bn(mid));
-    conv_dw_ = register_module("conv_dw", conv(mid, mid, s.kernel, stride, mid));
-    bn2_ = register_module("bn2", bn(mid));
-    if (s.se_ratio > 0) se_ = register_module("se", SqueezeExcite(mid, se_channels(mid, s.se_ratio, s.expansion)));
-    conv_pwl_ = register_module("conv_pwl", conv(mid, out, 1));
-    bn3_ = register_module("bn3", bn(out));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = torch::silu(bn1_(conv_pw_(x)));
-    y = torch::silu(bn2_(conv_dw_(y)));
-    if (se_) y = se_(y);
-    y = bn3_(conv_pwl_(y));
-    return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
-  }
-  Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
-    auto y = g.silu(g.conv_bn(x, *conv_pw_, name + ".conv_pw", *bn1_, name + ".bn1"));
-    y = g.silu(g.conv_bn(y, *conv_dw_, name + ".conv_dw", *bn2_, name + ".bn2"));
-    if (se_) y = se_->emit(g, y, name + ".se");
-    y = g.conv_bn(y, *conv_pwl_, name + ".conv_pwl", *bn3_, name + ".bn3");
-    return residual_ ? g.add(y, x) : y;
-  }
-  BatchNorm2d residual_bn() override { return residual_ ? bn3_ : BatchNorm2d{nullptr}; }
-
- private:
-  bool residual_;
-  double drop_path_;
-  Conv2dSame conv_pw_{nullptr}, conv_dw_{nullptr}, conv_pwl_{nullptr};
-  BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
-  SqueezeExcite se_{nullptr};
-};
+// timm's InvertedResidual (blocks::InvertedResidualImpl) with SiLU, TF's BN
+// eps and "SAME"-padded convs.
+std::shared_ptr<BlockImpl> inverted_residual(std::int64_t in, std::int64_t out, const EfficientNetStage& s,
+                                             std::int64_t stride, double drop_path_rate) {
+  blocks::InvertedResidualOptions o;
+  o.in = in, o.out = out;
+  o.mid = gpunet_make_divisible(static_cast<double>(in) * s.expansion);
+  o.kernel = s.kernel, o.stride = stride;
+  o.se_channels = s.se_ratio > 0 ? se_channels(o.mid, s.se_ratio, s.expansion) : 0;
+  o.act = Act::SiLU;
+  o.bn_eps = kBnEps;
+  o.drop_path = drop_path_rate;
+  return std::make_shared<blocks::InvertedResidualImpl<Conv2dSame>>(
+      o, [](std::int64_t i, std::int64_t c, std::int64_t k, std::int64_t st, std::int64_t groups) {
+        return conv(i, c, k, st, groups);
+      });
+}
 
 // timm's _init_weight_goog (TF's EfficientNet init): conv weights
 // N(0, sqrt(2 / fan_out)) with fan_out = k x k x out / groups, conv biases 0,
@@ -289,7 +235,7 @@ class EfficientNetImpl : public NetworkImpl {
         if (s.type == "ds") {
           block = std::make_shared<DepthwiseSeparableImpl>(in, s.channels, s, stride, rate);
         } else {
-          block = std::make_shared<InvertedResidualImpl>(in, s.channels, s, stride, rate);
+          block = inverted_residual(in, s.channels, s, stride, rate);
         }
         if (rate > 0 && stride == 1 && in == s.channels) random_ = true;
         stage->register_module(std::to_string(j), block);

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "models/graph.h"
 #include "models/layers.h"
+#include "models/mobile_blocks.h"
 
 #include <torch/torch.h>
 
@@ -26,20 +27,14 @@ Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stri
   return Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).groups(groups).bias(bias));
 }
 
-BatchNorm2d bn(std::int64_t c, double eps) { return BatchNorm2d(nn::BatchNormOptions(c).eps(eps)); }
+using blocks::Act;
+using blocks::batch_norm;
+using blocks::BlockImpl;
+using blocks::emit_activation;
+using blocks::SqueezeExcite;
+using blocks::Value;
 
-torch::Tensor activate(const torch::Tensor& x, bool swish) { return swish ? torch::silu(x) : torch::relu(x); }
-
-using Value = GraphEmitter::Value;
-
-Value emit_activation(GraphEmitter& g, const Value& x, bool swish) { return swish ? g.silu(x) : g.relu(x); }
-
-class BlockImpl : public nn::Module {
- public:
-  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
-  // forward() in eval mode as graph ops; `name` is the block's state_dict path.
-  virtual Value emit(GraphEmitter& g, const Value& x, const std::string& name) = 0;
-};
+Act act_of(const GpunetLayer& l) { return l.act == "swish" ? Act::SiLU : Act::ReLU; }
 
 // A Sequential of convs, BNs and stateless layers under `net` or `body`:
 // DLE's Prologue/PrologueD/PrologueLargeD/Epilogue/EpilogueD and the distill
@@ -65,87 +60,39 @@ class SequentialBlockImpl : public BlockImpl {
 
 class ConvBnActImpl : public BlockImpl {
  public:
-  ConvBnActImpl(const GpunetLayer& l, std::int64_t pad) : swish_(l.act == "swish") {
+  ConvBnActImpl(const GpunetLayer& l, std::int64_t pad) : act_(act_of(l)) {
     conv_ = register_module("conv", conv(l.num_in_channels, l.num_out_channels, l.kernel_size, l.stride, pad));
-    bn1_ = register_module("bn1", bn(l.num_out_channels, kBnEpsPlain));
+    bn1_ = register_module("bn1", batch_norm(l.num_out_channels, kBnEpsPlain));
   }
-  torch::Tensor forward(const torch::Tensor& x) override { return activate(bn1_(conv_(x)), swish_); }
+  torch::Tensor forward(const torch::Tensor& x) override { return blocks::activate(bn1_(conv_(x)), act_); }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
-    return emit_activation(g, g.conv_bn(x, *conv_, name + ".conv", *bn1_, name + ".bn1"), swish_);
+    return emit_activation(g, g.conv_bn(x, *conv_, name + ".conv", *bn1_, name + ".bn1"), act_);
   }
 
  private:
-  bool swish_;
+  Act act_;
   Conv2d conv_{nullptr};
   BatchNorm2d bn1_{nullptr};
 };
 
-// timm's SqueezeExcite as DLE configures it: 1x1 convs with bias on the
-// spatial mean, the block's activation, a sigmoid gate.
-class SqueezeExciteImpl : public nn::Module {
- public:
-  SqueezeExciteImpl(std::int64_t channels, std::int64_t reduced, bool swish) : swish_(swish) {
-    conv_reduce_ = register_module("conv_reduce", conv(channels, reduced, 1, 1, 0, 1, /*bias=*/true));
-    conv_expand_ = register_module("conv_expand", conv(reduced, channels, 1, 1, 0, 1, /*bias=*/true));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    auto s = x.mean({2, 3}, /*keepdim=*/true);
-    s = conv_expand_(activate(conv_reduce_(s), swish_));
-    return x * torch::sigmoid(s);
-  }
-  Value emit(GraphEmitter& g, const Value& x, const std::string& name) {
-    auto s = g.conv(g.global_avg_pool(x), *conv_reduce_, name + ".conv_reduce");
-    s = g.conv(emit_activation(g, s, swish_), *conv_expand_, name + ".conv_expand");
-    return g.mul(x, g.sigmoid(s));
-  }
-
- private:
-  bool swish_;
-  Conv2d conv_reduce_{nullptr}, conv_expand_{nullptr};
-};
-TORCH_MODULE(SqueezeExcite);
-
-// SE width from the expanded tensor, as DLE passes se_ratio = 0.25 / expansion
-// to timm: Python's round(), i.e. ties to even.
-// MBConv (Sandler et al. 2018) with optional SE (Hu et al. 2018): timm's InvertedResidual.
-class InvertedResidualImpl : public BlockImpl {
- public:
-  InvertedResidualImpl(const GpunetLayer& l, double drop_path_rate)
-      : swish_(l.act == "swish"),
-        residual_(l.stride == 1 && l.num_in_channels == l.num_out_channels),
-        drop_path_(drop_path_rate) {
-    const std::int64_t mid = gpunet_make_divisible(static_cast<double>(l.num_in_channels) * l.expansion);
-    const std::int64_t pad = gpunet_spatial(l, false).padding;
-    conv_pw_ = register_module("conv_pw", conv(l.num_in_channels, mid, 1, 1, 0));
-    bn1_ = register_module("bn1", bn(mid, kBnEpsPlain));
-    conv_dw_ = register_module("conv_dw", conv(mid, mid, l.kernel_size, l.stride, pad, mid));
-    bn2_ = register_module("bn2", bn(mid, kBnEpsPlain));
-    if (l.use_se) se_ = register_module("se", SqueezeExcite(mid, gpunet_se_width(mid, l.expansion), swish_));
-    conv_pwl_ = register_module("conv_pwl", conv(mid, l.num_out_channels, 1, 1, 0));
-    bn3_ = register_module("bn3", bn(l.num_out_channels, kBnEpsPlain));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = activate(bn1_(conv_pw_(x)), swish_);
-    y = activate(bn2_(conv_dw_(y)), swish_);
-    if (se_) y = se_(y);
-    y = bn3_(conv_pwl_(y));
-    return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
-  }
-  Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
-    auto y = emit_activation(g, g.conv_bn(x, *conv_pw_, name + ".conv_pw", *bn1_, name + ".bn1"), swish_);
-    y = emit_activation(g, g.conv_bn(y, *conv_dw_, name + ".conv_dw", *bn2_, name + ".bn2"), swish_);
-    if (se_) y = se_->emit(g, y, name + ".se");
-    y = g.conv_bn(y, *conv_pwl_, name + ".conv_pwl", *bn3_, name + ".bn3");
-    return residual_ ? g.add(y, x) : y;
-  }
-
- private:
-  bool swish_, residual_;
-  double drop_path_;
-  Conv2d conv_pw_{nullptr}, conv_dw_{nullptr}, conv_pwl_{nullptr};
-  BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
-  SqueezeExcite se_{nullptr};
-};
+// MBConv with optional SE (blocks::InvertedResidualImpl, timm's InvertedResidual)
+// with DLE's explicit padding on the depthwise conv; the SE width from the
+// expanded tensor, as DLE passes se_ratio = 0.25 / expansion to timm.
+std::shared_ptr<BlockImpl> inverted_residual(const GpunetLayer& l, double drop_path_rate) {
+  blocks::InvertedResidualOptions o;
+  o.in = l.num_in_channels, o.out = l.num_out_channels;
+  o.mid = gpunet_make_divisible(static_cast<double>(l.num_in_channels) * l.expansion);
+  o.kernel = l.kernel_size, o.stride = l.stride;
+  o.se_channels = l.use_se ? gpunet_se_width(o.mid, l.expansion) : 0;
+  o.act = act_of(l);
+  o.bn_eps = kBnEpsPlain;
+  o.drop_path = drop_path_rate;
+  const std::int64_t pad = gpunet_spatial(l, false).padding;
+  return std::make_shared<blocks::InvertedResidualImpl<Conv2d>>(
+      o, [pad](std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride, std::int64_t groups) {
+        return conv(in, out, k, stride, k == 1 ? 0 : pad, groups);
+      });
+}
 
 // FusedMBConv (Gupta & Tan 2019, EfficientNet-EdgeTPU): timm's EdgeResidual.
 // DLE asks for TF "same" padding on the k x k conv but its helper builds a
@@ -153,32 +100,33 @@ class InvertedResidualImpl : public BlockImpl {
 class EdgeResidualImpl : public BlockImpl {
  public:
   EdgeResidualImpl(const GpunetLayer& l, double drop_path_rate)
-      : swish_(l.act == "swish"),
+      : act_(act_of(l)),
         residual_(l.stride == 1 && l.num_in_channels == l.num_out_channels),
         drop_path_(drop_path_rate) {
     const std::int64_t mid = gpunet_make_divisible(static_cast<double>(l.num_in_channels) * l.expansion);
     const std::int64_t pad = gpunet_spatial(l, false).padding;
     conv_exp_ = register_module("conv_exp", conv(l.num_in_channels, mid, l.kernel_size, l.stride, pad));
-    bn1_ = register_module("bn1", bn(mid, kBnEpsPlain));
-    if (l.use_se) se_ = register_module("se", SqueezeExcite(mid, gpunet_se_width(mid, l.expansion), swish_));
+    bn1_ = register_module("bn1", batch_norm(mid, kBnEpsPlain));
+    if (l.use_se) se_ = register_module("se", SqueezeExcite(mid, gpunet_se_width(mid, l.expansion), act_));
     conv_pwl_ = register_module("conv_pwl", conv(mid, l.num_out_channels, 1, 1, 0));
-    bn2_ = register_module("bn2", bn(l.num_out_channels, kBnEpsPlain));
+    bn2_ = register_module("bn2", batch_norm(l.num_out_channels, kBnEpsPlain));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = activate(bn1_(conv_exp_(x)), swish_);
+    auto y = blocks::activate(bn1_(conv_exp_(x)), act_);
     if (se_) y = se_(y);
     y = bn2_(conv_pwl_(y));
-    return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
+    return residual_ ? blocks::drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
-    auto y = emit_activation(g, g.conv_bn(x, *conv_exp_, name + ".conv_exp", *bn1_, name + ".bn1"), swish_);
+    auto y = emit_activation(g, g.conv_bn(x, *conv_exp_, name + ".conv_exp", *bn1_, name + ".bn1"), act_);
     if (se_) y = se_->emit(g, y, name + ".se");
     y = g.conv_bn(y, *conv_pwl_, name + ".conv_pwl", *bn2_, name + ".bn2");
     return residual_ ? g.add(y, x) : y;
   }
 
  private:
-  bool swish_, residual_;
+  Act act_;
+  bool residual_;
   double drop_path_;
   Conv2d conv_exp_{nullptr}, conv_pwl_{nullptr};
   BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
@@ -199,12 +147,12 @@ std::shared_ptr<BlockImpl> make_block(const GpunetDefinition& d, const GpunetLay
     const bool swish = !d.distill && l.act != "relu";  // non-distill default: swish
     nn::Sequential s;
     s->push_back(conv(in, out, 3, 2, 1));
-    s->push_back(bn(out, eps));
+    s->push_back(batch_norm(out, eps));
     s->push_back(activation_module(swish));
     if (t == "head_large") {
       for (int i = 0; i < 2; ++i) {
         s->push_back(conv(out, out, 3, 1, 1));
-        s->push_back(bn(out, eps));
+        s->push_back(batch_norm(out, eps));
         s->push_back(nn::ReLU());
       }
     }
@@ -214,7 +162,7 @@ std::shared_ptr<BlockImpl> make_block(const GpunetDefinition& d, const GpunetLay
     nn::Sequential s;
     const std::int64_t wide = d.distill ? 1152 : out;  // DLE's EpilogueD hard-codes 1152
     s->push_back(conv(in, wide, 1, 1, 0));
-    s->push_back(bn(wide, eps));
+    s->push_back(batch_norm(wide, eps));
     s->push_back(nn::ReLU());
     s->push_back(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1})));
     if (d.distill) {
@@ -228,7 +176,7 @@ std::shared_ptr<BlockImpl> make_block(const GpunetDefinition& d, const GpunetLay
   }
   if (!d.distill) {
     if (t == "conv") return std::make_shared<ConvBnActImpl>(l, gpunet_spatial(l, false).padding);
-    if (t == "irb") return std::make_shared<InvertedResidualImpl>(l, drop_path_rate);
+    if (t == "irb") return inverted_residual(l, drop_path_rate);
     return std::make_shared<EdgeResidualImpl>(l, drop_path_rate);
   }
   const std::int64_t mid = in * static_cast<std::int64_t>(l.expansion);
@@ -236,19 +184,19 @@ std::shared_ptr<BlockImpl> make_block(const GpunetDefinition& d, const GpunetLay
   nn::Sequential s;
   if (t == "irb") {
     s->push_back(conv(in, mid, 1, 1, 0, l.groups));
-    s->push_back(bn(mid, eps));
+    s->push_back(batch_norm(mid, eps));
     s->push_back(nn::ReLU());
     s->push_back(conv(mid, mid, k, l.stride, pad, mid));
-    s->push_back(bn(mid, eps));
+    s->push_back(batch_norm(mid, eps));
     s->push_back(nn::ReLU());
     s->push_back(conv(mid, out, 1, 1, 0, l.groups));
-    s->push_back(bn(out, eps));
+    s->push_back(batch_norm(out, eps));
   } else {  // distill fused_irb: padded, BN eps 1e-3, groups unused (as DLE)
     s->push_back(conv(in, mid, k, l.stride, pad));
-    s->push_back(bn(mid, kBnEpsPlain));
+    s->push_back(batch_norm(mid, kBnEpsPlain));
     s->push_back(nn::ReLU());
     s->push_back(conv(mid, out, 1, 1, 0));
-    s->push_back(bn(out, kBnEpsPlain));
+    s->push_back(batch_norm(out, kBnEpsPlain));
   }
   return std::make_shared<SequentialBlockImpl>("body", s, residual);
 }
@@ -314,13 +262,6 @@ std::vector<double> gpunet_drop_path_rates(const GpunetDefinition& d, double dro
     rates.push_back(d.distill ? 0.0 : drop_path * static_cast<double>(i + 1) / last);
   }
   return rates;
-}
-
-torch::Tensor drop_path(const torch::Tensor& branch, double p, bool training) {
-  if (!training || p <= 0) return branch;
-  const double keep = 1.0 - p;
-  auto mask = torch::empty({branch.size(0), 1, 1, 1}, branch.options()).bernoulli_(keep).div_(keep);
-  return branch * mask;
 }
 
 Network make_gpunet(const GpunetDefinition& d, const ModelOptions& options) {

@@ -27,11 +27,6 @@ Network make_gpunet(const GpunetDefinition& d, const ModelOptions& options);
 // for distill=true, whose blocks take none.
 std::vector<double> gpunet_drop_path_rates(const GpunetDefinition& d, double drop_path);
 
-// Stochastic depth as timm's drop_path: in training, each sample's `branch`
-// is zeroed with probability p and the survivors scaled by 1 / (1 - p), so
-// the expectation is unchanged; the identity in eval or at p = 0.
-torch::Tensor drop_path(const torch::Tensor& branch, double p, bool training);
-
 }  // namespace convnets
 
 namespace convnets {
