@@ -1,13 +1,13 @@
 // The CUDA build on a machine without a GPU: what it links, how it picks the device, and what it refuses, naming the flag.
-#include "core/cpu_features.h"
 #include "core/compat.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "distributed/env.h"
 #include "distributed/group.h"
 #include "kernels/normalize.h"
 #include "models/registry.h"
+#include "runtime/runtime.h"
 #include "train/graph_step.h"
-#include "train/runtime.h"
 #include "train/sgd.h"
 
 #include <ATen/Context.h>
@@ -59,20 +59,20 @@ TEST(CudaBuild, OurKernelsReachTheCudaRuntimeAndReportItsError) {
 TEST(CudaBuild, DeviceSelectionFallsBackToTheCpuAndRefusesWhatNeedsAGpu) {
   SKIP_WITH_CUDA();
   EXPECT_FALSE(at::globalContext().hasCUDA());
-  const auto rt = train::resolve_runtime("auto", "fp32", "nhwc");
+  const auto rt = runtime::resolve_runtime("auto", "fp32", "nhwc");
   EXPECT_TRUE(rt.device.is_cpu());
   EXPECT_EQ(rt.autocast, c10::kFloat);
-  const auto cuda = error_of([] { train::resolve_runtime("cuda", "fp32", "nhwc"); });
+  const auto cuda = error_of([] { runtime::resolve_runtime("cuda", "fp32", "nhwc"); });
   EXPECT_NE(cuda.find("--device cuda: no CUDA device is available"), std::string::npos) << cuda;
   for (const std::string p : {"amp", "tf32"}) {
-    const auto e = error_of([&] { train::resolve_runtime("auto", p, "nhwc"); });
+    const auto e = error_of([&] { runtime::resolve_runtime("auto", p, "nhwc"); });
     EXPECT_NE(e.find("--precision " + p + " needs a CUDA GPU"), std::string::npos) << e;
   }
   // bf16 is LibTorch's CPU autocast where the CPU has native bf16, refused (naming the instructions) elsewhere.
   if (cpu_has_native_bf16()) {
-    EXPECT_EQ(train::resolve_runtime("auto", "bf16", "nhwc").autocast, c10::kBFloat16);
+    EXPECT_EQ(runtime::resolve_runtime("auto", "bf16", "nhwc").autocast, c10::kBFloat16);
   } else {
-    const auto e = error_of([] { train::resolve_runtime("auto", "bf16", "nhwc"); });
+    const auto e = error_of([] { runtime::resolve_runtime("auto", "bf16", "nhwc"); });
     EXPECT_NE(e.find("AVX512_BF16 or AMX-BF16"), std::string::npos) << e;
   }
 }

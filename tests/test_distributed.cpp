@@ -77,7 +77,7 @@ Batches make_batches(int steps, int global_batch) {
 constexpr double kLr = 0.2;
 const train::SgdOptions kSgd{0.875, false, 1e-3, false};  // weight decay on, as the bar asks
 
-train::StepOptions step_options(train::GradientSync* sync) {
+train::StepOptions step_options(runtime::GradientSync* sync) {
   train::StepOptions o;
   o.label_smoothing = 0.1;
   o.sync = sync;

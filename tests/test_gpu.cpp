@@ -1,9 +1,9 @@
 // The CUDA training path against the CPU: fp32 step equality, amp/bf16 loss curves, the normalisation kernel, graph replay. Each skips without a GPU.
 #include "data/loader.h"
 #include "models/registry.h"
+#include "runtime/runtime.h"
 #include "train/graph_step.h"
 #include "train/loss_scale.h"
-#include "train/runtime.h"
 #include "train/sgd.h"
 #include "train/step.h"
 
@@ -17,6 +17,11 @@
 
 namespace convnets::train {
 namespace {
+
+using runtime::Runtime;
+using runtime::network_input;
+using runtime::prepare_model;
+using runtime::resolve_runtime;
 
 #define SKIP_WITHOUT_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: this check runs on the GPU machine (scripts/gpu.sh)"

@@ -4,8 +4,8 @@
 #include "models/registry.h"
 #include "quant/eager.h"
 #include "quant/qdq.h"
-#include "train/evaluate.h"
-#include "train/runtime.h"
+#include "runtime/evaluate.h"
+#include "runtime/runtime.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -138,8 +138,8 @@ TEST(Quant, CalibratedFakeQuantizedNetworkIsCloseTrainsAndFitsOnlyItsNetwork) {
   lo.batch_size = 8;
   lo.workers = 0;
   lo.max_image_pixels = 0;
-  const auto loader = train::make_eval_loader(data::open_dataset("synthetic:16", "train"), pre, lo);
-  const train::Runtime rt;
+  const auto loader = runtime::make_eval_loader(data::open_dataset("synthetic:16", "train"), pre, lo);
+  const runtime::Runtime rt;
   auto plan = std::make_shared<quant::Plan>(
       quant::calibrate(*net, *loader, rt, pre, quant::Activations::UInt8, quant::Method::Percentile, false,
                       quant::Silu::Ops, ""));

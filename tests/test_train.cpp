@@ -3,9 +3,9 @@
 #include "io/state_dict.h"
 #include "models/registry.h"
 #include "report/report.h"
+#include "runtime/evaluate.h"
 #include "train/config.h"
 #include "train/ema.h"
-#include "train/evaluate.h"
 #include "train/graph_step.h"
 #include "train/loss_scale.h"
 #include "train/schedule.h"
@@ -21,6 +21,9 @@
 
 namespace convnets::train {
 namespace {
+
+using runtime::FlatParameters;
+using runtime::percentile;
 
 ScheduleOptions schedule(const std::string& kind) {
   ScheduleOptions o;

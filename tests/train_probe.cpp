@@ -11,7 +11,7 @@
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "models/registry.h"
-#include "train/runtime.h"
+#include "runtime/runtime.h"
 #include "train/schedule.h"
 #include "train/sgd.h"
 #include "train/step.h"
@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
       if (k.rfind("model.", 0) == 0) weights.tensors.emplace_back(k.substr(6), t);
     }
     load_state_dict(*model, weights, argv[1]);
-    const auto rt = train::resolve_runtime("cpu", "fp32", p.at("memory_format").get<std::string>());
-    train::prepare_model(*model, rt);
+    const auto rt = runtime::resolve_runtime("cpu", "fp32", p.at("memory_format").get<std::string>());
+    runtime::prepare_model(*model, rt);
     train::Sgd sgd(*model, {p.at("momentum").get<double>(), p.at("nesterov").get<bool>(),
                             p.at("weight_decay").get<double>(), p.at("bn_weight_decay").get<bool>()});
     const auto& s = p.at("schedule");

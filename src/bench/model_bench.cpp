@@ -10,7 +10,7 @@
 #include "distributed/grad_sync.h"
 #include "models/graph.h"
 #include "models/registry.h"
-#include "train/evaluate.h"
+#include "runtime/evaluate.h"
 #include "train/graph_step.h"
 #include "train/loss_scale.h"
 #include "train/sgd.h"
@@ -101,7 +101,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     ModelOptions mo;
     mo.num_classes = o.num_classes;
     model = build_model(*arch, mo);
-    train::prepare_model(*model, rt);
+    runtime::prepare_model(*model, rt);
     if (!o.train && o.fold_bn) fold_batchnorm(*model);
   }
   const auto device_opts = torch::TensorOptions().device(rt.device);
@@ -110,7 +110,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   const auto images = torch::randint(0, 256, {batch, pre.input_size, pre.input_size, 3}, device_opts.dtype(torch::kByte));
   const auto labels = torch::randint(0, o.num_classes, {batch}, device_opts.dtype(torch::kLong));
   std::optional<FileInput> files;
-  if (backend != "synthetic") files.emplace(o, batch, pre.input_size, train::use_device_decode(backend, rt));
+  if (backend != "synthetic") files.emplace(o, batch, pre.input_size, runtime::use_device_decode(backend, rt));
 
   BenchRow row;
   row.batch = batch;
@@ -151,14 +151,14 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     row.cuda_graph = stepper.graphed();
     auto iteration = [&] {
       if (!files) {
-        std::vector<train::MicroBatch> micro{{train::network_input(images, pre, rt), labels, {}}};
+        std::vector<train::MicroBatch> micro{{runtime::network_input(images, pre, rt), labels, {}}};
         stepper.run(micro, 0.1, 0);
         return;
       }
       const auto t0 = Clock::now();
       const data::Batch b = files->next();
       const auto t1 = Clock::now();
-      std::vector<train::MicroBatch> micro{{train::batch_input(b, pre, rt), b.labels.to(rt.device, true), {}}};
+      std::vector<train::MicroBatch> micro{{runtime::batch_input(b, pre, rt), b.labels.to(rt.device, true), {}}};
       const auto t2 = Clock::now();
       stepper.run(micro, 0.1, 0);
       files->wait_s += std::chrono::duration<double>(t1 - t0).count();
@@ -185,7 +185,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
         const data::Batch b = files->next();
         synchronize(rt.device);
         const auto t0 = Clock::now();
-        const at::Tensor x = train::batch_input(b, pre, rt);
+        const at::Tensor x = runtime::batch_input(b, pre, rt);
         synchronize(rt.device);
         device_s += std::chrono::duration<double>(Clock::now() - t0).count();
       }
@@ -222,10 +222,10 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     // Latency: each batch from input to logits, synchronised.
     seconds = timed(iteration, true);
     row.mean_ms = seconds * 1e3 / iterations;
-    row.p50_ms = train::percentile(times_ms, 50);
-    row.p90_ms = train::percentile(times_ms, 90);
-    row.p95_ms = train::percentile(times_ms, 95);
-    row.p99_ms = train::percentile(times_ms, 99);
+    row.p50_ms = runtime::percentile(times_ms, 50);
+    row.p90_ms = runtime::percentile(times_ms, 90);
+    row.p95_ms = runtime::percentile(times_ms, 95);
+    row.p99_ms = runtime::percentile(times_ms, 99);
   }
   row.images_per_s = static_cast<double>(batch) * iterations / seconds;
   row.total_images_per_s = row.images_per_s;

@@ -3,7 +3,7 @@
 
 #include "deploy/inference.h"
 #include "distributed/group.h"
-#include "train/runtime.h"
+#include "runtime/runtime.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +16,7 @@ namespace convnets::bench {
 struct ModelBenchOptions {
   std::string arch = "resnet50";
   bool train = true;  // false: inference
-  train::Runtime runtime;
+  runtime::Runtime runtime;
   std::vector<std::int64_t> batch_sizes{256};
   int image_size = 0;  // 0: the arch's own input size
   std::int64_t num_classes = 1000;

@@ -1,9 +1,9 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
+#include "bench/model_bench.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
-#include "core/json.h"
-#include "bench/model_bench.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "data/pipeline.h"
 #include "deploy/engine.h"
 #include "distributed/env.h"
@@ -259,7 +259,7 @@ void run_bench_model(BenchModelArgs& a) {
   const auto role = o.train ? distributed::resolve(a.launch) : distributed::Resolved{};
   if (role.role == distributed::Role::Launcher) return run_scaling(a, role.worker);
   const distributed::WorkerEnv* worker = role.role == distributed::Role::Worker ? &role.worker : nullptr;
-  o.runtime = train::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
+  o.runtime = runtime::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
   if (!o.train) {
     if (a.engines.empty()) throw Error("--engine: expected at least one of auto, torch, openvino");
     o.engines.clear();

@@ -1,11 +1,11 @@
 // `convnets eval`: accuracy, loss, throughput and latency percentiles of a checkpoint on a validation set.
 #include "cli/commands.h"
-#include "core/json.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "deploy/inference.h"
-#include "train/evaluate.h"
+#include "runtime/evaluate.h"
 
 #include <CLI/CLI.hpp>
 
@@ -57,17 +57,17 @@ void run(const EvalArgs& a) {
   lo.workers = a.workers;
   lo.bad_images = a.bad_images;
   lo.max_image_pixels = a.max_image_pixels;
-  const auto loader = train::make_eval_loader(ds, pre, lo);
+  const auto loader = runtime::make_eval_loader(ds, pre, lo);
   if (!a.json) {
     std::cout << "eval: " << arch.name << " from " << a.checkpoint << " on " << ds->description() << '\n'
               << "engine: " << model.describe_engine() << '\n';
   }
   const auto& engine = model.engine();
-  train::EvalForward forward;
+  runtime::EvalForward forward;
   forward.input = [&](const at::Tensor& pixels) { return engine.input(pixels); };
   forward.logits = [&](const at::Tensor& input) { return engine.logits_of_input(input); };
   forward.device = model.runtime().device;
-  const auto r = train::evaluate(forward, *loader, a.top_k, a.json ? "" : "eval", 50);
+  const auto r = runtime::evaluate(forward, *loader, a.top_k, a.json ? "" : "eval", 50);
   if (a.json) {
     auto j = r.to_dllogger("val");
     j["images"] = r.images;

@@ -5,8 +5,8 @@
 #include "io/state_dict.h"
 #include "models/layers.h"
 #include "models/registry.h"
+#include "runtime/checkpoint.h"
 #include "train/asp.h"
-#include "train/checkpoint.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -69,7 +69,7 @@ std::string percent(std::int64_t part, std::int64_t whole) {
 // whether it is 2:4 along its input channels, as sparse tensor cores need.
 void report_sparsity(const ModelsArgs& a) {
   if (a.weights.empty()) throw Error("--sparsity reports on the weights of --weights FILE");
-  const auto ckpt = train::load_checkpoint(a.weights);
+  const auto ckpt = runtime::load_checkpoint(a.weights);
   nlohmann::ordered_json out{{"weights", a.weights}};
   auto section = [&](const std::string& prefix) {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -131,9 +131,9 @@ void run(const ModelsArgs& a) {
   int64_t num_classes = a.num_classes.value_or(1000);  // build_model refuses a given count below 1
   // --weights takes a training checkpoint too: its "model." weights, with the
   // class count it was trained for.
-  std::optional<train::Checkpoint> ckpt;
+  std::optional<runtime::Checkpoint> ckpt;
   if (!a.weights.empty() && !a.arch.empty()) {
-    ckpt = train::load_checkpoint(a.weights);
+    ckpt = runtime::load_checkpoint(a.weights);
     if (ckpt->is_training_checkpoint()) {
       if (!same_architecture(find_architecture(a.arch), ckpt->meta)) {
         throw Error("--arch " + a.arch + " disagrees with --weights " + a.weights + ", a " +
@@ -178,7 +178,7 @@ void run(const ModelsArgs& a) {
   auto info = describe_architecture(arch, *net, num_classes);
   if (!a.weights.empty()) {
     if (ckpt->is_training_checkpoint()) {
-      train::load_weights(*net, *ckpt, "model.", arch.import_key);
+      runtime::load_weights(*net, *ckpt, "model.", arch.import_key);
     } else {
       load_state_dict(*net, ckpt->file, a.weights, arch.import_key);
     }

@@ -1,10 +1,10 @@
 // `convnets train`: recipe + flag overrides -> TrainConfig, resume/fine-tune wiring, then the training run.
 #include "cli/commands.h"
-#include "core/json.h"
 #include "cli/launch.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
+#include "runtime/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -110,9 +110,9 @@ std::vector<std::string> other_checkpoints(const std::string& path) {
 
 // A damaged `last` (a copy cut short, a disk that failed under it) must not
 // leave the user guessing: name what is wrong and the checkpoints that remain.
-train::Checkpoint load_resume_checkpoint(const std::string& path) {
+runtime::Checkpoint load_resume_checkpoint(const std::string& path) {
   try {
-    return train::load_checkpoint(path);
+    return runtime::load_checkpoint(path);
   } catch (const Error& e) {
     const auto others = other_checkpoints(path);
     std::string hint = e.hint().empty() ? "" : e.hint() + "; ";

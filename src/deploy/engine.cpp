@@ -14,7 +14,7 @@ class TorchEngine final : public Engine {
   std::string name() const override { return "torch"; }
 
   at::Tensor input(const at::Tensor& pixels) const override {
-    return train::network_input(pixels, s_.pre, s_.rt);  // checks the [B, H, W, 1|3] shape
+    return runtime::network_input(pixels, s_.pre, s_.rt);  // checks the [B, H, W, 1|3] shape
   }
 
   at::Tensor logits_of_input(const at::Tensor& x) const override {
@@ -37,7 +37,7 @@ std::vector<std::string> engine_names() {
   return {"torch"};
 }
 
-std::string resolve_engine(const std::string& engine, const train::Runtime& rt, const std::string& flag) {
+std::string resolve_engine(const std::string& engine, const runtime::Runtime& rt, const std::string& flag) {
   check_choice(flag, engine, {"auto", "torch", "openvino"});
   if (engine == "auto") return !rt.device.is_cuda() && openvino_available() ? "openvino" : "torch";
   if (engine == "openvino") {

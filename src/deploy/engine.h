@@ -4,7 +4,7 @@
 #include "models/network.h"
 #include "models/registry.h"
 #include "quant/qdq.h"
-#include "train/runtime.h"
+#include "runtime/runtime.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -33,7 +33,7 @@ std::vector<std::string> engine_names();
 // (docs/PERFORMANCE.md, "CPU inference engines"): OpenVINO on the CPU in
 // every precision where the build has it, LibTorch on CUDA. An explicit
 // openvino on a CUDA runtime or in a build without it is an Error saying so.
-std::string resolve_engine(const std::string& engine, const train::Runtime& rt, const std::string& flag = "--engine");
+std::string resolve_engine(const std::string& engine, const runtime::Runtime& rt, const std::string& flag = "--engine");
 
 // What an engine runs: a network in eval mode (BN folded or not), its
 // INT8 plan when it is a quantized network (the torch engine runs the
@@ -47,7 +47,7 @@ struct EngineSpec {
   const quant::Plan* int8 = nullptr;
   Preprocessing pre;
   std::int64_t num_classes = 0;
-  train::Runtime rt;
+  runtime::Runtime rt;
 };
 
 class Engine {

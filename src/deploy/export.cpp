@@ -8,8 +8,8 @@
 #include "io/state_dict.h"
 #include "models/registry.h"
 #include "quant/eager.h"
-#include "train/checkpoint.h"
-#include "train/evaluate.h"
+#include "runtime/checkpoint.h"
+#include "runtime/evaluate.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -23,7 +23,7 @@ namespace {
 
 // The INT8 ranges: a QAT checkpoint's own, or calibrated on --calibration
 // images through the checkpoint's eval preprocessing.
-quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::Checkpoint& ckpt, const Preprocessing& pre,
+quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const runtime::Checkpoint& ckpt, const Preprocessing& pre,
                       const std::function<void(const std::string&)>& say) {
   if (ckpt.meta.contains("quantization")) {
     if (!a.calibration.empty()) {
@@ -50,14 +50,14 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::C
   const auto activations = quant::parse_activations(a.activations, "--int8-activations");
   const auto method = quant::parse_method(a.calibration_method, "--calibration-method");
   const auto silu = quant::parse_silu(a.silu, "--int8-silu");
-  const auto rt = train::resolve_runtime(a.device, "fp32", "nchw");
-  train::prepare_model(model, rt);
+  const auto rt = runtime::resolve_runtime(a.device, "fp32", "nchw");
+  runtime::prepare_model(model, rt);
   const auto ds = data::spread(data::open_dataset(a.calibration, "train"), static_cast<std::size_t>(a.calibration_images));
   data::PipelineOptions lo;
   lo.batch_size = a.calibration_batch;
   lo.workers = a.workers;
   lo.max_image_pixels = a.max_image_pixels;
-  const auto loader = train::make_eval_loader(ds, pre, lo);
+  const auto loader = runtime::make_eval_loader(ds, pre, lo);
   if (say) {
     say("export: calibrating on " + ds->description() + " (" + quant::to_string(method) + ", " +
         quant::to_string(activations) + " activations, SiLU " + quant::to_string(silu) + ")");
@@ -69,7 +69,7 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const train::C
 
 // The classifier's width in a plain weights file: its last parameter (every
 // arch registers the classifier last) read from the file.
-std::int64_t classes_in_file(const ArchInfo& arch, const train::Checkpoint& ckpt) {
+std::int64_t classes_in_file(const ArchInfo& arch, const runtime::Checkpoint& ckpt) {
   auto probe = build_model(arch, {});
   const auto key = probe->named_parameters().keys().back();
   for (const auto& [name, t] : ckpt.file.tensors) {
@@ -104,7 +104,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   if (a.calibration_images < 1) throw Error("--calibration-images must be at least 1, got " + std::to_string(a.calibration_images));
   if (a.calibration_batch < 1) throw Error("--calibration-batch-size must be at least 1, got " + std::to_string(a.calibration_batch));
   if (a.output.empty()) throw Error("-o/--output: no file to write");
-  const auto ckpt = train::load_checkpoint(a.checkpoint);
+  const auto ckpt = runtime::load_checkpoint(a.checkpoint);
   const bool trained = ckpt.is_training_checkpoint();
   if (!trained && a.arch.empty()) {
     throw Error("--checkpoint " + a.checkpoint + " is a plain weights file; name its --arch");
@@ -120,7 +120,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   ModelOptions mo;
   mo.num_classes = trained ? ckpt.meta.at("num_classes").get<std::int64_t>() : classes_in_file(arch, ckpt);
   auto model = build_model(arch, mo);
-  train::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
+  runtime::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
   const Preprocessing pre = trained ? preprocessing_from_json(ckpt.meta.at("preprocessing")) : arch.preprocessing;
   std::map<std::string, std::string> meta{
       {"arch", arch.name},

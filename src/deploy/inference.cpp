@@ -30,7 +30,7 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
     open_onnx();
     return;
   }
-  const auto ckpt = train::load_checkpoint(checkpoint);
+  const auto ckpt = runtime::load_checkpoint(checkpoint);
   trained_ = ckpt.is_training_checkpoint();
   if (trained_) {
     // A GPUNet trained from a user's JSON file rebuilds from the layer list the checkpoint carries.
@@ -55,13 +55,13 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
   }
   name_classes();
   if (o.image_size > 0) pre_.input_size = o.image_size;
-  rt_ = train::resolve_runtime(o.device, o.precision, o.memory_format);
+  rt_ = runtime::resolve_runtime(o.device, o.precision, o.memory_format);
   engine_name_ = resolve_engine(o.engine, rt_);
   ModelOptions mo;
   mo.num_classes = num_classes_;
   model_ = build_model(*arch_, mo);
-  train::load_weights(*model_, ckpt, o.ema ? "ema." : "model.", arch_->import_key);
-  train::prepare_model(*model_, rt_);
+  runtime::load_weights(*model_, ckpt, o.ema ? "ema." : "model.", arch_->import_key);
+  runtime::prepare_model(*model_, rt_);
   quantized_ = ckpt.meta.contains("quantization") && !o.as_float;
   if (quantized_) {
     if (o.fold_bn) {
@@ -122,7 +122,7 @@ void InferenceModel::open_onnx() {
   }
   name_classes();
   // An ONNX graph runs where OpenVINO runs: on the CPU.
-  rt_ = train::resolve_runtime(o.device == "auto" ? "cpu" : o.device, o.precision, o.memory_format);
+  rt_ = runtime::resolve_runtime(o.device == "auto" ? "cpu" : o.device, o.precision, o.memory_format);
   if (o.engine == "torch") {
     throw Error("--engine torch: " + path + " is an ONNX graph, and LibTorch runs convnets checkpoints",
                 "use --engine openvino (or auto) for ONNX files, or give the checkpoint it was exported from");

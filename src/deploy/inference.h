@@ -4,8 +4,8 @@
 #include "deploy/engine.h"
 #include "models/network.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
-#include "train/runtime.h"
+#include "runtime/checkpoint.h"
+#include "runtime/runtime.h"
 
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
@@ -61,7 +61,7 @@ class InferenceModel {
   std::int64_t num_classes() const { return num_classes_; }
   bool quantized() const { return quantized_; }
   bool trained() const { return trained_; }
-  const train::Runtime& runtime() const { return rt_; }
+  const runtime::Runtime& runtime() const { return rt_; }
   // Null for an ONNX file (its graph is not a LibTorch network).
   NetworkImpl* network_or_null() const { return model_.get(); }
   // The engine that runs it, "torch" or "openvino" by name.
@@ -98,7 +98,7 @@ class InferenceModel {
   std::vector<std::string> names_;
   std::int64_t num_classes_ = 0;
   bool quantized_ = false, trained_ = false, named_ = false;
-  train::Runtime rt_;
+  runtime::Runtime rt_;
   Network model_;
   std::shared_ptr<const quant::Plan> plan_;  // a quantized network's
   std::string engine_name_;

@@ -40,7 +40,7 @@ std::vector<at::Tensor> buffers(torch::nn::Module& model, bool floating) {
 
 }  // namespace
 
-GradientReducer::GradientReducer(Group& group, train::FlatParameters& flat, double bucket_mb, bool broadcast_buffers)
+GradientReducer::GradientReducer(Group& group, runtime::FlatParameters& flat, double bucket_mb, bool broadcast_buffers)
     : group_(group), flat_(flat), broadcast_buffers_(broadcast_buffers) {
   const auto bucket_bytes = static_cast<std::int64_t>(bucket_mb * (1 << 20));
   if (bucket_bytes <= 0) throw Error("--bucket-mb must be positive");

@@ -3,8 +3,8 @@
 
 #include "core/compat.h"
 #include "distributed/group.h"
-#include "train/flat_params.h"
-#include "train/step.h"
+#include "runtime/flat_params.h"
+#include "runtime/gradient_sync.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -23,7 +23,7 @@ struct ReducerStats {
 };
 
 // PyTorch DDP's bucketing (Li et al., VLDB 2020): the flat gradient buffer
-// (train::FlatParameters, in backward order within each group) is cut into
+// (runtime::FlatParameters, in backward order within each group) is cut into
 // contiguous buckets of about `bucket_mb` MiB (the first one smaller, so
 // communication starts early). An AccumulateGrad post-hook counts each
 // parameter's gradient in; a full bucket is divided by the world size and
@@ -31,9 +31,9 @@ struct ReducerStats {
 // with the layers below. Buffers (BN running statistics) are broadcast from
 // rank 0 before each step, as DDP's broadcast_buffers does, unless
 // synchronized BN already keeps them equal.
-class GradientReducer : public train::GradientSync {
+class GradientReducer : public runtime::GradientSync {
  public:
-  GradientReducer(Group& group, train::FlatParameters& flat, double bucket_mb, bool broadcast_buffers);
+  GradientReducer(Group& group, runtime::FlatParameters& flat, double bucket_mb, bool broadcast_buffers);
   ~GradientReducer() override;
 
   // Parameters and buffers from rank 0 (every rank starts equal).
@@ -60,7 +60,7 @@ class GradientReducer : public train::GradientSync {
   void launch_ready();
 
   Group& group_;
-  train::FlatParameters& flat_;
+  runtime::FlatParameters& flat_;
   bool broadcast_buffers_;
   std::vector<Bucket> buckets_;
   std::vector<compat::NodePtr> accumulators_;  // keeps the hooked AccumulateGrad nodes alive

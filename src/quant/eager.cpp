@@ -1,7 +1,7 @@
 #include "quant/eager.h"
 
 #include "core/error.h"
-#include "train/progress.h"
+#include "runtime/progress.h"
 
 #include <torch/torch.h>
 
@@ -134,7 +134,7 @@ class EagerEmitter : public GraphEmitter, public Backend {
 
 }  // namespace
 
-Plan calibrate(NetworkImpl& model, data::Loader& loader, const train::Runtime& rt, const Preprocessing& pre,
+Plan calibrate(NetworkImpl& model, data::Loader& loader, const runtime::Runtime& rt, const Preprocessing& pre,
                Activations activations, Method method, bool reduce_range, Silu silu, const std::string& progress) {
   torch::NoGradGuard no_grad;
   model.eval();
@@ -146,10 +146,10 @@ Plan calibrate(NetworkImpl& model, data::Loader& loader, const train::Runtime& r
   std::vector<Observer> observers;
   const int passes = method == Method::MinMax ? 1 : 2;
   for (int pass = 0; pass < passes; ++pass) {
-    std::optional<train::Progress> bar;
+    std::optional<runtime::Progress> bar;
     if (!progress.empty()) {
       bar.emplace(progress + (passes > 1 ? " pass " + std::to_string(pass + 1) + "/2" : ""), loader.batches_per_epoch(),
-                  50, train::Progress::stdout_is_terminal());
+                  50, runtime::Progress::stdout_is_terminal());
     }
     loader.start_epoch(0);
     data::Batch batch;
@@ -159,7 +159,7 @@ Plan calibrate(NetworkImpl& model, data::Loader& loader, const train::Runtime& r
       EagerEmitter e(Mode::Observe, &plan.points, activations, weight_qmax(reduce_range), &observers,
                      /*histogram=*/pass == 1);
       QdqEmitter q(e, e, plan.points, activations, silu, /*creating=*/pass == 0 && images == 0);
-      (void)model.emit(q, e.bind(train::network_input(batch.images, pre, rt)));
+      (void)model.emit(q, e.bind(runtime::network_input(batch.images, pre, rt)));
       q.finish();
       images += batch.labels.size(0);
       if (bar) {

@@ -4,7 +4,7 @@
 #include "data/loader.h"
 #include "models/network.h"
 #include "quant/qdq.h"
-#include "train/runtime.h"
+#include "runtime/runtime.h"
 
 #include <memory>
 #include <string>
@@ -16,7 +16,7 @@ namespace convnets::quant {
 // in eval mode with float weights, BN folded as the export folds it. Method
 // percentile and entropy read the images twice (extremes, then histograms).
 // `progress`: the phase named on stdout (empty: silent).
-Plan calibrate(NetworkImpl& model, data::Loader& loader, const train::Runtime& rt, const Preprocessing& pre,
+Plan calibrate(NetworkImpl& model, data::Loader& loader, const runtime::Runtime& rt, const Preprocessing& pre,
                Activations activations, Method method, bool reduce_range, Silu silu, const std::string& progress);
 
 // Quantization-aware training's network (Jacob et al. 2018, "Quantization

@@ -7,6 +7,7 @@
 #include <map>
 
 namespace convnets::train {
+using runtime::FlatParameters;
 namespace {
 
 std::string shape_text(at::IntArrayRef sizes) { return c10::str(sizes); }

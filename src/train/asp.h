@@ -70,7 +70,7 @@ class AspOptimizer : public Optimizer {
   void zero_grad() override { inner_->zero_grad(); }
   void step(double lr, const at::Tensor& skip = {}) override;
   void step(const at::Tensor& lr, const at::Tensor& skip = {}) override;
-  FlatParameters& flat() override { return inner_->flat(); }
+  runtime::FlatParameters& flat() override { return inner_->flat(); }
   // The inner optimizer's state, then once pruned "asp_mask.<param>" (uint8)
   // per masked weight.
   NamedTensors state() const override;
@@ -97,7 +97,7 @@ class AspOptimizer : public Optimizer {
  private:
   struct Masked {
     std::string name;
-    const FlatParameters::Entry* entry;
+    const runtime::FlatParameters::Entry* entry;
   };
   std::unique_ptr<Optimizer> inner_;
   std::vector<AspLayer> layers_;

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "io/safetensors.h"
-#include "train/flat_params.h"
+#include "runtime/flat_params.h"
 
 #include <torch/nn/module.h>
 
@@ -22,7 +22,7 @@ class Optimizer {
   // The same with the LR in a 0-dim device tensor, as a captured CUDA graph
   // needs (a host scalar would be baked in).
   virtual void step(const at::Tensor& lr, const at::Tensor& skip = {}) = 0;
-  virtual FlatParameters& flat() = 0;
+  virtual runtime::FlatParameters& flat() = 0;
   // "optimizer.<buffer>.<param>" tensors (views of the state); load_state is
   // strict: every buffer of every parameter, same shape; errors name the
   // tensor and `source`.

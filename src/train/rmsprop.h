@@ -21,7 +21,7 @@ class RmsPropTf : public Optimizer {
   void zero_grad() override { flat_.zero_grad(); }
   void step(double lr, const at::Tensor& skip = {}) override;
   void step(const at::Tensor& lr, const at::Tensor& skip = {}) override;
-  FlatParameters& flat() override { return flat_; }
+  runtime::FlatParameters& flat() override { return flat_; }
   NamedTensors state() const override;
   void load_state(const TensorFile& file, const std::string& source) override;
   std::string name() const override { return "rmsproptf"; }
@@ -30,7 +30,7 @@ class RmsPropTf : public Optimizer {
   void update(const at::Tensor& skip, const at::Tensor* lr_tensor, double lr);
 
   OptimizerOptions options_;
-  FlatParameters flat_;
+  runtime::FlatParameters flat_;
   at::Tensor square_avg_, momentum_;  // flat, laid out like flat_.values()
 };
 

@@ -7,8 +7,8 @@
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
 #include "quant/eager.h"
+#include "runtime/evaluate.h"
 #include "train/asp.h"
-#include "train/evaluate.h"
 
 #include <torch/torch.h>
 
@@ -17,9 +17,30 @@
 #include <thread>
 
 namespace convnets::train {
+using runtime::Checkpoint;
+using runtime::kCheckpointFormat;
+using runtime::Runtime;
+using runtime::load_checkpoint;
+using runtime::load_weights;
+using runtime::make_eval_loader;
+using runtime::prepare_model;
+using runtime::resolve_runtime;
+using runtime::save_checkpoint;
+using runtime::use_device_decode;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The arch's preprocessing with the config's overrides (image size, crop ratio, mean, std).
+Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& c) {
+  Preprocessing p = arch.preprocessing;
+  if (c.image_size > 0) p.input_size = static_cast<int>(c.image_size);
+  if (c.crop_ratio > 0) p.crop_ratio = c.crop_ratio;
+  if (!c.interpolation.empty()) p.interpolation = c.interpolation;
+  if (!c.mean.empty()) p.mean = {c.mean[0], c.mean[1], c.mean[2]};
+  if (!c.std.empty()) p.std = {c.std[0], c.std[1], c.std[2]};
+  return p;
+}
 
 // The classifier's module path ("fc.", "network. layer15.net.6."): every
 // arch registers its Linear classifier last.

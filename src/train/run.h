@@ -8,13 +8,13 @@
 #include "models/registry.h"
 #include "quant/qdq.h"
 #include "report/tensorboard.h"
-#include "train/checkpoint.h"
+#include "runtime/checkpoint.h"
+#include "runtime/runtime.h"
 #include "train/config.h"
 #include "train/dllogger.h"
 #include "train/ema.h"
 #include "train/loss_scale.h"
 #include "train/optimizer.h"
-#include "train/runtime.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 
@@ -51,11 +51,11 @@ struct TrainingRun {
   const TrainConfig& config;
   const RunOptions& options;
   const ArchInfo& arch;
-  const Checkpoint* resume = nullptr;  // options.resume, when resuming
+  const runtime::Checkpoint* resume = nullptr;  // options.resume, when resuming
 
   // Processes: a data-parallel group (owned by run_training, so it can name a
   // failed rank to the others after this run is gone) or none.
-  Runtime rt;
+  runtime::Runtime rt;
   distributed::Group* group = nullptr;
   const distributed::WorkerEnv* worker = nullptr;
   int world = 1;

@@ -44,7 +44,7 @@ class Sgd : public Optimizer {
 
   const std::vector<Param>& params() const { return params_; }
   const SgdOptions& options() const { return options_; }
-  FlatParameters& flat() override { return flat_; }
+  runtime::FlatParameters& flat() override { return flat_; }
   const at::Tensor& momentum_buffer() const { return momentum_; }
 
   // "optimizer.momentum.<param>" tensors, and loading them back (strict:
@@ -58,7 +58,7 @@ class Sgd : public Optimizer {
   void update(const at::Tensor& skip, Apply&& apply_lr);
 
   SgdOptions options_;
-  FlatParameters flat_;
+  runtime::FlatParameters flat_;
   at::Tensor momentum_;  // flat, laid out like flat_.values()
   std::vector<Param> params_;
 };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "models/network.h"
+#include "runtime/gradient_sync.h"
 #include "train/ema.h"
 #include "train/loss_scale.h"
 #include "train/optimizer.h"
@@ -52,26 +53,12 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
 // loss: mean over the batch of sum_c -softmax(teacher)_c * log_softmax(student)_c.
 at::Tensor soft_target_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits);
 
-// Data-parallel hooks around a step's micro-batches (distributed::GradientReducer):
-// gradients are all-reduced during the last micro-batch's backward only.
-class GradientSync {
- public:
-  virtual ~GradientSync() = default;
-  // Once per step, before the first forward (e.g. BN buffers from rank 0, as DDP broadcasts them).
-  virtual void begin_step(NetworkImpl& model) = 0;
-  virtual void before_backward(bool last_micro) = 0;
-  // Returns when this rank's gradients are the average over ranks (last micro-batch).
-  virtual void after_backward(bool last_micro) = 0;
-  virtual int rank() const = 0;
-  virtual int world_size() const = 0;
-};
-
 struct StepOptions {
   double label_smoothing = 0;
   double mixup = 0;
   std::uint64_t seed = 0;
   at::ScalarType autocast = at::kFloat;  // kHalf / kBFloat16: autocast on CUDA; kFloat: none
-  GradientSync* sync = nullptr;          // data-parallel runs; not capturable in a CUDA graph
+  runtime::GradientSync* sync = nullptr;  // data-parallel runs; not capturable in a CUDA graph
   // Knowledge distillation: a frozen teacher (eval mode, no gradients) sees
   // each (mixed) batch as loaded; the student sees it resized to
   // student_size (bicubic, as DLE's useTwoRes) when that differs.

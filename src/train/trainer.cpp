@@ -3,9 +3,9 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "io/atomic_file.h"
-#include "train/evaluate.h"
+#include "runtime/evaluate.h"
+#include "runtime/progress.h"
 #include "train/graph_step.h"
-#include "train/progress.h"
 #include "train/run.h"
 #include "train/step.h"
 
@@ -21,6 +21,10 @@
 #include <optional>
 
 namespace convnets::train {
+using runtime::EvalResult;
+using runtime::Progress;
+using runtime::batch_input;
+using runtime::evaluate;
 namespace fs = std::filesystem;
 
 namespace {

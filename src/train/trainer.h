@@ -2,7 +2,7 @@
 #pragma once
 
 #include "distributed/env.h"
-#include "train/checkpoint.h"
+#include "runtime/checkpoint.h"
 #include "train/config.h"
 
 #include <optional>
@@ -11,7 +11,7 @@
 namespace convnets::train {
 
 struct RunOptions {
-  std::optional<Checkpoint> resume;  // continue this run (config already merged by the caller)
+  std::optional<runtime::Checkpoint> resume;  // continue this run (config already merged by the caller)
   std::string fine_tune;             // weights to start from, classifier re-initialised if the classes differ
   std::string command;               // how to re-run, for the resume hint
   std::optional<distributed::WorkerEnv> dist;  // a data-parallel worker (world size > 1)

@@ -3,7 +3,6 @@
 
 #include "models/network.h"
 #include "models/registry.h"
-#include "train/config.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -13,7 +12,7 @@ namespace convnets::data {
 struct Batch;
 }
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 struct Runtime {
   c10::Device device = c10::kCPU;
@@ -49,7 +48,4 @@ at::Tensor batch_input(const data::Batch& batch, const Preprocessing& pre, const
 // or gpu (hybrid decoding; needs a CUDA device); the error names the flag.
 bool use_device_decode(const std::string& backend, const Runtime& rt);
 
-// The arch's preprocessing with the config's overrides (image size, crop ratio, mean, std).
-Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& config);
-
-}  // namespace convnets::train
+}  // namespace convnets::runtime

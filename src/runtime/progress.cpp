@@ -1,10 +1,10 @@
-#include "train/progress.h"
+#include "runtime/progress.h"
 
 #include <unistd.h>
 
 #include <cstdio>
 
-namespace convnets::train {
+namespace convnets::runtime {
 namespace {
 
 std::string duration(double s) {
@@ -57,4 +57,4 @@ void Progress::finish(const std::string& summary) {
   std::fflush(stdout);
 }
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime

@@ -1,4 +1,4 @@
-#include "train/flat_params.h"
+#include "runtime/flat_params.h"
 
 #include "core/error.h"
 
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace convnets::train {
+namespace convnets::runtime {
 namespace {
 
 // 256-byte aligned slices: per-parameter kernels (cuDNN, vectorised loads) see
@@ -92,4 +92,4 @@ void FlatParameters::for_each_slice(const std::function<void(std::int64_t, std::
   }
 }
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime

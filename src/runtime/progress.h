@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 class Progress {
  public:
@@ -25,4 +25,4 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime

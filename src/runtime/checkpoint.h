@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 // Tensor names: "model.<key>", "ema.<key>", "optimizer.momentum.<param>",
 // "loss_scale.*", "rng.torch_cpu"; metadata key "convnets" holds the JSON
@@ -42,4 +42,4 @@ void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::s
 // Atomic (temp file, fsync, rename): an interrupted save leaves the old file.
 void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta);
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime

@@ -1,7 +1,7 @@
-#include "train/evaluate.h"
+#include "runtime/evaluate.h"
 
 #include "core/autocast.h"
-#include "train/progress.h"
+#include "runtime/progress.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <optional>
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 double percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
@@ -130,4 +130,4 @@ EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top
   return r;
 }
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime

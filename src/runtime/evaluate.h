@@ -4,7 +4,7 @@
 #include "data/loader.h"
 #include "data/pipeline.h"
 #include "models/network.h"
-#include "train/runtime.h"
+#include "runtime/runtime.h"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,7 @@
 #include <functional>
 #include <memory>
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 struct EvalResult {
   std::int64_t images = 0;
@@ -57,4 +57,4 @@ EvalResult evaluate(const EvalForward& forward, data::Loader& loader, std::int64
 // Nearest-rank percentile (q in [0, 100]) of unsorted values.
 double percentile(std::vector<double> values, double q);
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime

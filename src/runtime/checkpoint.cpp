@@ -1,10 +1,10 @@
-#include "train/checkpoint.h"
+#include "runtime/checkpoint.h"
 
 #include "core/error.h"
 #include "core/json.h"
 #include "io/state_dict.h"
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 TensorFile Checkpoint::section(const std::string& prefix) const {
   TensorFile out;
@@ -54,4 +54,4 @@ void save_checkpoint(const std::string& path, const NamedTensors& tensors, const
   save_safetensors(path, tensors, {{"convnets", dump_json(meta)}, {"format", "pt"}});
 }
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime

@@ -1,4 +1,4 @@
-#include "train/runtime.h"
+#include "runtime/runtime.h"
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -10,7 +10,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
                         int cuda_index) {
@@ -91,14 +91,4 @@ bool use_device_decode(const std::string& backend, const Runtime& rt) {
   return true;
 }
 
-Preprocessing resolve_preprocessing(const ArchInfo& arch, const TrainConfig& c) {
-  Preprocessing p = arch.preprocessing;
-  if (c.image_size > 0) p.input_size = static_cast<int>(c.image_size);
-  if (c.crop_ratio > 0) p.crop_ratio = c.crop_ratio;
-  if (!c.interpolation.empty()) p.interpolation = c.interpolation;
-  if (!c.mean.empty()) p.mean = {c.mean[0], c.mean[1], c.mean[2]};
-  if (!c.std.empty()) p.std = {c.std[0], c.std[1], c.std[2]};
-  return p;
-}
-
-}  // namespace convnets::train
+}  // namespace convnets::runtime

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace convnets::train {
+namespace convnets::runtime {
 
 // Apex's flat master weights and DDP's gradient_as_bucket_view in one place:
 // each parameter's storage becomes a slice of `values()` and its .grad() a
@@ -67,4 +67,4 @@ class FlatParameters {
   std::vector<Range> groups_;
 };
 
-}  // namespace convnets::train
+}  // namespace convnets::runtime
