@@ -19,7 +19,9 @@ targets=(image dataset json safetensors gpunet_build tar)
 torch_dir=$(.venv/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCONVNETS_TORCH_DIR="$torch_dir" >/dev/null
-cmake --build build-fuzz >/dev/null
+# Quiet when it builds; its errors when it does not (set -e alone would end the script without a word).
+cmake --build build-fuzz >build-fuzz/build.log 2>&1 ||
+  { grep -m 5 -B 2 -A 6 -E 'error|FAILED' build-fuzz/build.log || true; echo "fuzz: the fuzz targets did not build (build-fuzz/build.log)"; exit 1; }
 
 # LibTorch is not instrumented: scripts/lsan.supp (shared with sanitize.sh) names its allocations.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
