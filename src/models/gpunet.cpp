@@ -22,9 +22,10 @@ using layers::Conv2d;
 constexpr double kBnEpsPlain = 1e-3;    // DLE's non-distill blocks (TF EfficientNet's BN)
 constexpr double kBnEpsDistill = 1e-5;  // PyTorch's default, the distill head/irb/tail
 
+// Bias-free: every GPUNet conv is followed by a BN (the squeeze-excite's biased 1x1 convs are the block library's).
 Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride, std::int64_t pad,
-            std::int64_t groups = 1, bool bias = false) {
-  return Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).groups(groups).bias(bias));
+            std::int64_t groups = 1) {
+  return Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).groups(groups).bias(false));
 }
 
 using blocks::Act;
