@@ -37,6 +37,12 @@ def free_port():
         return s.getsockname()[1]
 
 
+def read_json(path):
+    """A JSON file's content, the file closed again (a bare json.load(open(...)) leaks it until collected)."""
+    with open(path) as f:
+        return json.load(f)
+
+
 def cpu_has_native_bf16():
     """Read independently of convnets: /proc/cpuinfo's flags."""
     with open("/proc/cpuinfo") as f:

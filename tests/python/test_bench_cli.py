@@ -57,7 +57,7 @@ class BenchModel(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| Batch | Throughput (img/s) | Step (ms) | CUDA graph |", r.stdout)
         self.assertRegex(r.stdout, r"\| 8 \| [0-9.]+ \| [0-9.]+ \| no \|")
-        j = json.load(open(self.path("t.json")))
+        j = fixtures.read_json(self.path("t.json"))
         self.assertEqual((j["tool"], j["mode"], j["arch"], j["precision"], j["image_size"]),
                          ("convnets", "train", "resnet8", "fp32", 32))
         self.assertEqual([row["batch"] for row in j["rows"]], [4, 8])
@@ -80,7 +80,7 @@ class BenchModel(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| Data | Batch | Threads | img/s | vs synthetic |", r.stdout)
         self.assertRegex(r.stdout, r"\| cpu \| 8 \| 1 \| [0-9.]+ \| [0-9]+% \|")
-        j = json.load(open(self.path("f.json")))
+        j = fixtures.read_json(self.path("f.json"))
         self.assertEqual(j["data"], data)
         self.assertEqual([(row["data_backend"], row["batch"]) for row in j["rows"]], [("synthetic", 8), ("cpu", 8)])
         cpu = j["rows"][1]
@@ -126,7 +126,7 @@ class BenchModel(unittest.TestCase):
                  "--master-port", str(fixtures.free_port()), "--bucket-mb", "0.1", "--json", json_path])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"\| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \|")
-        return r.stdout, json.load(open(json_path))["rows"][0]
+        return r.stdout, fixtures.read_json(json_path)["rows"][0]
 
     def test_data_parallel_scaling_against_one_process(self):
         out, row = self.scaling(2)
@@ -156,7 +156,7 @@ class BenchModel(unittest.TestCase):
                  "--json", self.path("i.json")])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| Engine | Batch | Throughput (img/s) | Latency avg (ms) | p90 | p95 | p99 |", r.stdout)
-        j = json.load(open(self.path("i.json")))
+        j = fixtures.read_json(self.path("i.json"))
         self.assertEqual(j["image_size"], 40)
         for row in j["rows"]:
             self.assertLessEqual(row["p50_ms"], row["p90_ms"])
@@ -169,12 +169,12 @@ class BenchModel(unittest.TestCase):
         r = run([BIN, "bench", "infer", "--arch", "gpunet-p0", "--batch-sizes", "1", "--warmup", "1",
                  "--iterations", "2", "--json", self.path("g.json")])
         self.assertEqual(r.returncode, 0, r.stderr)
-        j = json.load(open(self.path("g.json")))
+        j = fixtures.read_json(self.path("g.json"))
         self.assertEqual((j["arch"], j["image_size"]), ("gpunet-p0", 224))
         r = run([BIN, "bench", "train", "--arch", "gpunet-d1", "--image-size", "64", "--batch-sizes", "4",
                  "--warmup", "1", "--iterations", "2", "--json", self.path("gt.json")])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertGreater(json.load(open(self.path("gt.json")))["rows"][0]["images_per_s"], 0)
+        self.assertGreater(fixtures.read_json(self.path("gt.json"))["rows"][0]["images_per_s"], 0)
 
     def test_mixed_precision_without_a_gpu_is_a_clear_error(self):
         # bf16 is the CPU's where it has native bf16 (read independently of convnets): the bench then trains in it
@@ -224,17 +224,22 @@ class BenchModel(unittest.TestCase):
         self.assertRegex(r.stderr, r"--batch-sizes 1000000: out of memory on cpu \(resnet8, fp32, inference\); "
                                    r"the largest batch that fits is [0-9]+")
         self.assertNotIn("Exception raised from", r.stderr)
-        j = json.load(open(self.path("o.json")))  # written before the error
+        j = fixtures.read_json(self.path("o.json"))  # written before the error
         self.assertTrue(j["rows"][0]["fits"])
         big = j["rows"][1]
         self.assertFalse(big["fits"])
         largest = big["largest_fitting"]
         self.assertIn("largest batch that fits is %d" % largest, r.stderr)
         self.assertGreater(largest, 2)
-        # The figure is a true lower bound: that batch runs under the same
-        # limit. (How tight it is depends on how the address space fragments:
-        # on a fresh Debian root twice the figure also ran.)
-        ok = run([BIN, "bench", "infer", "--engine", "torch", *SMALL, "--batch-sizes", str(largest)], limit_kib=limit)
+        # The figure is what fitted in the process that measured it, not a
+        # promise for a fresh one: glibc's 64 MiB thread heaps and the 32 MiB
+        # buffers kept on the heap (core/memory.h) make address-space use step
+        # with the history. A fresh run at the figure failed once in CI (978
+        # measured, 550 fitting fresh); here repeated bisections under one limit
+        # gave 246 and 307, and fresh ones 0.85x to 1.8x of warm ones. A third
+        # of it runs in any case.
+        ok = run([BIN, "bench", "infer", "--engine", "torch", *SMALL, "--batch-sizes", str(largest // 3)],
+                 limit_kib=limit)
         self.assertEqual(ok.returncode, 0, ok.stderr)
 
 
@@ -251,9 +256,9 @@ class PeerScripts(unittest.TestCase):
             r = run([sys.executable, os.path.join(SOURCE, "bench", "torch_peer.py"), "infer", "--arch", "resnet18",
                      "--device", "cpu", *common, "--json", peer])
             self.assertEqual(r.returncode, 0, r.stderr)
-            j = json.load(open(peer))
+            j = fixtures.read_json(peer)
             self.assertEqual((j["tool"], j["mode"], j["precision"]), ("pytorch-eager", "infer", "fp32"))
-            self.assertEqual(set(j["rows"][0]), set(json.load(open(ours))["rows"][0]))
+            self.assertEqual(set(j["rows"][0]), set(fixtures.read_json(ours)["rows"][0]))
             r = run([sys.executable, os.path.join(SOURCE, "bench", "compare.py"), ours, peer])
             self.assertEqual(r.returncode, 0, r.stderr)
             lines = [line for line in r.stdout.splitlines() if line.startswith("| 4 |")]
@@ -269,7 +274,8 @@ class PeerScripts(unittest.TestCase):
             self.assertAlmostEqual(float(cells[3].rstrip("x")), ours_ips / peer_ips, delta=0.0051)
             # Comparing different precisions is refused.
             j["precision"] = "amp"
-            json.dump(j, open(peer, "w"))
+            with open(peer, "w") as f:
+                json.dump(j, f)
             r = run([sys.executable, os.path.join(SOURCE, "bench", "compare.py"), ours, peer])
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("precision differs", r.stderr)
