@@ -170,16 +170,10 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     o.int8 = int8
     o.calibration = "" if calibration is None else os.fspath(calibration)
     o.calibration_images = calibration_images
-    o.method_given = calibration_method is not None
-    if calibration_method is not None:
-        o.calibration_method = calibration_method
-    o.activations_given = int8_activations is not None
-    if int8_activations is not None:
-        o.activations = int8_activations
+    o.calibration_method = calibration_method
+    o.activations = int8_activations
     o.reduce_range = int8_reduce_range
-    o.silu_given = int8_silu is not None
-    if int8_silu is not None:
-        o.silu = int8_silu
+    o.silu = int8_silu
     o.calibration_batch = calibration_batch_size
     o.device = device
     o.workers = workers

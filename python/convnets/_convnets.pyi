@@ -15,6 +15,7 @@ def engines() -> List[str]: ...
 def environment_rank() -> Tuple[int, int]: ...
 def models(num_classes: int = 1000) -> List[Dict[str, Any]]: ...
 def export(options: ExportOptions) -> str: ...
+def choices() -> Dict[str, List[str]]: ...
 
 class ExportOptions:
     checkpoint: str
@@ -32,17 +33,14 @@ class ExportOptions:
     int8: bool
     reduce_range: bool
     calibration: str
-    calibration_method: str
-    activations: str
-    silu: str
+    calibration_method: Optional[str]  # None: percentile, or a QAT checkpoint's own
+    activations: Optional[str]  # None: uint8, or a QAT checkpoint's own
+    silu: Optional[str]  # None: ops, or a QAT checkpoint's own
     device: str
     calibration_images: int
     calibration_batch: int
     max_image_pixels: int
     workers: int
-    method_given: bool
-    activations_given: bool
-    silu_given: bool
     def __init__(self) -> None: ...
 
 class PipelineOptions:

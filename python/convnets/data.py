@@ -39,6 +39,10 @@ def _format_name(memory_format: torch.memory_format) -> str:
     return str(memory_format).replace("torch.", "")
 
 
+# The C++ pipeline's own defaults (data/pipeline.h), so that the two fronts cannot drift apart.
+_DEFAULTS = _convnets.PipelineOptions()
+
+
 class Loader(_convnets._Loader):
     """Batches of decoded, transformed images from a dataset, made by C++ worker threads.
 
@@ -139,19 +143,19 @@ class Loader(_convnets._Loader):
         self,
         source: _StrPath,
         *,
-        batch_size: int = 64,
-        train: bool = True,
-        image_size: int = 224,
-        workers: int = 0,
-        seed: int = 0,
-        augment: str = "",
-        reprob: float = 0.0,
-        recount: int = 1,
-        remode: str = "const",
-        interpolation: str = "bilinear",
+        batch_size: int = _DEFAULTS.batch_size,
+        train: bool = _DEFAULTS.train,
+        image_size: int = _DEFAULTS.image_size,
+        workers: int = _DEFAULTS.workers,
+        seed: int = _DEFAULTS.seed,
+        augment: str = _DEFAULTS.augment,
+        reprob: float = _DEFAULTS.reprob,
+        recount: int = _DEFAULTS.recount,
+        remode: str = _DEFAULTS.remode,
+        interpolation: str = _DEFAULTS.interpolation,
         drop_last: Optional[bool] = None,
-        bad_images: str = "skip",
-        max_image_pixels: int = _convnets.default_max_image_pixels,
+        bad_images: str = _DEFAULTS.bad_images,
+        max_image_pixels: int = _DEFAULTS.max_image_pixels,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         device: Union[str, torch.device] = "cpu",
@@ -160,13 +164,13 @@ class Loader(_convnets._Loader):
         memory_format: torch.memory_format = torch.channels_last,
         mean: Optional[Sequence[float]] = None,
         std: Optional[Sequence[float]] = None,
-        crop_scale_min: float = 0.08,
-        crop_padding: int = 0,
-        flip: bool = True,
-        crop_ratio: float = 0.875,
+        crop_scale_min: float = _DEFAULTS.crop_scale_min,
+        crop_padding: int = _DEFAULTS.crop_padding,
+        flip: bool = _DEFAULTS.flip,
+        crop_ratio: float = _DEFAULTS.crop_ratio,
         split: Optional[str] = None,
         max_images: int = 0,
-        prefetch: int = 2,
+        prefetch: int = _DEFAULTS.prefetch,
         dct_scaling: Optional[bool] = None,
     ) -> None:
         """A loader of ``source``; the class documentation describes every argument."""

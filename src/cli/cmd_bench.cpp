@@ -1,6 +1,7 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
 #include "bench/model_bench.h"
 #include "cli/commands.h"
+#include "core/options.h"
 #include "cli/launch.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -54,10 +55,6 @@ struct BenchDataArgs {
 void run_bench_data(const BenchDataArgs& a) {
   using Clock = std::chrono::steady_clock;
   const bool train = !a.eval;
-  if (!train && (!a.augment.empty() || a.reprob > 0 || a.crop_padding > 0))
-    throw Error("--augment, --reprob and --crop-padding are training transforms: leave out --eval");
-  auto dataset = data::open_dataset(a.location, train ? "train" : "val");
-
   data::PipelineOptions o;
   o.train = train;
   o.image_size = a.size;
@@ -79,7 +76,8 @@ void run_bench_data(const BenchDataArgs& a) {
   // on CUDA when there is one (else the figures are the CPU side alone).
   o.device_decode = a.backend == "gpu";
   const bool device_stage = o.device_decode && torch::cuda::is_available();
-  const data::TransformOptions t = data::transform_options(o);
+  const data::TransformOptions t = data::transform_options(o);  // the options' errors before the files'
+  auto dataset = data::open_dataset(a.location, train ? "train" : "val");
   const auto loader_ptr = data::make_loader(dataset, o);
   data::Loader& loader = *loader_ptr;
   // --save-batches: what the loader yielded, to compare with another loader
@@ -310,13 +308,13 @@ void add_model_bench(CLI::App& bench, bool train) {
   auto* arch = cmd->add_option("--arch", o.arch, "Architecture (see `convnets models`)")->capture_default_str();
   arch->each([args](const std::string&) { args->arch_given = true; });
   cmd->add_option("--precision", args->precision, "fp32, tf32, amp (fp16 autocast + loss scaling) or bf16")
-      ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}))
+      ->check(CLI::IsMember(options::precision.values))
       ->capture_default_str();
   cmd->add_option("--device", args->device, "auto (CUDA when present), cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->check(CLI::IsMember(options::device.values))
       ->capture_default_str();
   cmd->add_option("--memory-format", args->memory_format, "nhwc (channels-last) or nchw")
-      ->check(CLI::IsMember({"nhwc", "nchw"}))
+      ->check(CLI::IsMember(options::memory_format.values))
       ->capture_default_str();
   cmd->add_option("--batch-sizes", o.batch_sizes, "Comma-separated batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--image-size", o.image_size, "Input side in pixels (default: the arch's)")->check(CLI::Range(8, 4096));
@@ -346,7 +344,7 @@ void add_model_bench(CLI::App& bench, bool train) {
     cmd->add_option("--engine", args->engines,
                     std::string("Comma-separated engines, timed side by side: ") + deploy::kEngineHelp)
         ->delimiter(',')
-        ->check(CLI::IsMember({"auto", "torch", "openvino"}))
+        ->check(CLI::IsMember(options::engine.values))
         ->capture_default_str();
     cmd->add_option("--checkpoint", args->checkpoint,
                     "Time this checkpoint, weights file (with --arch) or exported .onnx instead of random weights; "
@@ -378,7 +376,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--dct-scaling", args->dct_scaling, "JPEG DCT-domain downscaling: auto (train on, eval off), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--bad-images", args->bad_images, "skip (replace and report) or fail (stop at the first)")
-      ->check(CLI::IsMember({"skip", "fail"}));
+      ->check(CLI::IsMember(options::bad_images.values));
   cmd->add_option("--max-image-pixels", args->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", args->seed, "Shuffle and augmentation seed (default 0)");
   cmd->add_option("--data-backend", args->backend,
@@ -387,7 +385,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--augment", args->augment, "Train: augmentation policy (autoaugment, or timm's rand-m9-mstd0.5 ...)");
   cmd->add_option("--interpolation,--train-interpolation", args->interpolation,
                   "bilinear | bicubic | random (train only: timm's, either per image)")
-      ->check(CLI::IsMember({"bilinear", "bicubic", "random"}));
+      ->check(CLI::IsMember(options::train_interpolation.values));
   cmd->add_flag("--drop-last", args->drop_last,
                 "Drop each epoch's final partial batch (train: ranks then get whole batches in turn, as `train`)");
   cmd->add_option("--rank", args->rank, "The shard of this rank (default 0)")->check(CLI::NonNegativeNumber);

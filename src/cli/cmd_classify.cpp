@@ -1,5 +1,6 @@
 // `convnets classify`: top-k classes of JPEG/PNG files with a checkpoint's own preprocessing and class names.
 #include "cli/commands.h"
+#include "core/options.h"
 #include "codec/image.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -90,11 +91,11 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--top-k", a->top_k, "classes per image (capped at the class count)");
   cmd->add_option("--batch-size", a->batch_size, "images per forward pass");
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
-  cmd->add_option("--device", a->device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
   cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
-      ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}));
-  cmd->add_option("--memory-format", a->memory_format, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
-  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember({"auto", "torch", "openvino"}));
+      ->check(CLI::IsMember(options::precision.values));
+  cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
+  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--float", a->as_float,

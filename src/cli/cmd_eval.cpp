@@ -1,5 +1,6 @@
 // `convnets eval`: accuracy, loss, throughput and latency percentiles of a checkpoint on a validation set.
 #include "cli/commands.h"
+#include "core/options.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "data/dataset.h"
@@ -99,17 +100,17 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_size, "images per batch");
   cmd->add_option("--workers", a->workers, "loader threads (0: one per CPU)")->check(CLI::Range(0, 4096));
   cmd->add_option("--top-k", a->top_k, "report top-k besides top-1 (capped at the class count)");
-  cmd->add_option("--device", a->device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
   cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
-      ->check(CLI::IsMember({"fp32", "tf32", "amp", "bf16"}));
-  cmd->add_option("--memory-format", a->memory_format, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
-  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember({"auto", "torch", "openvino"}));
+      ->check(CLI::IsMember(options::precision.values));
+  cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
+  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_option("--max-images", a->max_images, "evaluate only the first N images (0: all)");
   cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's)");
   cmd->add_option("--crop-ratio", a->crop_ratio, "resize to size / ratio before the centre crop (default: the checkpoint's)");
   cmd->add_option("--interpolation", a->interpolation, "bilinear | bicubic (default: the checkpoint's)")
-      ->check(CLI::IsMember({"bilinear", "bicubic"}));
-  cmd->add_option("--bad-images", a->bad_images, "skip | fail")->check(CLI::IsMember({"skip", "fail"}));
+      ->check(CLI::IsMember(options::eval_interpolation.values));
+  cmd->add_option("--bad-images", a->bad_images, options::bad_images.listed())->check(CLI::IsMember(options::bad_images.values));
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
   cmd->add_flag("--float", a->as_float,

@@ -1,6 +1,7 @@
 // `convnets export`: a checkpoint's network as ONNX, or its weights as safetensors with the reference implementation's key names.
 #include "cli/commands.h"
 #include "codec/image.h"
+#include "core/options.h"
 #include "deploy/export.h"
 
 #include <CLI/CLI.hpp>
@@ -37,17 +38,17 @@ void add_export_command(CLI::App& app) {
                   "split), read with the checkpoint's eval preprocessing");
   cmd->add_option("--calibration-images", a->calibration_images, "int8: images used, spread over the data (default 512)")
       ->check(CLI::Range(1, 1 << 24));
-  auto* method = cmd->add_option("--calibration-method", a->calibration_method,
+  cmd->add_option("--calibration-method", a->calibration_method,
                                  "int8: minmax | percentile (99.99% of |x|; default) | entropy (TensorRT's KL)")
-                     ->check(CLI::IsMember({"minmax", "percentile", "entropy"}));
-  auto* acts = cmd->add_option("--int8-activations", a->activations,
+                     ->check(CLI::IsMember(options::calibration_method.values));
+  cmd->add_option("--int8-activations", a->activations,
                                "int8: uint8 (asymmetric, ReLU folded: ONNX Runtime's and OpenVINO's CPU form; default) "
                                "| int8 (symmetric: TensorRT's explicit quantization)")
-                   ->check(CLI::IsMember({"uint8", "int8"}));
-  auto* silu = cmd->add_option("--int8-silu", a->silu,
+                   ->check(CLI::IsMember(options::int8_activations.values));
+  cmd->add_option("--int8-silu", a->silu,
                                "int8: ops (a SiLU quantized as its Sigmoid and Mul: ONNX Runtime's integer kernels; "
                                "default) | float (in float after its conv, quantized once: OpenVINO fuses it)")
-                   ->check(CLI::IsMember({"ops", "float"}));
+                   ->check(CLI::IsMember(options::int8_silu.values));
   cmd->add_flag("--int8-reduce-range", a->reduce_range,
                 "int8: 7-bit weights, for ONNX Runtime on x86 CPUs without VNNI (its U8S8 kernels saturate with 8-bit weights)");
   cmd->add_option("--calibration-batch-size", a->calibration_batch, "int8: calibration batch (default 32)")
@@ -55,11 +56,6 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--device", a->device, "int8: where calibration runs: cpu (default) or cuda");
   cmd->add_option("--workers", a->workers, "int8: calibration data loader threads (default 2)")->check(CLI::Range(0, 256));
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
-  cmd->parse_complete_callback([a, method, acts, silu] {
-    a->method_given = method->count() > 0;
-    a->activations_given = acts->count() > 0;
-    a->silu_given = silu->count() > 0;
-  });
   cmd->callback([a] {
     const auto say = [](const std::string& line) { std::cout << line << '\n' << std::flush; };
     say(deploy::export_checkpoint(*a, say));

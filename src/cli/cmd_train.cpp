@@ -174,7 +174,7 @@ int run(TrainArgs& a) {
     train::TrainConfig checked = config;
     if (checked.data.empty()) checked.data = "-";  // the data is only read by the run
     train::validate(checked);
-    std::cout << dump_json(train::to_json(config), 2) << '\n';
+    std::cout << dump_json(train::to_json(train::with_arch_defaults(config)), 2) << '\n';
     return 0;
   }
   if (config.data.empty() && !a.tensorboard_folder.empty()) {

@@ -60,7 +60,7 @@ void require_cpu_bf16(const std::string& flag) {
   if (cpu_has_native_bf16()) return;
   throw Error(flag + " bf16 on the CPU needs native bf16 instructions (AVX512_BF16 or AMX-BF16), and this CPU has "
                      "neither (or the OS does not enable their register state); emulated bf16 would run slower than fp32",
-              "use --precision fp32 on this machine");
+              "use " + flag + " fp32 on this machine");
 }
 
 }  // namespace convnets

@@ -1,18 +1,12 @@
 #include "data/pipeline.h"
 
 #include "core/error.h"
+#include "core/options.h"
 
 #include <cmath>
 #include <sstream>
 
 namespace convnets::data {
-
-std::string option_name(const std::string& field, Naming naming) {
-  if (naming == Naming::Python) return field;
-  std::string flag = "--" + field;
-  for (char& c : flag) c = c == '_' ? '-' : c;
-  return flag;
-}
 
 namespace {
 
@@ -22,45 +16,36 @@ std::string str(double v) {
   return s.str();
 }
 
-void check(bool ok, const PipelineOptions& o, const std::string& field, const std::string& expected,
-           const std::string& got) {
-  if (!ok) throw Error(option_name(field, o.naming) + " must be " + expected + ", got " + got);
-}
-
-void check_choice(const PipelineOptions& o, const std::string& field, const std::string& value,
-                  std::initializer_list<const char*> choices) {
-  convnets::check_choice(option_name(field, o.naming), value, choices);
+void check(bool ok, const std::string& field, const std::string& expected, const std::string& got) {
+  if (!ok) throw Error(options::name(field) + " must be " + expected + ", got " + got);
 }
 
 }  // namespace
 
 TransformOptions transform_options(const PipelineOptions& o) {
-  check(o.batch_size >= 1, o, "batch_size", "at least 1", std::to_string(o.batch_size));
-  check(o.image_size >= 1 && o.image_size <= 8192, o, "image_size", "in 1..8192", std::to_string(o.image_size));
-  check(o.workers >= 0, o, "workers", "0 (one per CPU) or more", std::to_string(o.workers));
-  check(o.prefetch >= 1, o, "prefetch", "at least 1", std::to_string(o.prefetch));
-  check(o.world_size >= 1, o, "world_size", "at least 1", std::to_string(o.world_size));
-  check(o.rank >= 0 && o.rank < o.world_size, o, "rank", "in 0.." + std::to_string(o.world_size - 1),
+  check(o.batch_size >= 1, "batch_size", "at least 1", std::to_string(o.batch_size));
+  check(o.image_size >= 1 && o.image_size <= 8192, "image_size", "in 1..8192", std::to_string(o.image_size));
+  check(o.workers >= 0, "workers", "0 (one per CPU) or more", std::to_string(o.workers));
+  check(o.prefetch >= 1, "prefetch", "at least 1", std::to_string(o.prefetch));
+  check(o.world_size >= 1, "world_size", "at least 1", std::to_string(o.world_size));
+  check(o.rank >= 0 && o.rank < o.world_size, "rank", "in 0.." + std::to_string(o.world_size - 1),
         std::to_string(o.rank));
-  check(o.max_image_pixels >= 0, o, "max_image_pixels", "0 (no limit) or positive", std::to_string(o.max_image_pixels));
-  check_choice(o, "bad_images", o.bad_images, {"skip", "fail"});
-  check(o.crop_ratio > 0 && o.crop_ratio <= 1, o, "crop_ratio", "in (0, 1]", str(o.crop_ratio));
-  check(o.crop_scale_min > 0 && o.crop_scale_min <= 1, o, "crop_scale_min", "in (0, 1]", str(o.crop_scale_min));
-  check(o.crop_padding >= 0 && o.crop_padding < o.image_size, o, "crop_padding",
-        "in 0.." + std::to_string(o.image_size - 1) + " (less than " + option_name("image_size", o.naming) + ")", std::to_string(o.crop_padding));
-  check(std::isfinite(o.reprob) && o.reprob >= 0 && o.reprob <= 1, o, "reprob", "in [0, 1]", str(o.reprob));
-  check(o.recount >= 1 && o.recount <= 64, o, "recount", "in 1..64", std::to_string(o.recount));
-  check_choice(o, "remode", o.remode, {"const", "rand", "pixel"});
+  check(o.max_image_pixels >= 0, "max_image_pixels", "0 (no limit) or positive", std::to_string(o.max_image_pixels));
+  options::check(options::bad_images, o.bad_images);
+  check(o.crop_ratio > 0 && o.crop_ratio <= 1, "crop_ratio", "in (0, 1]", str(o.crop_ratio));
+  check(o.crop_scale_min > 0 && o.crop_scale_min <= 1, "crop_scale_min", "in (0, 1]", str(o.crop_scale_min));
+  options::check_crop_padding(o.crop_padding, o.image_size, o.train);
+  check(std::isfinite(o.reprob) && o.reprob >= 0 && o.reprob <= 1, "reprob", "in [0, 1]", str(o.reprob));
+  check(o.recount >= 1 && o.recount <= 64, "recount", "in 1..64", std::to_string(o.recount));
+  options::check(options::remode, o.remode);
   if (!o.train) {
-    check(o.augment.empty(), o, "augment", "empty for evaluation (a training policy)", "'" + o.augment + "'");
-    check(o.reprob == 0, o, "reprob", "0 for evaluation (random erasing trains)", str(o.reprob));
-    check(o.crop_padding == 0, o, "crop_padding", "0 for evaluation (a training translation)",
-          std::to_string(o.crop_padding));
-    check_choice(o, "interpolation", o.interpolation, {"bilinear", "bicubic"});
+    check(o.augment.empty(), "augment", "empty for evaluation (a training policy)", "'" + o.augment + "'");
+    check(o.reprob == 0, "reprob", "0 for evaluation (random erasing trains)", str(o.reprob));
+    options::check(options::eval_interpolation, o.interpolation);
   } else {
-    check_choice(o, "interpolation", o.interpolation, {"bilinear", "bicubic", "random"});
+    options::check(options::train_interpolation, o.interpolation);
   }
-  (void)parse_augment_policy(o.augment, option_name("augment", o.naming));
+  (void)parse_augment_policy(o.augment, options::name("augment"));
 
   TransformOptions t;
   if (o.train) {
@@ -69,11 +54,11 @@ TransformOptions transform_options(const PipelineOptions& o) {
     t.crop_padding = o.crop_padding;
     t.flip = o.flip;
     t.random_filter = o.interpolation == "random";
-    if (!t.random_filter) t.filter = parse_filter(o.interpolation, option_name("interpolation", o.naming));
+    if (!t.random_filter) t.filter = parse_filter(o.interpolation, options::name("interpolation"));
     t.augment = o.augment;
     t.augment_fill = mean_fill(o.mean);
   } else {
-    t = TransformOptions::eval(o.image_size, o.crop_ratio, parse_filter(o.interpolation, option_name("interpolation", o.naming)));
+    t = TransformOptions::eval(o.image_size, o.crop_ratio, parse_filter(o.interpolation, options::name("interpolation")));
   }
   if (o.dct_scaling) t.dct_scaling = *o.dct_scaling;
   t.max_pixels = o.max_image_pixels;

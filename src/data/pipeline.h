@@ -13,12 +13,6 @@
 
 namespace convnets::data {
 
-// Whose spelling an error uses for an option: the CLI's flag (--batch-size)
-// or the Python package's keyword argument (batch_size).
-enum class Naming { Cli, Python };
-// `field` is the keyword spelling ("batch_size").
-std::string option_name(const std::string& field, Naming naming);
-
 struct PipelineOptions {
   bool train = true;  // RandomResizedCrop + flip (+ policy, erasing boxes); else resize + centre crop
   int image_size = 224;
@@ -48,12 +42,11 @@ struct PipelineOptions {
   std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;
   bool device_decode = false;  // --data-backend gpu
   std::function<void(const std::string&)> warn;  // bad-image reports; stderr if empty
-  Naming naming = Naming::Cli;
 
   bool drops_last() const { return drop_last.value_or(train); }
 };
 
-// Checks every option, naming it as `o.naming` spells it, and builds the
+// Checks every option, naming it as the caller spells it (core/options.h), and builds the
 // transform's options.
 TransformOptions transform_options(const PipelineOptions& o);
 

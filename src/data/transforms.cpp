@@ -1,6 +1,7 @@
 #include "data/transforms.h"
 
 #include "codec/png.h"
+#include "core/options.h"
 
 #include <algorithm>
 #include <chrono>
@@ -166,11 +167,7 @@ Transform::Transform(TransformOptions options) : options_(options) {
                 "] must satisfy 0 < min <= max <= 1");
   if (!(c.ratio_min > 0 && c.ratio_min <= c.ratio_max))
     throw Error("transform: crop aspect-ratio range must satisfy 0 < min <= max");
-  if (o.crop_padding < 0 || o.crop_padding >= o.size)
-    throw Error("transform: --crop-padding " + std::to_string(o.crop_padding) + " is not in 0.." +
-                std::to_string(o.size - 1) + " (less than the " + std::to_string(o.size) + " px crop)");
-  if (o.crop_padding > 0 && o.mode != TransformOptions::Mode::Train)
-    throw Error("transform: --crop-padding applies to training only");
+  options::check_crop_padding(o.crop_padding, o.size, o.mode == TransformOptions::Mode::Train);
   const AugmentPolicy policy = parse_augment_policy(o.augment, "--augment");
   if (policy.kind != AugmentPolicy::Kind::None) {
     if (o.mode != TransformOptions::Mode::Train) throw Error("transform: --augment applies to training only");

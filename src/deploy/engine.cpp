@@ -2,6 +2,7 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
+#include "core/options.h"
 
 #include <torch/torch.h>
 
@@ -37,17 +38,20 @@ std::vector<std::string> engine_names() {
   return {"torch"};
 }
 
-std::string resolve_engine(const std::string& engine, const runtime::Runtime& rt, const std::string& flag) {
-  check_choice(flag, engine, {"auto", "torch", "openvino"});
+std::string resolve_engine(const std::string& engine, const runtime::Runtime& rt) {
+  options::check(options::engine, engine);
   if (engine == "auto") return !rt.device.is_cuda() && openvino_available() ? "openvino" : "torch";
   if (engine == "openvino") {
     if (!openvino_available()) {
-      throw Error(flag + " openvino: this convnets was built without OpenVINO's runtime",
-                  "install the openvino wheel into .venv (scripts/setup.sh does) and rebuild, or use " + flag + " torch");
+      throw Error(options::setting("engine", "openvino") + ": this convnets was built without OpenVINO's runtime",
+                  "install the openvino wheel into .venv (scripts/setup.sh does) and rebuild, or use " +
+                      options::setting("engine", "torch"));
     }
     if (rt.device.is_cuda()) {
-      throw Error(flag + " openvino runs on the CPU, and this run's device is " + rt.device.str(),
-                  "add --device cpu, or use " + flag + " torch on the GPU");
+      throw Error(options::setting("engine", "openvino") + " runs on the CPU, and this run's device is " +
+                      rt.device.str(),
+                  "add " + options::setting("device", "cpu") + ", or use " + options::setting("engine", "torch") +
+                      " on the GPU");
     }
   }
   return engine;

@@ -33,7 +33,7 @@ std::vector<std::string> engine_names();
 // (docs/PERFORMANCE.md, "CPU inference engines"): OpenVINO on the CPU in
 // every precision where the build has it, LibTorch on CUDA. An explicit
 // openvino on a CUDA runtime or in a build without it is an Error saying so.
-std::string resolve_engine(const std::string& engine, const runtime::Runtime& rt, const std::string& flag = "--engine");
+std::string resolve_engine(const std::string& engine, const runtime::Runtime& rt);
 
 // What an engine runs: a network in eval mode (BN folded or not), its
 // INT8 plan when it is a quantized network (the torch engine runs the

@@ -1,6 +1,7 @@
 #include "deploy/export.h"
 
 #include "core/error.h"
+#include "core/options.h"
 #include "core/json.h"
 #include "data/dataset.h"
 #include "export/onnx_export.h"
@@ -32,10 +33,12 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const runtime:
                   "export it without --calibration");
     }
     auto plan = quant::plan_from_json(ckpt.meta.at("quantization"), a.checkpoint);
-    if (a.method_given || (a.reduce_range && !plan.reduce_range) ||
-        (a.activations_given && quant::parse_activations(a.activations, "--int8-activations") != plan.activations) ||
-        (a.silu_given && quant::parse_silu(a.silu, "--int8-silu") != plan.silu)) {
-      throw Error("--calibration-method/--int8-activations/--int8-reduce-range/--int8-silu: " + a.checkpoint +
+    if (a.calibration_method || (a.reduce_range && !plan.reduce_range) ||
+        (a.activations && quant::parse_activations(*a.activations, options::name("int8_activations")) !=
+                              plan.activations) ||
+        (a.silu && quant::parse_silu(*a.silu, options::name("int8_silu")) != plan.silu)) {
+      throw Error(options::name("calibration_method") + "/" + options::name("int8_activations") + "/" +
+                  options::name("int8_reduce_range") + "/" + options::name("int8_silu") + ": " + a.checkpoint +
                   " was trained with --qat with " + quant::to_string(plan.activations) + " activations" +
                   (plan.reduce_range ? ", 7-bit weights" : "") + ", SiLU " + quant::to_string(plan.silu) +
                   ", calibrated by " + quant::to_string(plan.method),
@@ -47,9 +50,9 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const runtime:
     throw Error("--int8 needs calibration images: add --calibration DATA (a few hundred training images; "
                 "a folder, list file or IDX folder as for train)");
   }
-  const auto activations = quant::parse_activations(a.activations, "--int8-activations");
-  const auto method = quant::parse_method(a.calibration_method, "--calibration-method");
-  const auto silu = quant::parse_silu(a.silu, "--int8-silu");
+  const auto activations = quant::parse_activations(a.activations.value_or("uint8"), options::name("int8_activations"));
+  const auto method = quant::parse_method(a.calibration_method.value_or("percentile"), options::name("calibration_method"));
+  const auto silu = quant::parse_silu(a.silu.value_or("ops"), options::name("int8_silu"));
   const auto rt = runtime::resolve_runtime(a.device, "fp32", "nchw");
   runtime::prepare_model(model, rt);
   const auto ds = data::spread(data::open_dataset(a.calibration, "train"), static_cast<std::size_t>(a.calibration_images));
@@ -96,9 +99,9 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   check_choice("--format", a.format, {"onnx", "safetensors"});
   check_choice("--key-style", a.key_style, {"reference", "dle"});
   check_choice("--dtype", a.dtype, {"fp32", "fp16"});
-  check_choice("--calibration-method", a.calibration_method, {"minmax", "percentile", "entropy"});
-  check_choice("--int8-activations", a.activations, {"uint8", "int8"});
-  check_choice("--int8-silu", a.silu, {"ops", "float"});
+  if (a.calibration_method) options::check(options::calibration_method, *a.calibration_method);
+  if (a.activations) options::check(options::int8_activations, *a.activations);
+  if (a.silu) options::check(options::int8_silu, *a.silu);
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
   if (a.image_size < 0) throw Error("--image-size must be 0 (the checkpoint's) or positive, got " + std::to_string(a.image_size));
   if (a.calibration_images < 1) throw Error("--calibration-images must be at least 1, got " + std::to_string(a.calibration_images));

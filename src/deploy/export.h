@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace convnets::deploy {
@@ -17,12 +18,12 @@ struct ExportOptions {
   std::int64_t batch_size = 1;
   // INT8
   bool int8 = false, reduce_range = false;
-  std::string calibration, calibration_method = "percentile", activations = "uint8", silu = "ops", device = "cpu";
+  std::string calibration, device = "cpu";
+  // Unset: percentile, uint8 and ops, or a QAT checkpoint's own, which
+  // refuses any that is set.
+  std::optional<std::string> calibration_method, activations, silu;
   std::int64_t calibration_images = 512, calibration_batch = 32, max_image_pixels = codec::kDefaultMaxImagePixels;
   int workers = 2;
-  // Whether --calibration-method / --int8-activations / --int8-silu were
-  // given rather than left at their defaults: a QAT checkpoint refuses them.
-  bool method_given = false, activations_given = false, silu_given = false;
 };
 
 // Writes `o.output` (atomically) and returns the line that says what was

@@ -221,8 +221,8 @@ class GpunetImpl : public NetworkImpl {
  public:
   GpunetImpl(const GpunetDefinition& d, const ModelOptions& o) {
     network_ = register_module("network", std::make_shared<nn::Module>());
-    const auto rates = gpunet_drop_path_rates(d, o.drop_path >= 0 ? o.drop_path : 0.2);
-    const double dropout = o.dropout >= 0 ? o.dropout : 0.2;
+    const auto rates = gpunet_drop_path_rates(d, o.drop_path >= 0 ? o.drop_path : kGpunetDropPath);
+    const double dropout = o.dropout >= 0 ? o.dropout : kGpunetDropout;
     random_ = dropout > 0;
     for (std::size_t i = 0; i < d.layers.size(); ++i) {
       const auto& l = d.layers[i];

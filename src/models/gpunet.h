@@ -22,6 +22,10 @@ namespace convnets {
 // dropout before the classifier at options.dropout (0.2 by default).
 Network make_gpunet(const GpunetDefinition& d, const ModelOptions& options);
 
+// DLE's rates where a run names none (its gpunet_* builders: drop_rate and
+// drop_connect_rate 0.2).
+inline constexpr double kGpunetDropout = 0.2, kGpunetDropPath = 0.2;
+
 // Drop-path rate of each of d.layers: drop_path * j / (list length - 1) for
 // JSON element j (DLE's linear rule; only residual branches use it); all 0
 // for distill=true, whose blocks take none.

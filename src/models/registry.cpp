@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "models/efficientnet.h"
+#include "models/gpunet.h"
 #include "models/layers.h"
 #include "models/resnet.h"
 
@@ -72,6 +73,8 @@ ArchInfo gpunet(std::string name, std::string description, GpunetDefinition d) {
   a.preprocessing.crop_ratio = 1.0;
   a.preprocessing.interpolation = "bicubic";
   a.key_names = "dle-gpunet";
+  a.dropout = kGpunetDropout;
+  a.drop_path = d.distill ? 0.0 : kGpunetDropPath;  // distill=true blocks take none
   a.gpunet = std::make_shared<const GpunetDefinition>(std::move(d));
   a.build = [def = a.gpunet, name = a.name](const ModelOptions& o) {
     if (def->distill && o.drop_path > 0) {

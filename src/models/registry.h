@@ -31,6 +31,9 @@ struct ArchInfo {
   // Set for an arch read from a user's JSON file (`--arch path/model.json`):
   // checkpoints then carry the definition itself, not just the name.
   bool from_file = false;
+  // The rates a run gets when it names none (ModelOptions' negative values):
+  // what a config or report then shows.
+  double dropout = 0, drop_path = 0;
 };
 
 const std::vector<ArchInfo>& architectures();

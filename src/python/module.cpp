@@ -3,6 +3,7 @@
 #include "core/compat.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/options.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "deploy/export.h"
@@ -16,6 +17,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -122,7 +124,6 @@ class PyLoader {
                   "or a CUDA device");
     }
     o.mean = mean_;
-    o.naming = data::Naming::Python;
     o.warn = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(warn_mutex_);
       warnings_.push_back(line);
@@ -292,6 +293,16 @@ PYBIND11_MODULE(_convnets, m) {
   m.doc() = "convnets' C++ library: the loader, inference and export (use the convnets package, not this module)";
   m.attr("__version__") = CONVNETS_VERSION;
   m.attr("default_max_image_pixels") = codec::kDefaultMaxImagePixels;
+  // Errors name options as this front spells them: crop_padding, not --crop-padding.
+  options::set_naming(options::Naming::Python);
+  m.def(
+      "choices",
+      [] {
+        std::map<std::string, std::vector<std::string>> out;
+        for (const auto* c : options::all_choices()) out[c->id] = c->values;
+        return out;
+      },
+      "The allowed values of each option that takes one of a list (core/options.h), by its declaration's name.");
 
   // The image errors are OSErrors, as PIL's are (UnidentifiedImageError,
   // "image file is truncated"); the pixel limit is PIL's DecompressionBombError.
@@ -367,10 +378,7 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("calibration_images", &deploy::ExportOptions::calibration_images)
       .def_readwrite("calibration_batch", &deploy::ExportOptions::calibration_batch)
       .def_readwrite("max_image_pixels", &deploy::ExportOptions::max_image_pixels)
-      .def_readwrite("workers", &deploy::ExportOptions::workers)
-      .def_readwrite("method_given", &deploy::ExportOptions::method_given)
-      .def_readwrite("activations_given", &deploy::ExportOptions::activations_given)
-      .def_readwrite("silu_given", &deploy::ExportOptions::silu_given);
+      .def_readwrite("workers", &deploy::ExportOptions::workers);
 
   py::class_<data::PipelineOptions>(m, "PipelineOptions")
       .def(py::init<>())

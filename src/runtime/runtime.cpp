@@ -2,6 +2,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/options.h"
 #include "data/loader.h"
 
 #include <ATen/Context.h>
@@ -15,13 +16,14 @@ namespace convnets::runtime {
 Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
                         int cuda_index) {
   // The CLI's parser checks these too; a library caller (the Python package) reaches here directly.
-  check_choice("--device", device, {"auto", "cpu", "cuda"});
-  check_choice("--precision", precision, {"fp32", "tf32", "amp", "bf16"});
-  check_choice("--memory-format", memory_format, {"nhwc", "nchw"});
+  options::check(options::device, device);
+  options::check(options::precision, precision);
+  options::check(options::memory_format, memory_format);
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
   if (device == "cuda" && !cuda) {
-    throw Error("--device cuda: no CUDA device is available", "check the driver and CUDA_VISIBLE_DEVICES");
+    throw Error(options::setting("device", "cuda") + ": no CUDA device is available",
+                "check the driver and CUDA_VISIBLE_DEVICES");
   }
   const bool on_cuda = device == "cuda" || (device == "auto" && cuda);
   if (on_cuda && cuda_index >= static_cast<int>(torch::cuda::device_count())) {
@@ -33,10 +35,11 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
   rt.precision = precision;
   rt.channels_last = memory_format == "nhwc";
   if (!rt.device.is_cuda() && precision == "bf16") {
-    require_cpu_bf16("--precision");  // LibTorch's CPU autocast, as torch.autocast("cpu", torch.bfloat16)
+    require_cpu_bf16(options::name("precision"));  // LibTorch's CPU autocast, as torch.autocast("cpu", torch.bfloat16)
   } else if (precision != "fp32" && !rt.device.is_cuda()) {
-    throw Error("--precision " + precision + " needs a CUDA GPU, and this run is on the CPU",
-                "use --precision fp32 on the CPU (or bf16 where the CPU has AVX512_BF16 or AMX)");
+    throw Error(options::setting("precision", precision) + " needs a CUDA GPU, and this run is on the CPU",
+                "use " + options::setting("precision", "fp32") +
+                    " on the CPU (or bf16 where the CPU has AVX512_BF16 or AMX)");
   }
   int major = 0;
   if (rt.device.is_cuda()) {
@@ -44,9 +47,9 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
     major = at::cuda::getDeviceProperties(rt.device.index())->major;
   }
   if (rt.device.is_cuda() && (precision == "bf16" || precision == "tf32") && major < 8) {
-    throw Error("--precision " + precision + " needs a GPU of compute capability 8.0 or newer; this one is " +
-                    std::to_string(major) + ".x",
-                "use --precision amp (fp16) or fp32");
+    throw Error(options::setting("precision", precision) +
+                    " needs a GPU of compute capability 8.0 or newer; this one is " + std::to_string(major) + ".x",
+                "use " + options::setting("precision", "amp") + " (fp16) or fp32");
   }
   if (rt.device.is_cuda()) {
     at::globalContext().setAllowTF32CuBLAS(precision == "tf32");

@@ -1,6 +1,7 @@
 #include "train/config.h"
 
 #include "core/error.h"
+#include "core/options.h"
 #include "core/json.h"
 #include "core/limits.h"
 #include "data/augment.h"
@@ -131,8 +132,14 @@ std::string str(double v) {
   return o.str();
 }
 
-void check_choice(const std::string& field, const std::string& value, const std::set<std::string>& choices) {
-  if (!choices.count(value)) throw Error(flag_for(field) + " must be one of " + join(choices) + ", got '" + value + "'");
+// The training run's own lists; those other commands share are declared in core/options.h.
+void check_choice(const std::string& field, const std::string& value, const std::vector<std::string>& choices) {
+  options::check(options::Choice{field.c_str(), field.c_str(), choices}, value, flag_for(field));
+}
+
+// A shared option, named as a recipe field (its flag: the value may come from a recipe file).
+void check_declared(const std::string& field, const std::string& value, const options::Choice& choice) {
+  options::check(choice, value, flag_for(field));
 }
 
 }  // namespace
@@ -248,16 +255,16 @@ void validate(const TrainConfig& c) {
         str(c.mixup_switch_prob));
   (void)data::parse_augment_policy(c.augment, flag_for("augment"));
   check(c.reprob >= 0 && c.reprob <= 1, "reprob", "in [0, 1]", str(c.reprob));
-  check_choice("remode", c.remode, {"const", "rand", "pixel"});
+  check_declared("remode", c.remode, options::remode);
   check(c.recount >= 1 && c.recount <= 64, "recount", "in 1..64", std::to_string(c.recount));
   check(c.augment.empty() || c.data_backend != "gpu", "augment", "used with --data-backend cpu",
         "--data-backend gpu (the policy's PIL operations run on the loader threads; DLE's DALI loaders refuse it too)");
   check(c.ema >= 0 && c.ema < 1, "ema", "a decay in [0, 1) (0 disables the EMA)", str(c.ema));
   check_choice("best_by", c.best_by, {"auto", "model", "ema"});
   check(c.best_by != "ema" || c.ema > 0, "best_by", "used with --ema", "no EMA");
-  check_choice("precision", c.precision, {"fp32", "tf32", "amp", "bf16"});
-  check_choice("memory_format", c.memory_format, {"nhwc", "nchw"});
-  check_choice("device", c.device, {"auto", "cpu", "cuda"});
+  check_declared("precision", c.precision, options::precision);
+  check_declared("memory_format", c.memory_format, options::memory_format);
+  check_declared("device", c.device, options::device);
   check(std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "a positive size in MiB", str(c.bucket_mb));
   check_choice("dist_backend", c.dist_backend, {"auto", "gloo", "nccl"});
   check(c.workers >= 0, "workers", "0 or positive", std::to_string(c.workers));
@@ -282,14 +289,13 @@ void validate(const TrainConfig& c) {
   check(c.std.empty() || c.std.size() == 3, "std", "3 values (R,G,B)", std::to_string(c.std.size()) + " values");
   for (double s : c.std) check(s > 0, "std", "positive", str(s));
   check(c.crop_scale_min > 0 && c.crop_scale_min <= 1, "crop_scale_min", "in (0, 1]", str(c.crop_scale_min));
-  check(c.crop_padding >= 0 && c.crop_padding <= 8192, "crop_padding", "0 (off) .. 8192 pixels",
-        std::to_string(c.crop_padding));
-  if (!c.interpolation.empty()) check_choice("interpolation", c.interpolation, {"bilinear", "bicubic"});
+  options::check_crop_padding(c.crop_padding, c.image_size, true);
+  if (!c.interpolation.empty()) check_declared("interpolation", c.interpolation, options::eval_interpolation);
   if (!c.train_interpolation.empty())
-    check_choice("train_interpolation", c.train_interpolation, {"bilinear", "bicubic", "random"});
+    check_declared("train_interpolation", c.train_interpolation, options::train_interpolation);
   check_choice("init", c.init, {"fan_in", "fan_out"});
   check(c.top_k >= 1, "top_k", "at least 1", std::to_string(c.top_k));
-  check_choice("bad_images", c.bad_images, {"skip", "fail"});
+  check_declared("bad_images", c.bad_images, options::bad_images);
   check(c.max_image_pixels >= 0, "max_image_pixels", "0 (no limit) or positive", std::to_string(c.max_image_pixels));
   check(c.asp_dense_epochs >= 0, "asp_dense_epochs", "0 or positive", std::to_string(c.asp_dense_epochs));
   check(c.asp_dense_epochs == 0 || c.asp, "asp_dense_epochs", "used with --asp", "no --asp");
@@ -298,10 +304,10 @@ void validate(const TrainConfig& c) {
   check(!(c.asp && c.qat), "asp", "used without --qat (fake quantization would train the pruned weights behind its wrapper)",
         "--qat");
   check(c.calibration_images >= 1, "calibration_images", "at least 1", std::to_string(c.calibration_images));
-  check_choice("calibration_method", c.calibration_method, {"minmax", "percentile", "entropy"});
-  check_choice("int8_activations", c.int8_activations, {"uint8", "int8"});
-  check_choice("int8_silu", c.int8_silu, {"ops", "float"});
-  check_choice("data_backend", c.data_backend, {"auto", "cpu", "gpu"});
+  check_declared("calibration_method", c.calibration_method, options::calibration_method);
+  check_declared("int8_activations", c.int8_activations, options::int8_activations);
+  check_declared("int8_silu", c.int8_silu, options::int8_silu);
+  check_declared("data_backend", c.data_backend, options::data_backend);
   check(c.max_train_images >= 0, "max_train_images", "0 or positive", std::to_string(c.max_train_images));
   check(c.max_val_images >= 0, "max_val_images", "0 or positive", std::to_string(c.max_val_images));
   check(c.holdout >= 0, "holdout", "0 or positive", std::to_string(c.holdout));

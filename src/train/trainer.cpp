@@ -429,10 +429,19 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
 
 }  // namespace
 
+TrainConfig with_arch_defaults(TrainConfig config) {
+  if (config.dropout < 0 || config.drop_path < 0) {
+    const ArchInfo& arch = find_architecture(config.arch);
+    if (config.dropout < 0) config.dropout = arch.dropout;
+    if (config.drop_path < 0) config.drop_path = arch.drop_path;
+  }
+  return config;
+}
+
 int run_training(const TrainConfig& config, const RunOptions& options) {
   std::unique_ptr<distributed::Group> group;
   try {
-    return train(config, options, group);
+    return train(with_arch_defaults(config), options, group);
   } catch (const distributed::DistributedError&) {
     throw;  // already the diagnosis; the failed rank published its own
   } catch (const std::exception& e) {

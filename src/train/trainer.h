@@ -22,6 +22,11 @@ struct RunOptions {
 // anything in the workspace is written.
 int run_training(const TrainConfig& config, const RunOptions& options);
 
+// `config` with the arch's own values where it leaves them to the arch (the
+// dropout and drop-path rates, negative there): what --print-config,
+// config.json and the report show is the value the network is built with.
+TrainConfig with_arch_defaults(TrainConfig config);
+
 // The workspace files a run writes.
 std::string last_checkpoint_path(const std::string& workspace);
 

@@ -200,7 +200,10 @@ class GpunetCommandLinesReadAsTimm(unittest.TestCase):
                     # timm downloads the teacher's pretrained weights; convnets takes them as a file.
                     args += ["--teacher-checkpoint", "teacher.safetensors"]
                 config = resolved(tokens[2], *args)
-                self.assertEqual((config["dropout"], config["drop_path"]), (-1, -1))  # the JSON definition's
+                # The arch's own rates, shown as the values in use: DLE's gpunet_* builders' 0.2 each, and no
+                # drop-path in the distill=true (GPUNet-D) blocks.
+                distilled = tokens[tokens.index("--model") + 1].startswith("gpunet_d")
+                self.assertEqual((config["dropout"], config["drop_path"]), (0.2, 0.0 if distilled else 0.2))
                 for field, value in expected.items():
                     self.assertEqual(config[field], value, f"{field} of {name}")
                 if not distill:
@@ -232,7 +235,7 @@ class GpunetCommandLinesReadAsTimm(unittest.TestCase):
         r = convnets("train", "--print-config", "--model", "gpunet_1", "--drop", "0.3")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("--drop/--drop-connect are ignored for gpunet-1", r.stderr)
-        self.assertEqual(json.loads(r.stdout)["dropout"], -1)
+        self.assertEqual(json.loads(r.stdout)["dropout"], 0.2)  # the arch's, not --drop's
 
     def test_gpunet_archs_evaluate_as_timm(self):
         # timm's default_cfg: bicubic, crop_pct 1.0 (0.875 for P0/P1), at each definition's resolution.

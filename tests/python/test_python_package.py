@@ -500,8 +500,57 @@ class Checkpoints(unittest.TestCase):
         self.assertIn("none.safetensors", str(e.exception))
         with self.assertRaisesRegex(ValueError, "junk.png"):
             convnets.load(self.junk)
-        with self.assertRaisesRegex(ValueError, "--precision"):
+        with self.assertRaisesRegex(ValueError, r"^precision='amp' needs a CUDA GPU"):
             convnets.load(self.ckpt, device="cpu", precision="amp")  # fp16 autocast is CUDA's
+
+    def test_errors_name_the_keyword_arguments_with_the_declared_values(self):
+        # One declaration per option (src/core/options.h): the same list as the CLI's, spelt as Python's.
+        choices = convnets._convnets.choices()
+        cases = [(dict(engine="tensorrt"), "engine 'tensorrt': expected " + " | ".join(choices["engine"])),
+                 (dict(precision="fp64"), "precision 'fp64': expected " + " | ".join(choices["precision"])),
+                 (dict(memory_format="nchwc"), "memory_format 'nchwc': expected nhwc | nchw"),
+                 (dict(device="tpu"), "device 'tpu': expected auto | cpu | cuda")]
+        for kwargs, message in cases:
+            with self.subTest(**kwargs), self.assertRaises(ValueError) as e:
+                convnets.load(self.ckpt, **kwargs)
+            self.assertEqual(str(e.exception).splitlines()[0], message)
+        out = os.path.join(self.tmp, "silu.onnx")
+        with self.assertRaisesRegex(ValueError, r"^int8_silu 'sigmoid': expected ops \| float"):
+            convnets.export(self.ckpt, out, format="onnx", int8=True, int8_silu="sigmoid")
+        self.assertFalse(os.path.exists(out))
+        # The CLI says the same of the same value in its own spelling.
+        r = cli("classify", "--checkpoint", self.ckpt, "--engine", "tensorrt", self.junk, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--engine", r.stderr)
+        self.assertIn("tensorrt", r.stderr)
+
+    def test_the_documented_values_are_the_declared_ones(self):
+        import re
+
+        def described(doc, option):
+            """The Args entry of `option`: its line and the indented lines under it."""
+            m = re.search(r"^( *)%s: (.*(?:\n\1 +.*)*)" % option, doc, re.M)
+            self.assertIsNotNone(m, option)
+            return m.group(2)
+
+        choices = convnets._convnets.choices()
+        for option in ("precision", "engine", "device", "memory_format"):
+            for value in choices[option]:
+                self.assertIn('"%s"' % value, described(convnets.load.__doc__, option), option)
+        for option, key in (("remode", "remode"), ("bad_images", "bad_images"),
+                            ("interpolation", "train_interpolation")):
+            for value in choices[key]:
+                self.assertIn('"%s"' % value, described(convnets.data.Loader.__doc__, option), option)
+
+    def test_loader_defaults_are_the_libraries(self):
+        import inspect
+        library = convnets._convnets.PipelineOptions()
+        params = inspect.signature(convnets.data.Loader.__init__).parameters
+        shared = [name for name in params if hasattr(library, name)]
+        self.assertGreaterEqual(len(shared), 16)
+        for name in shared:
+            if params[name].default is not None:  # None: decided from other arguments, as documented
+                self.assertEqual(params[name].default, getattr(library, name), name)
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "no CUDA device here: scripts/gpu.sh runs this on the GPU machine")

@@ -174,7 +174,7 @@ class TrainEvalReport(unittest.TestCase):
             (["--lr", "-0.1"], "--lr must be a non-negative number, got -0.1"),
             (["--mixup", "-1"], "--mixup must be alpha >= 0"),
             (["--precision", "amp"], "--precision amp needs a CUDA GPU"),
-            (["--precision", "fp64"], "--precision must be one of"),
+            (["--precision", "fp64"], "--precision 'fp64': expected fp32 | tf32 | amp | bf16"),
             (["--epochs", "1.5"], "--epochs expects an integer, got '1.5'"),
             (["--resume", last, "--arch", "resnet20"], "was trained as resnet8, but this run is resnet20"),
             (["--resume", corrupt], "corrupt.safetensors"),
