@@ -7,14 +7,9 @@
 #include "core/memory.h"
 #include "data/pipeline.h"
 #include "deploy/engine.h"
-#include "distributed/grad_sync.h"
 #include "models/graph.h"
 #include "models/registry.h"
 #include "runtime/evaluate.h"
-#include "train/graph_step.h"
-#include "train/loss_scale.h"
-#include "train/sgd.h"
-#include "train/step.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -135,32 +130,21 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
 
   double seconds = 0;
   if (o.train) {
-    train::Sgd sgd(*model, {o.momentum, false, o.weight_decay, false});
-    std::optional<train::LossScaler> scaler;
-    if (rt.loss_scaling) scaler.emplace(rt.device);
-    train::StepOptions so;
-    so.label_smoothing = o.label_smoothing;
-    so.autocast = rt.autocast;
-    so.random_layers = model->random_in_training();
-    std::unique_ptr<distributed::GradientReducer> reducer;
-    if (o.group) {
-      reducer = std::make_unique<distributed::GradientReducer>(*o.group, sgd.flat(), o.bucket_mb, true);
-      so.sync = reducer.get();
-    }
-    train::StepRunner stepper(*model, sgd, scaler ? &*scaler : nullptr, nullptr, so, rt.device, o.cuda_graph);
-    row.cuda_graph = stepper.graphed();
+    if (!o.train_step) throw Error("bench train: no training step was given (ModelBenchOptions::train_step)");
+    const auto stepper = o.train_step(*model, rt, o);
+    row.cuda_graph = stepper->graphed();
     auto iteration = [&] {
       if (!files) {
-        std::vector<train::MicroBatch> micro{{runtime::network_input(images, pre, rt), labels, {}}};
-        stepper.run(micro, 0.1, 0);
+        stepper->run(runtime::network_input(images, pre, rt), labels);
         return;
       }
       const auto t0 = Clock::now();
       const data::Batch b = files->next();
       const auto t1 = Clock::now();
-      std::vector<train::MicroBatch> micro{{runtime::batch_input(b, pre, rt), b.labels.to(rt.device, true), {}}};
+      const at::Tensor input = runtime::batch_input(b, pre, rt);
+      const at::Tensor labels_on_device = b.labels.to(rt.device, true);
       const auto t2 = Clock::now();
-      stepper.run(micro, 0.1, 0);
+      stepper->run(input, labels_on_device);
       files->wait_s += std::chrono::duration<double>(t1 - t0).count();
       files->input_s += std::chrono::duration<double>(t2 - t1).count();
       ++files->steps;
@@ -191,8 +175,8 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
       }
       row.device_ms = device_s * 1e3 / probes;
     }
-    if (reducer) {
-      const auto& st = reducer->stats();
+    if (const auto* sync = stepper->sync_stats()) {
+      const auto& st = *sync;
       row.processes = o.group->world_size();
       row.buckets = st.buckets;
       row.allreduce_mb = static_cast<double>(st.bytes_per_step) / (1 << 20);

@@ -2,20 +2,44 @@
 #pragma once
 
 #include "deploy/inference.h"
+#include "distributed/grad_sync.h"
 #include "distributed/group.h"
+#include "models/network.h"
 #include "runtime/runtime.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace convnets::bench {
 
+struct ModelBenchOptions;
+
+// One training step as `bench train` times it: forward, loss, backward and the
+// optimizer update, as `train` runs them. The training floor makes it
+// (train/bench_step.h) and the caller hands it in, so that bench/ stands
+// below train/ and includes none of it.
+class TimedTrainStep {
+ public:
+  virtual ~TimedTrainStep() = default;
+  // `input`: the normalised batch on the device; `labels` there too.
+  virtual void run(const at::Tensor& input, const at::Tensor& labels) = 0;
+  virtual bool graphed() const = 0;  // replayed as one CUDA graph
+  // The data-parallel all-reduce's figures; null without a group.
+  virtual const distributed::ReducerStats* sync_stats() const = 0;
+};
+using TrainStepFactory =
+    std::function<std::unique_ptr<TimedTrainStep>(NetworkImpl& model, const runtime::Runtime& rt,
+                                                  const ModelBenchOptions& options)>;
+
 struct ModelBenchOptions {
   std::string arch = "resnet50";
   bool train = true;  // false: inference
+  TrainStepFactory train_step;  // needed when `train`
   runtime::Runtime runtime;
   std::vector<std::int64_t> batch_sizes{256};
   int image_size = 0;  // 0: the arch's own input size

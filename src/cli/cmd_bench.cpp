@@ -1,10 +1,10 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
 #include "bench/model_bench.h"
 #include "cli/commands.h"
-#include "core/options.h"
 #include "cli/launch.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/options.h"
 #include "data/pipeline.h"
 #include "deploy/engine.h"
 #include "distributed/env.h"
@@ -13,6 +13,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
+#include "train/bench_step.h"
 
 #include <CLI/CLI.hpp>
 #include <torch/cuda.h>
@@ -299,6 +300,7 @@ void run_bench_model(BenchModelArgs& a) {
 void add_model_bench(CLI::App& bench, bool train) {
   auto args = std::make_shared<BenchModelArgs>();
   args->options.train = train;
+  args->options.train_step = train::make_bench_step;  // the training floor's step, handed down
   auto* cmd = bench.add_subcommand(
       train ? "train" : "infer",
       train ? "Training images/s on synthetic data (forward, backward, loss scaling, SGD) per batch size"

@@ -46,7 +46,7 @@ ArchInfo cifar_resnet(int n) {
   return small_image_resnet(
       "resnet" + std::to_string(depth),
       "ResNet-" + std::to_string(depth) + " for small images (He et al. 2015 sec. 4.2, 1x1 projections)",
-      {false, {n, n, n}, 1, 64, 0, {16, 32, 64}, true});
+      {.bottleneck = false, .blocks = {n, n, n}, .widths = {16, 32, 64}, .small_input_stem = true});
 }
 
 // The same blocks spent where a CPU computes them cheaply: the 3x3 stem alone
@@ -58,7 +58,10 @@ ArchInfo cifar_resnet(int n) {
 // stem's resolution, is empty).
 ArchInfo resnet10s() {
   return small_image_resnet("resnet10s", "ResNet-10s for small images: 3x3 stem, four stride-2 BasicBlocks, 32-256 ch",
-                            {false, {0, 1, 1, 1, 1}, 1, 64, 0, {16, 32, 64, 128, 256}, true});
+                            {.bottleneck = false,
+                             .blocks = {0, 1, 1, 1, 1},
+                             .widths = {16, 32, 64, 128, 256},
+                             .small_input_stem = true});
 }
 
 // GPUNet preprocessing as DLE's recipes use it: timm's validation transform
@@ -101,22 +104,22 @@ ArchInfo efficientnet(const EfficientNetVariant& v) {
 }
 
 std::vector<ArchInfo> make_registry() {
-  const bool basic = false, bottleneck = true;
   return {
-      resnet("resnet18", "ResNet-18 (He et al. 2015)", "tv-resnet18", {basic, {2, 2, 2, 2}}),
-      resnet("resnet34", "ResNet-34 (He et al. 2015)", "tv-resnet34", {basic, {3, 4, 6, 3}}),
-      resnet("resnet50", "ResNet-50 v1.5 (stride on the 3x3 conv)", "tv-resnet50", {bottleneck, {3, 4, 6, 3}}),
-      resnet("resnet101", "ResNet-101 v1.5", "tv-resnet101", {bottleneck, {3, 4, 23, 3}}),
-      resnet("resnet152", "ResNet-152 v1.5", "tv-resnet152", {bottleneck, {3, 8, 36, 3}}),
+      resnet("resnet18", "ResNet-18 (He et al. 2015)", "tv-resnet18", {.bottleneck = false, .blocks = {2, 2, 2, 2}}),
+      resnet("resnet34", "ResNet-34 (He et al. 2015)", "tv-resnet34", {.bottleneck = false, .blocks = {3, 4, 6, 3}}),
+      resnet("resnet50", "ResNet-50 v1.5 (stride on the 3x3 conv)", "tv-resnet50", {.blocks = {3, 4, 6, 3}}),
+      resnet("resnet101", "ResNet-101 v1.5", "tv-resnet101", {.blocks = {3, 4, 23, 3}}),
+      resnet("resnet152", "ResNet-152 v1.5", "tv-resnet152", {.blocks = {3, 8, 36, 3}}),
       resnet("resnext50_32x4d", "ResNeXt-50 32x4d (Xie et al. 2017)", "tv-resnext50_32x4d",
-             {bottleneck, {3, 4, 6, 3}, 32, 4}),
+             {.blocks = {3, 4, 6, 3}, .groups = 32, .width_per_group = 4}),
       resnet("resnext101_32x4d", "ResNeXt-101 32x4d (DLE)", "dle-resnext101-32x4d",
-             {bottleneck, {3, 4, 23, 3}, 32, 4}),
-      resnet("resnext101_32x8d", "ResNeXt-101 32x8d", "tv-resnext101_32x8d", {bottleneck, {3, 4, 23, 3}, 32, 8}),
+             {.blocks = {3, 4, 23, 3}, .groups = 32, .width_per_group = 4}),
+      resnet("resnext101_32x8d", "ResNeXt-101 32x8d", "tv-resnext101_32x8d",
+             {.blocks = {3, 4, 23, 3}, .groups = 32, .width_per_group = 8}),
       resnet("wide_resnet50_2", "Wide ResNet-50-2 (Zagoruyko & Komodakis 2016)", "tv-wide_resnet50_2",
-             {bottleneck, {3, 4, 6, 3}, 1, 128}),
+             {.blocks = {3, 4, 6, 3}, .width_per_group = 128}),
       resnet("se_resnext101_32x4d", "SE-ResNeXt-101 32x4d (DLE: SE width 16)", "dle-se-resnext101-32x4d",
-             {bottleneck, {3, 4, 23, 3}, 32, 4, 16}),
+             {.blocks = {3, 4, 23, 3}, .groups = 32, .width_per_group = 4, .se_channels = 16}),
       cifar_resnet(1),
       cifar_resnet(3),
       cifar_resnet(9),

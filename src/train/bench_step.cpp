@@ -1,0 +1,54 @@
+#include "train/bench_step.h"
+
+#include "train/graph_step.h"
+#include "train/loss_scale.h"
+#include "train/sgd.h"
+#include "train/step.h"
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <vector>
+
+namespace convnets::train {
+namespace {
+
+class BenchStep : public bench::TimedTrainStep {
+ public:
+  BenchStep(NetworkImpl& model, const runtime::Runtime& rt, const bench::ModelBenchOptions& o)
+      : sgd_(model, {o.momentum, false, o.weight_decay, false}) {
+    if (rt.loss_scaling) scaler_.emplace(rt.device);
+    StepOptions so;
+    so.label_smoothing = o.label_smoothing;
+    so.autocast = rt.autocast;
+    so.random_layers = model.random_in_training();
+    if (o.group) {
+      reducer_ = std::make_unique<distributed::GradientReducer>(*o.group, sgd_.flat(), o.bucket_mb, true);
+      so.sync = reducer_.get();
+    }
+    runner_.emplace(model, sgd_, scaler_ ? &*scaler_ : nullptr, nullptr, so, rt.device, o.cuda_graph);
+  }
+
+  void run(const at::Tensor& input, const at::Tensor& labels) override {
+    // The LR is a constant: a schedule changes a scalar, not the step's cost.
+    const std::vector<MicroBatch> micro{{input, labels, {}}};
+    runner_->run(micro, 0.1, 0);
+  }
+  bool graphed() const override { return runner_->graphed(); }
+  const distributed::ReducerStats* sync_stats() const override { return reducer_ ? &reducer_->stats() : nullptr; }
+
+ private:
+  Sgd sgd_;
+  std::optional<LossScaler> scaler_;
+  std::unique_ptr<distributed::GradientReducer> reducer_;
+  std::optional<StepRunner> runner_;  // last: it holds the optimizer, scaler and reducer above
+};
+
+}  // namespace
+
+std::unique_ptr<bench::TimedTrainStep> make_bench_step(NetworkImpl& model, const runtime::Runtime& rt,
+                                                       const bench::ModelBenchOptions& options) {
+  return std::make_unique<BenchStep>(model, rt, options);
+}
+
+}  // namespace convnets::train
