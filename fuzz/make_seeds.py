@@ -115,6 +115,23 @@ def safetensors_seeds():
     write_safetensors(os.path.join(os.path.dirname(path), "plain.safetensors"), {"w": torch.ones(2, 2)})
 
 
+def torch_save_seeds():
+    # What torch.save writes (a zip with data.pkl and one record per storage): a bare state dict with shared
+    # storage and a strided view, and a training checkpoint with argparse arguments beside it.
+    import argparse
+    import collections
+    import torch
+    w = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    sd = collections.OrderedDict([("conv.weight", w), ("conv.t", w.t()), ("bn.num_batches_tracked", torch.tensor(3)),
+                                  ("half", torch.ones(2, dtype=torch.float16)), ("empty", torch.zeros(0, 2))])
+    for name, obj in [("state_dict.pth", sd),
+                      ("checkpoint.pth.tar", {"epoch": 2, "arch": "resnet8", "best_prec1": 1.5,
+                                              "state_dict": sd, "args": argparse.Namespace(lr=0.1, amp=True)})]:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        put("torch_save", name, buffer.getvalue())
+
+
 def tar_seeds(rng):
     # fuzz_tar.cpp: byte 0 picks the mode (0 header scan, 1 DALI index, 2 shard as a dataset; the latter with
     # a world-size and a shuffle byte); the rest is the tar or index. Small PNG members keep inputs short.
@@ -159,4 +176,5 @@ if __name__ == "__main__":
     json_seeds()
     gpunet_build_seeds()
     safetensors_seeds()
+    torch_save_seeds()
     tar_seeds(rng)

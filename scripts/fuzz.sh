@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 seconds=${2:-60}
-targets=(image dataset json safetensors gpunet_build tar)
+targets=(image dataset json safetensors torch_save gpunet_build tar)
 
 # Debian packages (clang among them) and .venv's torch; FUZZ_SETUP=0 skips it when done already.
 [[ ${FUZZ_SETUP:-1} == 0 ]] || ./scripts/setup.sh >/dev/null

@@ -76,7 +76,7 @@ std::int64_t classes_in_file(const ArchInfo& arch, const runtime::Checkpoint& ck
   auto probe = build_model(arch, {});
   const auto key = probe->named_parameters().keys().back();
   for (const auto& [name, t] : ckpt.file.tensors) {
-    if ((arch.import_key ? arch.import_key(name) : name) == key) return t.size(0);
+    if (imported_name(name, arch.import_key) == key) return t.size(0);
   }
   throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
 }

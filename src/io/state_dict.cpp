@@ -44,14 +44,18 @@ std::string LoadReport::describe() const {
   return os.str();
 }
 
+std::string imported_name(const std::string& raw, const std::function<std::string(const std::string&)>& import_key) {
+  static const std::string kDataParallel = "module.";
+  std::string key = raw.rfind(kDataParallel, 0) == 0 ? raw.substr(kDataParallel.size()) : raw;
+  return import_key ? import_key(key) : key;
+}
+
 LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights, const std::string& source,
                            const std::function<std::string(const std::string&)>& import_key, bool strict) {
-  static const std::string kDataParallel = "module.";
   std::unordered_map<std::string, const torch::Tensor*> file;
   std::vector<std::string> file_order;
   for (const auto& [raw, tensor] : weights.tensors) {
-    std::string key = raw.rfind(kDataParallel, 0) == 0 ? raw.substr(kDataParallel.size()) : raw;
-    if (import_key) key = import_key(key);
+    const std::string key = imported_name(raw, import_key);
     if (!file.emplace(key, &tensor).second) {
       throw Error("weights file '" + source + "' holds tensor '" + key + "' twice (as '" + raw + "' after renaming)");
     }

@@ -30,6 +30,10 @@ struct LoadReport {
   std::string describe() const;
 };
 
+// The module's name for a file's tensor `raw`: DataParallel's `module.` prefix
+// dropped, then `import_key` (if given) applied.
+std::string imported_name(const std::string& raw, const std::function<std::string(const std::string&)>& import_key);
+
 // Copies `weights` into the module's parameters and buffers (converting dtype).
 // Keys are normalised first: a DataParallel `module.` prefix is dropped and
 // `import_key` (if given) maps foreign names, e.g. DLE's `layers.0.` -> `layer1.`.

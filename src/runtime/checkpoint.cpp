@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "io/state_dict.h"
+#include "io/torch_save.h"
 
 namespace convnets::runtime {
 
@@ -18,7 +19,8 @@ TensorFile Checkpoint::section(const std::string& prefix) const {
 Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint c;
   c.path = path;
-  c.file = load_safetensors(path);
+  // PyTorch's own files (torchvision, timm, DLE, NGC) are plain weights files here.
+  c.file = looks_like_torch_save(path) ? load_torch_save(path) : load_safetensors(path);
   c.meta = nlohmann::json::object();
   auto it = c.file.metadata.find("convnets");
   if (it == c.file.metadata.end()) return c;

@@ -7,6 +7,7 @@ commands. Python behaviour: exceptions of the matching type naming the file or a
 during iteration, threads and memory freed, the GIL released, help() text, and `pip install` into a second
 virtual environment.
 """
+import collections
 import gc
 import json
 import os
@@ -430,6 +431,65 @@ class Checkpoints(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp)
+
+    def test_torch_save_files_are_read_in_cpp_and_their_pickles_never_run(self):
+        # The fixture's weights as PyTorch's ecosystem saves them: torchvision's bare state dict, DLE's
+        # checkpoint (DataParallel names, epoch, optimizer), timm's (argparse arguments beside the weights).
+        import argparse
+        sys.path.insert(0, os.path.join(SOURCE, "tools"))
+        from pth2safetensors import read_safetensors
+        tensors, _ = read_safetensors(self.ckpt)
+        weights = collections.OrderedDict((k[len("model."):], v) for k, v in tensors.items() if k.startswith("model."))
+        momentum = {k: torch.zeros_like(v) for k, v in weights.items() if v.is_floating_point()}
+        files = {
+            "torchvision.pth": weights,
+            "dle.pth.tar": {"epoch": 3, "arch": "resnet8", "best_prec1": 91.5,
+                            "state_dict": collections.OrderedDict(("module." + k, v) for k, v in weights.items()),
+                            "optimizer": {"state": momentum, "param_groups": [{"lr": 0.1}]}},
+            "timm.pth.tar": {"epoch": 1, "arch": "resnet8", "state_dict": weights, "metric": 0.8,
+                             "args": argparse.Namespace(lr=0.1, model="resnet8", amp=True)},
+        }
+        # A normalised batch: a plain weights file brings the arch's preprocessing, not the checkpoint's.
+        x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+        expected = convnets.load(self.ckpt, device="cpu", engine="torch")(x)
+        for name, obj in files.items():
+            path = os.path.join(self.tmp, name)
+            torch.save(obj, path)
+            with self.subTest(file=name):
+                model = convnets.load(path, device="cpu", engine="torch", arch="resnet8", num_classes=10)
+                torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+                out = os.path.join(self.tmp, name + ".safetensors")
+                cli("export", "--checkpoint", path, "--arch", "resnet8", "-o", out)
+                exported, _ = read_safetensors(out)
+                self.assertEqual(list(exported), list(weights))
+                for k, v in weights.items():
+                    self.assertTrue(torch.equal(exported[k], v), k)
+
+        # A pickle that would run code names its class and runs nothing.
+        marker = os.path.join(self.tmp, "ran")
+
+        class Payload:
+            def __reduce__(self):
+                return (os.system, ("touch " + marker,))
+
+        evil = os.path.join(self.tmp, "evil.pth")
+        torch.save({"state_dict": weights, "note": Payload()}, evil)
+        with self.assertRaisesRegex(ValueError, r"evil\.pth: the class (posix|os)\.system is not one convnets reads"):
+            convnets.load(evil, arch="resnet8", num_classes=10)
+        r = cli("export", "--checkpoint", evil, "--arch", "resnet8", "-o", evil + ".safetensors", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("system is not one convnets reads", r.stderr)
+        self.assertFalse(os.path.exists(marker))
+        self.assertFalse(os.path.exists(evil + ".safetensors"))
+        # The pre-1.6 format and a file without a state dict are named for what they are.
+        legacy = os.path.join(self.tmp, "legacy.pth")
+        torch.save(weights, legacy, _use_new_zipfile_serialization=False)
+        with self.assertRaisesRegex(ValueError, "legacy.pth: a torch.save file in the legacy format"):
+            convnets.load(legacy, arch="resnet8", num_classes=10)
+        other = os.path.join(self.tmp, "other.pth")
+        torch.save({"epoch": 1, "losses": [1.0, 0.5]}, other)
+        with self.assertRaisesRegex(ValueError, "other.pth: no state dict in it .*holds: epoch, losses"):
+            convnets.load(other, arch="resnet8", num_classes=10)
 
     def test_predict_equals_classify_json(self):
         paths = self.pngs[:40] + [self.junk]

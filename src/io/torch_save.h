@@ -1,0 +1,33 @@
+// Reading PyTorch's torch.save files (torchvision, timm, DLE and NGC checkpoints) in C++, with an unpickler that runs no code: only an allow-list of classes is rebuilt.
+#pragma once
+
+#include "io/safetensors.h"
+
+#include <cstddef>
+#include <string>
+
+namespace convnets {
+
+// Whether `path` starts like a torch.save file: a zip archive (PyTorch 1.6
+// and later) or a bare pickle (the legacy format, refused by name).
+bool looks_like_torch_save(const std::string& path);
+
+// The weights in a torch.save file, as a plain weights file: the tensors of
+// the state dict, found as the whole object (torchvision's resnet50-*.pth),
+// or under "state_dict" (DLE, NGC, timm's training checkpoints), "model" or
+// "model_state_dict". The checkpoint's other plain values (epoch, arch, best
+// top-1, the argparse arguments) go to `metadata` as JSON text under
+// "torch_save".
+//
+// Unpickling builds only tensors and their storages, dict/OrderedDict, list,
+// tuple, numbers, strings, bytes, None and argparse.Namespace (read as a
+// dict); any other class is an Error naming it, and nothing of it runs. Every
+// malformed input (truncated pickle, a storage out of the archive's bounds, a
+// view past its storage, big-endian data, the pre-1.6 format) throws
+// convnets::Error naming `path`.
+TensorFile load_torch_save(const std::string& path);
+
+// The same from bytes in memory (the fuzz target); `name` names them in errors.
+TensorFile load_torch_save_bytes(const void* data, std::size_t size, const std::string& name);
+
+}  // namespace convnets
