@@ -1,6 +1,7 @@
 #include "io/torch_save.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
@@ -285,8 +286,10 @@ class Unpickler {
       std::int64_t last = offset, count = 1;
       for (std::size_t k = 0; k < size.size(); ++k) {
         if (size[k] < 0 || stride[k] < 0 || size[k] > numel + 1) fail("a tensor of negative or impossible size");
+        std::int64_t reach = 0;
         if (size[k] == 0) count = 0;
-        else last += (size[k] - 1) * stride[k];
+        else if (__builtin_mul_overflow(size[k] - 1, stride[k], &reach) || __builtin_add_overflow(last, reach, &last))
+          fail("a tensor view reaches past its storage");
       }
       if (offset < 0 || (count > 0 && last >= numel)) fail("a tensor view reaches past its storage");
       auto v = make(Value::Kind::Tensor);
@@ -378,7 +381,7 @@ TensorFile read(caffe2::serialize::PyTorchStreamReader& zip, const std::string& 
     if (!zip.hasRecord(record)) self->fail("storage " + t[2]->s + " is not in the archive");
     const auto [bytes, size] = zip.getRecord(record);
     const auto item = static_cast<std::uint64_t>(c10::elementSize(type->second));
-    if (t[4]->i < 0 || static_cast<std::uint64_t>(t[4]->i) * item != size)
+    if (t[4]->i < 0 || static_cast<std::uint64_t>(t[4]->i) != size / item || size % item != 0)
       self->fail("storage " + t[2]->s + " holds " + std::to_string(size) + " bytes, not " + std::to_string(t[4]->i) +
                  " elements of " + std::to_string(item));
     auto v = make(Value::Kind::Storage);
@@ -423,7 +426,7 @@ TensorFile read(caffe2::serialize::PyTorchStreamReader& zip, const std::string& 
         rest[k->s] = plain(*v);
     }
     rest["weights_from"] = section;
-    out.metadata["torch_save"] = rest.dump();
+    out.metadata["torch_save"] = dump_json(rest);  // invalid UTF-8 in a pickled string is replaced, not thrown
   }
   return out;
 }
