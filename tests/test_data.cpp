@@ -303,6 +303,9 @@ TEST(Datasets, ImageFolderOrderListFileAndIdx) {
   write(tmp.path / "bad.txt", "a/x.jpg 0\na/y.png one\n");
   expect_error([&] { data::list_file((tmp.path / "bad.txt").string()); }, "bad.txt:2: label 'one'");
   expect_error([&] { data::list_file((tmp.path / "list.txt").string(), "", 3); }, "list.txt:3: label 3 is out of range");
+  // The path would be cut at the NUL by the file system's C strings: refused, naming the line.
+  write(tmp.path / "nul.txt", std::string("a/x.jpg 0\na/y.png\0.jpg 1\n", 25));
+  expect_error([&] { data::list_file((tmp.path / "nul.txt").string()); }, "nul.txt:2: a NUL byte in the line");
   write(tmp.path / "empty.txt", "\n");
   expect_error([&] { data::list_file((tmp.path / "empty.txt").string()); }, "no samples");
   fs::create_directories(tmp.path / "c");

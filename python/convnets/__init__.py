@@ -105,7 +105,9 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
         float_weights: a quantization-aware (QAT) checkpoint runs as its INT8
             network unless this asks for its float weights (``--float``).
         arch: the arch of a plain weights file (checked against a checkpoint's).
-        num_classes: the class count of a plain weights file.
+        num_classes: the class count of a plain weights file (default: the
+            width of its classifier). A 1000-class network without class
+            names of its own gets ImageNet-1k's, in the standard order.
 
     Raises:
         FileNotFoundError: no such checkpoint.

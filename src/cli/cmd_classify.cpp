@@ -12,13 +12,15 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace convnets::cli {
 namespace {
 
 struct ClassifyArgs {
   std::vector<std::string> images;
-  std::string checkpoint, device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
+  std::string checkpoint, arch, device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
+  std::optional<std::int64_t> num_classes;
   std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels;
   bool ema = false, json = false, fold_bn = false, as_float = false;
 };
@@ -64,6 +66,8 @@ void run(const ClassifyArgs& a) {
   io.fold_bn = a.fold_bn;
   io.engine = a.engine;
   io.as_float = a.as_float;
+  io.arch = a.arch;
+  io.num_classes = a.num_classes;
   const deploy::InferenceModel model(a.checkpoint, io);
   const auto paths = expand_inputs(a.images);  // stdin is read before any work
   const auto results = model.classify(paths, a.top_k, a.batch_size, a.max_image_pixels);
@@ -87,7 +91,13 @@ void add_classify_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "classify", "Top-k classes of JPEG/PNG images with a checkpoint's preprocessing and class names");
   cmd->add_option("IMAGE", a->images, "image files; - reads a list of paths from stdin, one per line")->required();
-  cmd->add_option("--checkpoint", a->checkpoint, "a checkpoint written by `convnets train`")->required();
+  cmd->add_option("--checkpoint,--weights", a->checkpoint,
+                  "a checkpoint written by `convnets train`, an exported ONNX file, or plain weights (safetensors, or "
+                  "PyTorch's torch.save files: torchvision, timm, DLE) with --arch")
+      ->required();
+  cmd->add_option("--arch", a->arch, "the architecture of plain weights (checked against a checkpoint's)");
+  cmd->add_option("--num-classes", a->num_classes, "plain weights: the class count (default: the classifier's width)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--top-k", a->top_k, "classes per image (capped at the class count)");
   cmd->add_option("--batch-size", a->batch_size, "images per forward pass");
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);

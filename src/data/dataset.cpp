@@ -334,6 +334,9 @@ DatasetPtr list_file(const std::string& path, const std::string& root_in, std::i
     const std::size_t start = line.find_first_not_of(" \t");
     if (start == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(lineno);
+    // A path is a C string to the file system: it would end silently at the NUL.
+    if (line.find('\0') != std::string::npos)
+      throw Error(where + ": a NUL byte in the line; a list file is text, one 'relative/path label' per line");
     const std::size_t split = line.find_last_of(" \t");
     if (split == std::string::npos || split < start)
       throw Error(where + ": expected 'relative/path label', got '" + line + "'");

@@ -70,16 +70,6 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const runtime:
   return plan;
 }
 
-// The classifier's width in a plain weights file: its last parameter (every
-// arch registers the classifier last) read from the file.
-std::int64_t classes_in_file(const ArchInfo& arch, const runtime::Checkpoint& ckpt) {
-  auto probe = build_model(arch, {});
-  const auto key = probe->named_parameters().keys().back();
-  for (const auto& [name, t] : ckpt.file.tensors) {
-    if (imported_name(name, arch.import_key) == key) return t.size(0);
-  }
-  throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
-}
 
 // What the file's weights are named after. torchvision and DLE's GPUNet are
 // our own names; DLE's ResNets keep the four stages in `layers.{s}`.
@@ -121,7 +111,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   // Through the model, so that what is written is exactly what loads: every
   // tensor present, shapes checked, the arch's order.
   ModelOptions mo;
-  mo.num_classes = trained ? ckpt.meta.at("num_classes").get<std::int64_t>() : classes_in_file(arch, ckpt);
+  mo.num_classes = trained ? ckpt.meta.at("num_classes").get<std::int64_t>() : runtime::classes_in_weights(arch, ckpt);
   auto model = build_model(arch, mo);
   runtime::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
   const Preprocessing pre = trained ? preprocessing_from_json(ckpt.meta.at("preprocessing")) : arch.preprocessing;

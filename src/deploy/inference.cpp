@@ -2,10 +2,12 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/options.h"
 #include "data/dataset.h"
 #include "data/transforms.h"
 #include "export/onnx_export.h"
 #include "models/graph.h"
+#include "models/imagenet_classes.h"
 #include "quant/eager.h"
 
 #include <torch/version.h>
@@ -43,14 +45,14 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
     pre_ = preprocessing_from_json(ckpt.meta.at("preprocessing"));
     names_ = ckpt.meta.value("class_names", std::vector<std::string>{});
   } else {
-    if (!o.num_classes) {
-      throw Error("--checkpoint " + checkpoint + " is a plain weights file without class names or preprocessing",
-                  "classify needs a checkpoint written by `convnets train`");
+    if (o.arch.empty()) {
+      throw Error(options::name("checkpoint") + " " + checkpoint + " is a plain weights file; name its " +
+                      options::name("arch"),
+                  "e.g. " + options::setting("arch", "resnet50") + " for torchvision's resnet50-*.pth");
     }
-    if (o.arch.empty()) throw Error("--checkpoint " + checkpoint + " is a plain weights file; name its --arch");
-    if (o.ema) throw Error("--ema: " + checkpoint + " is a plain weights file with no EMA");
+    if (o.ema) throw Error(options::name("ema") + ": " + checkpoint + " is a plain weights file with no EMA");
     arch_ = &find_architecture(o.arch);
-    num_classes_ = *o.num_classes;
+    num_classes_ = o.num_classes ? *o.num_classes : runtime::classes_in_weights(*arch_, ckpt);
     pre_ = arch_->preprocessing;
   }
   name_classes();
@@ -138,6 +140,8 @@ void InferenceModel::open_onnx() {
 }
 
 void InferenceModel::name_classes() {
+  // 1000 classes and no names of its own: ImageNet-1k's, in the order every published ImageNet model uses.
+  if (names_.empty() && num_classes_ == 1000) names_ = imagenet1k_class_names();
   named_ = names_.size() == static_cast<std::size_t>(num_classes_);
   if (named_) return;
   names_.clear();

@@ -4,6 +4,7 @@
 #include "core/json.h"
 #include "io/state_dict.h"
 #include "io/torch_save.h"
+#include "models/registry.h"
 
 namespace convnets::runtime {
 
@@ -43,6 +44,15 @@ Checkpoint load_checkpoint(const std::string& path) {
     if (!c.meta.contains(key)) throw Error(path + ": checkpoint metadata lacks '" + std::string(key) + "'");
   }
   return c;
+}
+
+std::int64_t classes_in_weights(const ArchInfo& arch, const Checkpoint& ckpt) {
+  auto probe = build_model(arch, {});
+  const auto key = probe->named_parameters().keys().back();
+  for (const auto& [name, t] : ckpt.file.tensors) {
+    if (imported_name(name, arch.import_key) == key && t.dim() >= 1) return t.size(0);
+  }
+  throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
 }
 
 void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,

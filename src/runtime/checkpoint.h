@@ -7,8 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <string>
+
+namespace convnets {
+struct ArchInfo;
+}
 
 namespace convnets::runtime {
 
@@ -33,6 +38,11 @@ struct Checkpoint {
 // Throws Error naming the file for anything unreadable or malformed,
 // including metadata that is not JSON or names another format.
 Checkpoint load_checkpoint(const std::string& path);
+
+// The classifier's width in a plain weights file for `arch`: its last
+// parameter (every arch registers the classifier last), read from the file.
+// Throws Error naming the file when it has no such tensor.
+std::int64_t classes_in_weights(const ArchInfo& arch, const Checkpoint& ckpt);
 
 // Strict load of the `prefix` section ("model." or "ema.") into `model`; an
 // empty section or any mismatch throws Error naming the file.

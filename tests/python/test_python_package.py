@@ -491,6 +491,28 @@ class Checkpoints(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "other.pth: no state dict in it .*holds: epoch, losses"):
             convnets.load(other, arch="resnet8", num_classes=10)
 
+    def test_a_torchvision_pth_classifies_with_arch_and_imagenet_names(self):
+        # torchvision's own file layout (torch.save of its state_dict), 1000 classes read off the classifier.
+        import torchvision
+        torch.manual_seed(0)
+        reference = torchvision.models.resnet18().eval()
+        pth = os.path.join(self.tmp, "resnet18-random.pth")
+        torch.save(reference.state_dict(), pth)
+        x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+        model = convnets.load(pth, arch="resnet18", device="cpu", engine="torch")
+        self.assertEqual(model.num_classes, 1000)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), reference(x), rtol=1e-4, atol=1e-4)
+        self.assertEqual(model.classes[:3], ["tench", "goldfish", "great white shark"])
+        self.assertEqual(len(set(model.classes)), 1000)
+        r = cli("classify", self.pngs[0], "--arch", "resnet18", "--weights", pth, "--json", "--top-k", "2",
+                "--engine", "torch")
+        top = json.loads(r.stdout)["results"][0]["top"]
+        self.assertEqual([t["class"] for t in top], [model.classes[t["index"]] for t in top])
+        r = cli("classify", self.pngs[0], "--weights", pth, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("is a plain weights file; name its --arch", r.stderr)
+
     def test_predict_equals_classify_json(self):
         paths = self.pngs[:40] + [self.junk]
         for ema in (False, True):
