@@ -33,6 +33,7 @@ struct TrainArgs {
   // fill only fields that no resumed run, recipe or flag set.
   nlohmann::json timm_defaults = nlohmann::json::object();
   std::optional<bool> enable_distill;  // GPUNet's --enable-distill True|False
+  bool dynamic_loss_scale = false;     // DLE's --dynamic-loss-scale: it wins over --static-loss-scale
   std::string tensorboard_folder;      // the DIR of --tensorboard [DIR], if one was given
   nlohmann::json flags = nlohmann::json::object();
   distributed::LaunchOptions launch;
@@ -147,6 +148,7 @@ int run(TrainArgs& a) {
   nlohmann::json overrides = a.flags;
   for (const auto& [field, text] : a.values) overrides[field] = parse_value(field, defaults.at(field), text);
   if (!a.data.empty()) overrides["data"] = a.data;
+  if (a.dynamic_loss_scale) overrides["static_loss_scale"] = 0;  // convnets' 0: dynamic
   // DLE's --lr is absolute: a recipe's per-reference-batch LR does not scale
   // an LR given on the command line unless --lr-reference-batch is given too.
   if (overrides.contains("lr") && !overrides.contains("lr_reference_batch")) overrides["lr_reference_batch"] = 0;
@@ -209,14 +211,48 @@ void add_train_command(CLI::App& app) {
   // DLE's main.py spellings beside convnets' own (the same field, DLE's meaning).
   cmd->add_flag_callback("--amp", [args] { args->flags["precision"] = "amp"; }, "DLE: --precision amp");
   cmd->add_option_function<std::int64_t>(
-      "--gather-checkpoints",
-      [args](std::int64_t n) {
-        // DLE writes checkpoint_NNNN every epoch and keeps the last N (0: all;
-        // -1: none survive).
-        args->flags["save_every"] = n < 0 ? 0 : 1;
-        args->flags["keep"] = n < 0 ? 0 : n;
+         "--gather-checkpoints",
+         [args](std::int64_t n) {
+           // DLE writes checkpoint_NNNN every epoch and keeps the last N (0: all;
+           // -1: none survive). Bare, as older main.py took it: all.
+           args->flags["save_every"] = n < 0 ? 0 : 1;
+           args->flags["keep"] = n < 0 ? 0 : n;
+         },
+         "DLE: keep an epoch-N checkpoint of every epoch, the last N of them (0 or bare: all; -1: none)")
+      ->expected(0, 1)
+      ->default_str("0");
+  // DLE's -c/--model-config (image_classification/models/resnet.py's resnet_configs): they differ only in the
+  // convolutions' Kaiming mode; none zeroes the last BN of a block.
+  cmd->add_option_function<std::string>(
+         "-c,--model-config",
+         [args](const std::string& config) {
+           args->flags["init"] = config == "classic" || config == "grp-fanout" ? "fan_out" : "fan_in";
+         },
+         "DLE: classic | grp-fanout (Kaiming fan_out init) or fanin | grp-fanin (fan_in): --init")
+      ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
+  // What torch.distributed.launch passes each process; convnets reads LOCAL_RANK, which it sets only when absent.
+  cmd->add_option_function<int>(
+      "--local_rank,--local-rank",
+      [](int rank) {
+        const std::string value = std::to_string(rank);
+        const char* env = std::getenv("LOCAL_RANK");
+        if (env && value != env) {
+          throw Error("--local_rank " + value + " disagrees with LOCAL_RANK=" + env,
+                      "launch with one of them: torchrun sets LOCAL_RANK, torch.distributed.launch passes both");
+        }
+        ::setenv("LOCAL_RANK", value.c_str(), 0);
       },
-      "DLE: keep an epoch-N checkpoint of every epoch, the last N of them (0: all; -1: none)");
+      "torch.distributed.launch: this process's GPU (as the LOCAL_RANK variable)");
+  cmd->add_flag_callback(
+      "--dynamic-loss-scale", [args] { args->dynamic_loss_scale = true; },
+      "DLE: a dynamic loss scale (convnets' own, grown and backed off per step) instead of --static-loss-scale's fixed one");
+  cmd->add_flag_callback(
+      "--fp16",
+      [] {
+        throw Error("--fp16: convnets does not train in pure fp16 (DLE's fp16 model with fp32 master weights)",
+                    "use --amp: mixed precision, fp16 compute with fp32 weights, the mode DLE's results use");
+      },
+      "DLE's pure-fp16 training: refused, use --amp");
   cmd->add_option_function<std::string>(
       "--gpu-affinity",
       [](const std::string& mode) {

@@ -272,6 +272,30 @@ class DleFlags(unittest.TestCase):
         self.assertEqual((c["save_every"], c["keep"]), (1, 2))  # DLE keeps the last N per-epoch checkpoints
         self.assertEqual(resolved("--gather-checkpoints", "-1")["save_every"], 0)
 
+    def test_the_resnet50_readme_lines_read_as_dle_reads_them(self):
+        # The seed README's line, as printed: -c fanin is DLE's fan_in Kaiming init, --static-loss-scale alone a
+        # fixed scale; --dynamic-loss-scale makes it dynamic (convnets' 0).
+        c = resolved("--arch", "resnet50", "-c", "fanin", "--label-smoothing", "0.1", "--amp",
+                     "--static-loss-scale", "256")
+        self.assertEqual((c["init"], c["precision"], c["static_loss_scale"]), ("fan_in", "amp", 256))
+        self.assertEqual(resolved("--model-config", "classic")["init"], "fan_out")
+        self.assertEqual(resolved("-c", "grp-fanout")["init"], "fan_out")
+        self.assertEqual(resolved("--static-loss-scale", "256", "--dynamic-loss-scale")["static_loss_scale"], 0)
+        # What torch.distributed.launch passes; DLE's spelling of its synthetic backend; bare --gather-checkpoints.
+        self.assertEqual(resolved("--local_rank", "0")["arch"], "resnet50")
+        c = resolved("/data/imagenet", "--data-backend", "syntetic")
+        self.assertEqual((c["data"], c["data_backend"]), ("synthetic", "auto"))
+        c = resolved("--gather-checkpoints")
+        self.assertEqual((c["save_every"], c["keep"]), (1, 0))
+        # Refused with the convnets equivalent named.
+        for args, message, hint in ((["--fp16"], "--fp16: convnets does not train in pure fp16", "use --amp"),
+                                    (["--arch", "se-resnet50"], "is not built in convnets", "se-resnext101-32x4d"),
+                                    (["-c", "fanout"], "--model-config", "")):
+            r = convnets("train", "--print-config", *args)
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertIn(message, r.stderr)
+            self.assertIn(hint, r.stderr)
+
     def test_refusals_name_the_flag(self):
         for args, flag in ((["--interpolation", "lanczos"], "--interpolation"),
                            (["--aa", "rand-m9-x1"], "--augment"),
