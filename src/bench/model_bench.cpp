@@ -268,9 +268,14 @@ bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const std::bad_alloc*>(&e)) return true;
   const std::string what = e.what();
   // CUDA: "CUDA out of memory."; DefaultCPUAllocator: "can't allocate memory"
-  // or "not enough memory".
+  // or "not enough memory". oneDNN (LibTorch's CPU convolutions) allocates its
+  // scratchpad while it creates a primitive and reports that failing as "could
+  // not create a primitive": seen under an address-space limit in a fresh clone
+  // (bench_cli), at a batch larger than one that had just run with the same
+  // primitives, so the size is what changed.
   return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos ||
-         what.find("not enough memory") != std::string::npos;
+         what.find("not enough memory") != std::string::npos ||
+         what.find("could not create a primitive") != std::string::npos;
 }
 
 std::vector<BenchRow> run_model_bench(const ModelBenchOptions& o) {
