@@ -9,7 +9,6 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <set>
 #include <sstream>
 
 namespace convnets::train {
