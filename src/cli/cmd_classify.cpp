@@ -79,8 +79,10 @@ void run(const ClassifyArgs& a) {
     print_table(results, model.class_names());
   }
   if (failed > 0) {
+    const std::size_t done = paths.size() - failed;
     throw Error(std::to_string(failed) + " of " + std::to_string(paths.size()) +
-                " images could not be classified (reported above); the others were");
+                " images could not be classified (reported above)" +
+                (done > 0 ? "; the other " + std::to_string(done) + " were" : std::string()));
   }
 }
 
