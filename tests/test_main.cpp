@@ -1,4 +1,5 @@
 // GoogleTest entry point shared by the C++ test executables.
+#include "core/process_exit.h"
 #include "core/threads.h"
 
 #include <gtest/gtest.h>
@@ -6,5 +7,5 @@
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   convnets::configure_threads(0);
-  return RUN_ALL_TESTS();
+  return convnets::finish(RUN_ALL_TESTS());
 }

@@ -1,8 +1,10 @@
 // Entry point of the convnets executable: global flags, subcommand dispatch, error reporting.
 #include "cli/commands.h"
+#include "cli/fork_server.h"
 #include "core/compat.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/process_exit.h"
 #include "core/threads.h"
 #include "deploy/engine.h"
 #include "distributed/launcher.h"
@@ -13,7 +15,9 @@
 #include <cstdlib>
 #include <iostream>
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   convnets::configure_host_allocator();
   convnets::distributed::set_program_args(argc, argv);
   // Which worker of a data-parallel job speaks: every rank prints its own errors.
@@ -74,4 +78,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--fork-server") return convnets::finish(convnets::cli::serve_forks(run));
+  return convnets::finish(run(argc, argv));
 }

@@ -11,7 +11,6 @@ exports (safetensors, ONNX with and without BN folding) keep the pattern,
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -23,6 +22,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
 from fixtures import free_port  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -36,9 +36,9 @@ MASKED = ["layer1.0.conv1.weight", "layer1.0.conv2.weight", "layer2.0.conv1.weig
 
 def convnets(*args, threads=None, timeout=300, env=None):
     # Without `threads`, convnets' default: OMP_NUM_THREADS (CTest gives each test its share of the cores).
-    return subprocess.run([BIN, *(["--threads", threads] if threads else []), *args], capture_output=True, text=True,
-                          timeout=timeout,
-                          env=env)
+    return runner.run([BIN, *(["--threads", threads] if threads else []), *args], capture_output=True, text=True,
+                      timeout=timeout,
+                      env=env)
 
 
 def train(ws, *args, **kw):

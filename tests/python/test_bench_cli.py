@@ -13,6 +13,8 @@ import unittest
 
 import fixtures  # what the machine offers (tests/python/fixtures.py)
 
+import runner
+
 SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 BIN = os.environ["CONVNETS_BIN"]
 SMALL = ["--arch", "resnet8", "--iterations", "3", "--warmup", "1"]
@@ -25,6 +27,8 @@ def run(args, limit_kib=None, timeout=300):
 
         def pre():
             resource.setrlimit(resource.RLIMIT_AS, (limit_kib * 1024, limit_kib * 1024))
+    if pre is None:
+        return runner.run(args, capture_output=True, text=True, timeout=timeout)
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, preexec_fn=pre)
 
 

@@ -18,10 +18,11 @@ SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 BIN = os.environ["CONVNETS_BIN"]
 sys.path.insert(0, os.path.join(SOURCE, "tools"))
 import pth2safetensors  # noqa: E402
+import runner  # noqa: E402
 
 
 def convnets(*args):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=300)
 
 
 class ModelsCommand(unittest.TestCase):
@@ -252,6 +253,56 @@ class WeightExchange(unittest.TestCase):
         self.assertIn("not valid JSON", r.stderr)
         with open(out, "rb") as f:
             self.assertEqual(f.read(), b"precious")
+
+
+class ForkServer(unittest.TestCase):
+    """The tests' runner (runner.py) answers from children of `convnets --fork-server`: each must give what a fresh
+    process gives, or the whole suite would be testing something else."""
+
+    def both(self, args, **kwargs):
+        served = runner.run([BIN, *args], capture_output=True, text=True, timeout=120, **kwargs)
+        fresh = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120, **kwargs)
+        self.assertEqual((served.returncode, served.stdout, served.stderr),
+                         (fresh.returncode, fresh.stdout, fresh.stderr), args)
+        return served
+
+    def test_a_child_answers_as_a_fresh_process(self):
+        self.assertEqual(self.both(["--version"]).returncode, 0)
+        self.assertEqual(self.both(["models", "--arch", "resnet8", "--json"]).returncode, 0)
+        self.assertEqual(self.both(["train", "--print-config", "--wd", "x"]).returncode, 1)  # a value's check
+        self.assertEqual(self.both(["models", "--bogus"]).returncode, 2)  # CLI11's parse error
+        self.assertEqual(self.both(["models", "--arch", "resnet5"]).returncode, 1)  # convnets::Error
+        self.assertEqual(self.both(["tarin"]).returncode, 2)
+        # The environment is the request's: a rank's errors name it (main.cpp reads RANK and WORLD_SIZE).
+        env = dict(os.environ, RANK="1", WORLD_SIZE="2")
+        r = self.both(["models", "--arch", "resnet5"], env=env)
+        self.assertIn("(rank 1 of 2)", r.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            # The working folder too, and standard input: a list of images read from "-".
+            r = self.both(["models", "--arch", "resnet8", "--num-classes", "10", "--save", "w.safetensors"], cwd=tmp)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(os.path.isfile(os.path.join(tmp, "w.safetensors")))
+            r = self.both(["classify", "-", "--arch", "resnet8", "--weights", "w.safetensors"], cwd=tmp,
+                          input="missing.png\n")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("missing.png: cannot open", r.stdout)
+            self.assertIn("1 of 1 images could not be classified (reported above)\n", r.stderr)
+
+    def test_a_timeout_kills_the_child_and_the_server_goes_on(self):
+        with self.assertRaises(subprocess.TimeoutExpired):
+            runner.run([BIN, "bench", "infer", "--arch", "resnet50", "--iterations", "100000"], timeout=1)
+        self.assertEqual(runner.run([BIN, "--version"]).returncode, 0)
+
+    def test_a_malformed_request_is_answered_not_run(self):
+        empty = json.dumps(dict(argv=[], env={}, cwd="/", stdin=os.devnull, stdout=os.devnull, stderr=os.devnull))
+        server = subprocess.run([BIN, "--fork-server"], input=f'{empty}\nnot json\n{{"argv": ["x"]}}\n',
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(server.returncode, 0, server.stderr)
+        replies = [json.loads(line) for line in server.stdout.splitlines()]
+        self.assertEqual(len(replies), 3, replies)
+        self.assertTrue(all(set(r) == {"error"} for r in replies), replies)
+        self.assertIn('"argv" is empty', replies[0]["error"])
+        self.assertIn('no "env"', replies[2]["error"])
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from stats_helpers import ks_statistic
 from torchvision import transforms
 from torchvision.transforms import functional as F
 
+import runner
+
 PROBE = os.environ["CONVNETS_PROBE"]
 BIN = os.environ["CONVNETS_BIN"]
 DATA = os.environ["CONVNETS_IMAGENET_LIKE"]
@@ -290,7 +292,7 @@ class Sampler(unittest.TestCase):
 
 class BenchCli(unittest.TestCase):
     def run_cli(self, *args):
-        return subprocess.run([BIN] + [str(a) for a in args], capture_output=True, text=True)
+        return runner.run([BIN] + [str(a) for a in args], capture_output=True, text=True)
 
     def test_bench_data_reports_rate_and_times(self):
         r = self.run_cli("bench", "data", DATA, "--workers", 2, "--images", 200, "--batch-size", 16)

@@ -9,7 +9,6 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -23,6 +22,7 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -30,8 +30,8 @@ HELD_OUT = 1000
 
 
 def convnets(*args, stdin=None, timeout=600):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, input=stdin,
-                          timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, input=stdin,
+                      timeout=timeout)
 
 
 def idx(path):

@@ -18,6 +18,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
 from fixtures import free_port  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -34,8 +35,8 @@ def env1(**extra):
 
 
 def train(*args, timeout=300, env=None):
-    return subprocess.run([BIN, "--threads", "1", "train", FASHION, *RUN, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or env1())
+    return runner.run([BIN, "--threads", "1", "train", FASHION, *RUN, *args], capture_output=True, text=True,
+                      timeout=timeout, env=env or env1())
 
 
 def params(path):
@@ -107,8 +108,8 @@ class DataParallelTraining(unittest.TestCase):
         cmd = [BIN, "--threads", "1", "train", FASHION, *RUN, *common]
         node1 = subprocess.Popen(cmd + ["--node-rank", "1", "--workspace", self.ws("node1")], env=env1(),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        node0 = subprocess.run(cmd + ["--node-rank", "0", "--workspace", self.ws("node0")], env=env1(),
-                               capture_output=True, text=True, timeout=300)
+        node0 = runner.run(cmd + ["--node-rank", "0", "--workspace", self.ws("node0")], env=env1(),
+                           capture_output=True, text=True, timeout=300)
         out1, err1 = node1.communicate(timeout=300)
         self.assertEqual(node0.returncode, 0, node0.stderr)
         self.assertEqual(node1.returncode, 0, err1)
@@ -177,9 +178,9 @@ class DataParallelTraining(unittest.TestCase):
         with open(os.path.join(ws, "last.safetensors"), "rb") as f:
             self.assertEqual(f.read(), before)
         # ... and resumes with another world size: 1 process accumulating 2 x 32 keeps the step of 64 images.
-        r = subprocess.run([BIN, "--threads", "1", "train", FASHION, "--resume", os.path.join(ws, "last.safetensors"),
-                            "--optimizer-batch-size", "64", "--epochs", "2"], capture_output=True, text=True,
-                           timeout=300, env=env1())
+        r = runner.run([BIN, "--threads", "1", "train", FASHION, "--resume", os.path.join(ws, "last.safetensors"),
+                        "--optimizer-batch-size", "64", "--epochs", "2"], capture_output=True, text=True,
+                       timeout=300, env=env1())
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("resume:", r.stdout)
         self.assertIn("done: 32 steps", r.stdout)
@@ -212,8 +213,8 @@ class BadLaunches(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             ws = os.path.join(tmp, "ws")
             t0 = time.time()
-            r = subprocess.run([BIN, "--threads", "1", "train", FASHION, *RUN, "--workspace", ws, *args],
-                               capture_output=True, text=True, timeout=120, env=env or env1())
+            r = runner.run([BIN, "--threads", "1", "train", FASHION, *RUN, "--workspace", ws, *args],
+                           capture_output=True, text=True, timeout=120, env=env or env1())
             self.assertLess(time.time() - t0, within, r.stderr)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn(expect, r.stderr)

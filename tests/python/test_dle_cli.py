@@ -11,9 +11,10 @@ command line (../shared/reference/recipes/gpunet_train_params.json) is read the 
 """
 import json
 import os
-import subprocess
 import tempfile
 import unittest
+
+import runner
 
 BIN = os.environ["CONVNETS_BIN"]
 SHARED = os.environ.get("CONVNETS_SHARED_DIR", "")
@@ -25,7 +26,7 @@ TINY = ["--recipe", "fashion-mnist-resnet8", "--max-train-images", "512", "--max
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def resolved(*args):

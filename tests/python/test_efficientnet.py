@@ -24,6 +24,7 @@ import torch
 SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 sys.path.insert(0, os.path.join(SOURCE, "tools"))
 import pth2safetensors  # noqa: E402
+import runner  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # timm 0.5.4 on a newer torch warns about deprecated imports
@@ -44,7 +45,7 @@ TOLERANCE = 1e-4  # max |logit difference|
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, "--threads", "2", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def timm_model(name, num_classes=1000):

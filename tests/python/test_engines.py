@@ -11,7 +11,6 @@ wants, in PTQ and QAT.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -25,13 +24,14 @@ import torch
 
 sys.path.insert(0, os.environ["CONVNETS_PYTHONPATH"])
 import convnets  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
 def cli(*args, check=True):
-    r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=900)
+    r = runner.run([BIN, *args], capture_output=True, text=True, timeout=900)
     if check and r.returncode != 0:
         raise AssertionError("convnets %s failed (%d):\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr))
     return r

@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kill_resume  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -26,8 +27,8 @@ NEEDS_FASHION = unittest.skipUnless(os.path.isdir(FASHION),
 
 
 def train(*args, timeout=300):
-    return subprocess.run([BIN, "train", *args], capture_output=True, text=True,
-                          errors="backslashreplace", timeout=timeout)
+    return runner.run([BIN, "train", *args], capture_output=True, text=True,
+                      errors="backslashreplace", timeout=timeout)
 
 
 def read_bytes(path):
@@ -125,8 +126,8 @@ def disk_full_scenario(mnt):
     obs["after"] = {"last": sha256(last), "best": sha256(best), "log": read_text(log)}
     obs["eval"] = {}
     for name, path in (("last", last), ("best", best)):
-        e = subprocess.run([BIN, "eval", FASHION, "--checkpoint", path, "--max-images", "16", "--json"],
-                           capture_output=True, text=True, timeout=300)
+        e = runner.run([BIN, "eval", FASHION, "--checkpoint", path, "--max-images", "16", "--json"],
+                       capture_output=True, text=True, timeout=300)
         obs["eval"][name] = [e.returncode, e.stderr]
     os.remove(filler)
     r = train("--resume", last)

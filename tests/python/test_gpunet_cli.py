@@ -4,7 +4,6 @@ Fashion-MNIST with the GPUNet recipe pieces, a user's JSON file, knowledge disti
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -16,6 +15,7 @@ sys.path.insert(0, os.path.join(SOURCE, "tools"))
 sys.path.insert(0, os.path.join(SOURCE, "bench"))
 import gpunet_reference  # noqa: E402
 import pth2safetensors  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 SHARED = os.environ.get("CONVNETS_SHARED_DIR", "")
@@ -41,7 +41,7 @@ TINY = [
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def dllogger(path):

@@ -17,11 +17,13 @@ import zlib
 import numpy as np
 from PIL import Image
 
+import runner
+
 BIN = os.environ["CONVNETS_BIN"]
 
 
 def convnets(*args, timeout=600):
-    r = subprocess.run([BIN, *args], capture_output=True, timeout=timeout)
+    r = runner.run([BIN, *args], capture_output=True, timeout=timeout)
     # Progress lines print a path as the file system holds it (as `ls` would without quoting);
     # the JSON outputs are checked strictly by strict_json().
     return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode("utf-8", "surrogateescape"),

@@ -12,7 +12,6 @@ in convnets) equals the exported graph's accuracy, and the errors.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -27,6 +26,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import onnx_accuracy  # noqa: E402
 import pth2safetensors  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -34,7 +34,7 @@ VAL_IMAGES = 2000
 
 
 def convnets(*args, timeout=900):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def run_ort(path, x, optimized=True):

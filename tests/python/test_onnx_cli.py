@@ -6,7 +6,6 @@ static and dynamic batch.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -20,6 +19,7 @@ from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 SIZE = 64  # every arch runs at 64 px here: the graph is the same at any size
@@ -28,7 +28,7 @@ ARCHS = ["resnet10s", "resnet18", "resnet50", "se_resnext101_32x4d", "gpunet-0",
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def relative_error(a, b):

@@ -33,6 +33,7 @@ import convnets  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_hostile_input import png_bomb  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
@@ -41,7 +42,7 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 
 
 def cli(*args, timeout=600, check=True):
-    r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    r = runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
     if check:
         assert r.returncode == 0, f"convnets {' '.join(args)}: {r.stdout}{r.stderr}"
     return r
@@ -680,7 +681,7 @@ class PipInstall(unittest.TestCase):
             self.assertTrue(path.startswith(site), path)
             self.assertEqual((version, batches), (convnets.__version__, "10"))
             r = subprocess.run([os.path.join(venv, "bin", "convnets"), "--version"], capture_output=True, text=True)
-            self.assertEqual(r.stdout, subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout)
+            self.assertEqual(r.stdout, runner.run([BIN, "--version"], capture_output=True, text=True).stdout)
             r = subprocess.run([py, "-m", "pip", "show", "convnets"], capture_output=True, text=True)
             self.assertIn(f"Requires: torch", r.stdout)
             # Without --no-build-isolation pip's build environment has no torch: said, not a traceback maze.

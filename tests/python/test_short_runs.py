@@ -9,18 +9,19 @@ download the user provides).
 """
 import json
 import os
-import subprocess
 import tempfile
 import unittest
 
 from PIL import Image
+
+import runner
 
 BIN = os.environ["CONVNETS_BIN"]
 SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 
 
 def convnets(*args, timeout=300):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 class ShortRuns(unittest.TestCase):

@@ -21,12 +21,14 @@ import numpy as np
 from PIL import Image
 from tensorboard.backend.event_processing import event_accumulator as ea
 
+import runner
+
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def read_log(path):
@@ -236,8 +238,8 @@ class ReportWatch(unittest.TestCase):
         # A run killed between creating its log and its first line.
         with tempfile.TemporaryDirectory() as ws:
             open(os.path.join(ws, "log.json"), "w").close()
-            r = subprocess.run([BIN, "report", ws, "-o", os.path.join(ws, "r.html"), "--watch", "1"],
-                               capture_output=True, text=True, timeout=60)
+            r = runner.run([BIN, "report", ws, "-o", os.path.join(ws, "r.html"), "--watch", "1"],
+                           capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
             self.assertIn("log.json holds no complete line and no process writes it", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(ws, "r.html")))

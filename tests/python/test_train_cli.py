@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
+import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -25,7 +26,7 @@ SMALL = ["--recipe", "fashion-mnist-resnet8", "--max-train-images", "2048", "--m
 
 
 def convnets(*args, timeout=600):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def dllogger(path):
@@ -246,7 +247,7 @@ class InterruptAndResume(unittest.TestCase):
             code, err = self.interrupt([BIN, "train", "--resume", resume, "--print-freq", "1"],
                                        "epoch 3/3 train 9/16", signal.SIGTERM)
             self.assertEqual(code, 128 + signal.SIGTERM, err)
-            r = subprocess.run([BIN, "train", "--resume", resume], capture_output=True, text=True)
+            r = runner.run([BIN, "train", "--resume", resume], capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
 
             ta, ma = pth2safetensors.read_safetensors(os.path.join(a, "last.safetensors"))
