@@ -249,8 +249,8 @@ class EfficientNetImpl : public NetworkImpl {
     dropout_ = register_module("dropout", nn::Dropout(dropout));  // no parameters: no state_dict key
     classifier_ = register_module("classifier", layers::Linear(features, o.num_classes));
 
-    init_goog(*this);
-    if (o.zero_init_residual) {
+    if (o.initialize) init_goog(*this);
+    if (o.initialize && o.zero_init_residual) {
       torch::NoGradGuard no_grad;
       for (auto& b : blocks_) {
         if (auto last = b->residual_bn()) last->weight.zero_();

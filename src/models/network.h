@@ -35,6 +35,9 @@ struct ModelOptions {
   // (GPUNet: 0.2 each, as DLE builds it; ResNets: no dropout, no drop-path).
   double dropout = -1;    // before the classifier (timm's drop_rate)
   double drop_path = -1;  // stochastic depth (Huang et al. 2016): rate of the deepest residual block
+  // false: skip the arch's own initialisation (LibTorch's constructor defaults stay) for a network that is only
+  // measured (`convnets models`: the normal draws were 40 % of listing every arch).
+  bool initialize = true;
 };
 
 class NetworkImpl : public torch::nn::Module {

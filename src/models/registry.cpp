@@ -253,8 +253,10 @@ nlohmann::ordered_json describe_architecture(const ArchInfo& arch, NetworkImpl& 
 
 std::vector<nlohmann::ordered_json> describe_architectures(const ModelOptions& options) {
   std::vector<nlohmann::ordered_json> rows;
+  ModelOptions shapes_only = options;
+  shapes_only.initialize = false;
   for (const auto& arch : architectures()) {
-    auto net = build_model(arch, options);
+    auto net = build_model(arch, shapes_only);
     rows.push_back(describe_architecture(arch, *net, options.num_classes));
   }
   return rows;

@@ -131,7 +131,7 @@ class ResNetImpl : public NetworkImpl {
       stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
     }
     fc_ = register_module("fc", Linear(in, o.num_classes));
-    initialise(o);
+    if (o.initialize) initialise(o);
   }
 
   bool random_in_training() const override { return dropout_ > 0; }
