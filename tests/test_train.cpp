@@ -405,7 +405,8 @@ TEST(Report, ParsesDllLoggerAndDrawsCharts) {
   EXPECT_NE(html.find("t &lt;run&gt;"), std::string::npos);
   size_t svgs = 0;
   for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
-  EXPECT_EQ(svgs, 4u);
+  EXPECT_EQ(svgs, 5u);  // loss, top-1, top-5, learning rate, throughput
+  EXPECT_NE(html.find("aria-label=\"Top-5 accuracy\""), std::string::npos);
   const auto chart = report::svg_chart("c", "x", "y", {{"s", {{1, 2}, {2, 4}}}});
   EXPECT_NE(chart.find("<polyline"), std::string::npos);
   EXPECT_NE(report::svg_chart("c", "x", "y", {}).find("no data"), std::string::npos);

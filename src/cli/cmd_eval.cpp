@@ -3,16 +3,21 @@
 #include "core/options.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "io/atomic_file.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "deploy/inference.h"
 #include "runtime/evaluate.h"
 
 #include <CLI/CLI.hpp>
+#include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace convnets::cli {
 namespace {
@@ -24,8 +29,76 @@ struct EvalArgs {
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
   int workers = 0;
   double crop_ratio = 0;
-  bool ema = false, json = false, fold_bn = false, as_float = false;
+  bool ema = false, json = false, fold_bn = false, as_float = false, per_class = false;
+  std::string per_class_csv;
 };
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + '"';
+}
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// A row per true class: its results, then its images' top-1 predictions, a column per class (the confusion
+// matrix's row), as spreadsheets and pandas.read_csv take it.
+std::string per_class_csv(const runtime::EvalResult& r, const std::vector<runtime::ClassResult>& rows,
+                          const std::vector<std::string>& names) {
+  const std::string k = "top" + std::to_string(r.k);
+  std::string out = "class,images,top1," + k + ",precision,recall,f1";
+  for (const auto& n : names) out += "," + csv_field("predicted " + n);
+  out += '\n';
+  const auto n = static_cast<std::int64_t>(rows.size());
+  const auto* m = r.confusion.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto& x = rows[static_cast<std::size_t>(i)];
+    out += csv_field(names[static_cast<std::size_t>(i)]) + ',' + std::to_string(x.images) + ',' + fixed(x.top1, 4) +
+           ',' + fixed(x.topk, 4) + ',' + fixed(x.precision, 4) + ',' + fixed(x.recall, 4) + ',' + fixed(x.f1, 4);
+    for (std::int64_t j = 0; j < n; ++j) out += ',' + std::to_string(m[i * n + j]);
+    out += '\n';
+  }
+  return out;
+}
+
+void print_per_class(const runtime::EvalResult& r, const std::vector<runtime::ClassResult>& rows,
+                     const std::vector<std::string>& names) {
+  std::size_t width = 5;
+  for (const auto& n : names) width = std::max(width, std::min<std::size_t>(n.size(), 40));
+  std::printf("\n%-*s %8s %8s %8s %9s %8s %8s\n", static_cast<int>(width), "class", "images", "top-1",
+              ("top-" + std::to_string(r.k)).c_str(), "precision", "recall", "F1");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& x = rows[i];
+    std::printf("%-*s %8lld %7.2f%% %7.2f%% %8.2f%% %7.2f%% %7.2f%%\n", static_cast<int>(width),
+                names[i].substr(0, 40).c_str(), static_cast<long long>(x.images), x.top1, x.topk, x.precision,
+                x.recall, x.f1);
+  }
+  // What a reader looks for first: the largest off-diagonal counts.
+  struct Pair {
+    std::int64_t count, truth, predicted;
+  };
+  std::vector<Pair> pairs;
+  const auto n = static_cast<std::int64_t>(rows.size());
+  const auto* m = r.confusion.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (i != j && m[i * n + j] > 0) pairs.push_back({m[i * n + j], i, j});
+    }
+  }
+  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) { return a.count > b.count; });
+  if (pairs.size() > 10) pairs.resize(10);
+  if (pairs.empty()) return;
+  std::printf("\nmost confused (true -> predicted: images)\n");
+  for (const auto& p : pairs) {
+    std::printf("  %s -> %s: %lld\n", names[static_cast<std::size_t>(p.truth)].c_str(),
+                names[static_cast<std::size_t>(p.predicted)].c_str(), static_cast<long long>(p.count));
+  }
+}
 
 void run(const EvalArgs& a) {
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
@@ -68,7 +141,11 @@ void run(const EvalArgs& a) {
   forward.input = [&](const at::Tensor& pixels) { return engine.input(pixels); };
   forward.logits = [&](const at::Tensor& input) { return engine.logits_of_input(input); };
   forward.device = model.runtime().device;
-  const auto r = runtime::evaluate(forward, *loader, a.top_k, a.json ? "" : "eval", 50);
+  const bool per_class = a.per_class || !a.per_class_csv.empty();
+  const auto r = runtime::evaluate(forward, *loader, a.top_k, a.json ? "" : "eval", 50, {}, per_class);
+  const auto rows = runtime::per_class_results(r);
+  const auto& names = ds->classes();
+  if (!a.per_class_csv.empty()) write_file_atomically(a.per_class_csv, per_class_csv(r, rows, names));
   if (a.json) {
     auto j = r.to_dllogger("val");
     j["images"] = r.images;
@@ -76,6 +153,21 @@ void run(const EvalArgs& a) {
     j["engine"] = model.engine_name();
     j["kernel_precisions"] = engine.kernel_precisions();
     j["precision"] = model.runtime().precision;
+    if (per_class) {
+      auto& list = j["per_class"] = nlohmann::ordered_json::array();
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& x = rows[i];
+        list.push_back({{"class", names[i]}, {"images", x.images}, {"top1", x.top1},
+                        {"top" + std::to_string(r.k), x.topk}, {"precision", x.precision}, {"recall", x.recall},
+                        {"f1", x.f1}});
+      }
+      // Rows: the true class; columns: the top-1 prediction (both in "per_class" order).
+      nlohmann::ordered_json matrix = nlohmann::ordered_json::array();
+      const auto n = static_cast<std::ptrdiff_t>(rows.size());
+      const auto* m = r.confusion.data_ptr<std::int64_t>();
+      for (std::ptrdiff_t i = 0; i < n; ++i) matrix.push_back(std::vector<std::int64_t>(m + i * n, m + (i + 1) * n));
+      j["confusion"] = std::move(matrix);
+    }
     std::cout << dump_json(j, 2) << '\n';
     return;
   }
@@ -87,6 +179,8 @@ void run(const EvalArgs& a) {
   std::printf("latency ms    mean %.2f  p50 %.2f  p90 %.2f  p95 %.2f  p99 %.2f  (batch %lld)\n", r.latency_mean_ms,
               r.latency_p50_ms, r.latency_p90_ms, r.latency_p95_ms, r.latency_p99_ms,
               static_cast<long long>(a.batch_size));
+  if (per_class) print_per_class(r, rows, names);
+  if (!a.per_class_csv.empty()) std::printf("\nper-class results and confusion matrix: %s\n", a.per_class_csv.c_str());
 }
 
 }  // namespace
@@ -118,6 +212,11 @@ void add_eval_command(CLI::App& app) {
                 "--engine openvino, fake-quantized with torch)");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
   cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");
+  cmd->add_flag("--per-class", a->per_class,
+                "also each class's top-1/top-k, precision, recall and F1, the most confused pairs, and (--json) the "
+                "confusion matrix");
+  cmd->add_option("--per-class-csv", a->per_class_csv,
+                  "write the per-class results and the confusion matrix to this CSV file (implies --per-class)");
   cmd->callback([a] { run(*a); });
 }
 

@@ -1,6 +1,7 @@
 // `convnets report`: renders a run's log.json as one self-contained HTML page.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "io/atomic_file.h"
 #include "report/report.h"
 #include "train/dllogger.h"
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 namespace convnets::cli {
@@ -29,19 +31,27 @@ bool holds_a_line(const std::string& path) {
 void add_report_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("report", "Render a training run's log as an HTML page with SVG charts");
   struct Args {
-    std::string run, output = "report.html", title;
+    std::string run, output = "report.html", title, eval;
     int watch = 0;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("RUN", a->run, "the run's workspace folder, or its DLLogger log.json")->required();
   cmd->add_option("-o,--output", a->output, "HTML file to write");
   cmd->add_option("--title", a->title, "page title (default: the run's arch and folder)");
+  cmd->add_option("--eval", a->eval,
+                  "add an evaluation's per-class table and confusion matrix: the JSON of `convnets eval --per-class "
+                  "--json`");
   cmd->add_option("--watch", a->watch,
                   "rewrite the page every SECONDS while the run is live (the page reloads itself); stop when the run "
                   "logs its summary, or when no process writes its log any more (killed)")
       ->check(CLI::Range(1, 86400));
   cmd->callback([a] {
     namespace fs = std::filesystem;
+    std::optional<nlohmann::json> evaluation;
+    if (!a->eval.empty()) {
+      evaluation = read_json_file(a->eval, "the --eval results");
+      (void)report::svg_confusion(*evaluation, "--eval " + a->eval);  // checked before any page is written
+    }
     // A watched workspace may not exist yet: the run is starting.
     const bool folder = fs::is_directory(a->run) || (a->watch > 0 && !fs::exists(a->run) &&
                                                      fs::path(a->run).extension() != ".json");
@@ -89,7 +99,7 @@ void add_report_command(CLI::App& app) {
       const std::string title =
           a->title.empty() ? "convnets run: " + run.parameters.value("arch", std::string("?")) + " (" + a->run + ")"
                            : a->title;
-      const std::string html = report::render_html(run, title, live ? a->watch : 0);
+      const std::string html = report::render_html(run, title, live ? a->watch : 0, evaluation ? &*evaluation : nullptr);
       write_file_atomically(a->output, html);
       std::cout << "report: " << a->output << " (" << run.epochs.size() << " epochs, " << html.size() / 1024
                 << " KiB" << (live ? ", live" : "") << ")" << std::endl;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 namespace convnets::report {
 namespace {
@@ -205,7 +206,108 @@ std::string svg_chart(const std::string& title, const std::string& x_label, cons
   return o.str();
 }
 
-std::string render_html(const RunLog& run, const std::string& title, int refresh_seconds) {
+std::string svg_confusion(const nlohmann::json& e, const std::string& source) {
+  if (!e.is_object() || !e.contains("per_class") || !e.contains("confusion") || !e["confusion"].is_array()) {
+    throw Error(source + " holds no per-class results", "write it with `convnets eval ... --per-class --json`");
+  }
+  const auto& rows = e["per_class"];
+  const auto& m = e["confusion"];
+  const std::size_t n = m.size();
+  if (!rows.is_array() || rows.size() != n) {
+    throw Error(source + ": per_class has " + std::to_string(rows.size()) + " classes, the confusion matrix " +
+                std::to_string(n) + " rows");
+  }
+  std::vector<double> totals(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!m[i].is_array() || m[i].size() != n) {
+      throw Error(source + ": the confusion matrix is not " + std::to_string(n) + " x " + std::to_string(n));
+    }
+    for (const auto& v : m[i]) {
+      if (!v.is_number()) throw Error(source + ": the confusion matrix holds a value that is not a count");
+      totals[i] += v.get<double>();
+    }
+  }
+  // The diagonal is shaded by its share of the row, the errors by theirs against the largest error's, so the
+  // worst confusion stands out however small it is.
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (i != j && totals[i] > 0) worst = std::max(worst, m[i][j].get<double>() / totals[i]);
+    }
+  }
+  // Names on the axes while they fit, counts in the cells while they fit; a thousand classes are a picture of
+  // the diagonal.
+  const bool labels = n <= 40, counts = n <= 20;
+  const double cell = n <= 20 ? 34 : n <= 40 ? 16 : std::max(1.0, 800.0 / static_cast<double>(n));
+  const double margin = labels ? 130 : 50, size = cell * static_cast<double>(n);
+  const auto name = [&](std::size_t i) { return rows[i].value("class", std::to_string(i)); };
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(std::max(margin + size + 20, 640.0), 6)
+    << "\" height=\"" << num(margin + size + 20, 6) << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n"
+    << "<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">Confusion matrix</text>\n"
+    << "<text x=\"10\" y=\"36\">rows: true class; columns: top-1 prediction; blue: the row's share right; red: "
+       "errors, against the largest</text>\n";
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const double count = m[i][j].get<double>();
+      if (count <= 0) continue;
+      const double share = totals[i] > 0 ? count / totals[i] : 0;
+      const double strength = i == j ? share : worst > 0 ? share / worst : 0;
+      const int fade = static_cast<int>(255 * (1 - std::min(1.0, 0.1 + 0.9 * strength)));
+      const std::string color = i == j ? "rgb(" + std::to_string(fade) + "," + std::to_string(fade) + ",255)"
+                                       : "rgb(255," + std::to_string(fade) + "," + std::to_string(fade) + ")";
+      const double x = margin + cell * static_cast<double>(j), y = margin + cell * static_cast<double>(i);
+      o << "<rect x=\"" << num(x, 6) << "\" y=\"" << num(y, 6) << "\" width=\"" << num(cell, 6) << "\" height=\""
+        << num(cell, 6) << "\" fill=\"" << color << "\"><title>" << escape(name(i)) << " -> " << escape(name(j))
+        << ": " << static_cast<long long>(count) << " images (" << num(100 * share, 3) << " %)</title></rect>\n";
+      if (counts) {
+        o << "<text x=\"" << num(x + cell / 2, 6) << "\" y=\"" << num(y + cell / 2 + 4, 6)
+          << "\" text-anchor=\"middle\" font-size=\"10\" fill=\"" << (strength > 0.6 ? "#fff" : "#222") << "\">"
+          << static_cast<long long>(count) << "</text>\n";
+      }
+    }
+  }
+  o << "<rect x=\"" << num(margin, 6) << "\" y=\"" << num(margin, 6) << "\" width=\"" << num(size, 6)
+    << "\" height=\"" << num(size, 6) << "\" fill=\"none\" stroke=\"#888\"/>\n";
+  if (labels) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string label = escape(name(i).substr(0, 18));
+      const double c = margin + cell * (static_cast<double>(i) + 0.5);
+      o << "<text x=\"" << num(margin - 4, 6) << "\" y=\"" << num(c + 4, 6) << "\" text-anchor=\"end\">" << label
+        << "</text>\n<text transform=\"translate(" << num(c + 4, 6) << "," << num(margin - 4, 6)
+        << ") rotate(-90)\">" << label << "</text>\n";
+    }
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+namespace {
+
+std::string per_class_table(const nlohmann::json& e) {
+  std::ostringstream o;
+  std::string k = "top5";
+  for (auto it = e["per_class"][0].begin(); it != e["per_class"][0].end(); ++it) {
+    if (it.key().rfind("top", 0) == 0 && it.key() != "top1") k = it.key();
+  }
+  o << "<table><tr><th>class</th><th>images</th><th>top-1</th><th>top-" << escape(k.substr(3))
+    << "</th><th>precision</th><th>recall</th><th>F1</th></tr>";
+  for (const auto& r : e["per_class"]) {
+    o << "<tr><td>" << escape(r.value("class", std::string("?"))) << "</td><td>" << r.value("images", 0);
+    for (const char* key : {"top1", k.c_str(), "precision", "recall", "f1"}) {
+      o << "</td><td>" << num(r.value(key, 0.0), 4) << " %";
+    }
+    o << "</td></tr>";
+  }
+  o << "</table>\n";
+  return o.str();
+}
+
+}  // namespace
+
+std::string render_html(const RunLog& run, const std::string& title, int refresh_seconds,
+                        const nlohmann::json* evaluation) {
   // The loss as logged every --print-freq steps (the window's mean), the
   // epoch means over it, and validation.
   Series step_loss{"train loss (per " + std::to_string(run.parameters.value("print_freq", 0)) + " steps)", {}};
@@ -216,8 +318,10 @@ std::string render_html(const RunLog& run, const std::string& title, int refresh
                            series_of("val loss", run.epochs, "val.loss")};
 
   std::vector<Series> top1{series_of("val top-1", run.epochs, "val.top1")};
+  std::vector<Series> top5{series_of("val top-5", run.epochs, "val.top5")};
   if (!series_of("", run.epochs, "val_ema.top1").points.empty()) {
     top1.push_back(series_of("val top-1 (EMA)", run.epochs, "val_ema.top1"));
+    top5.push_back(series_of("val top-5 (EMA)", run.epochs, "val_ema.top5"));
   }
   Series lr{"learning rate", {}};
   for (const auto& [x, d] : run.steps) {
@@ -257,8 +361,16 @@ std::string render_html(const RunLog& run, const std::string& title, int refresh
   o << "</table>\n<div class=\"grid\">\n"
     << svg_chart("Loss", "epoch", "loss", loss) << '\n'
     << svg_chart("Top-1 accuracy", "epoch", "top-1 (%)", top1) << '\n'
+    << svg_chart("Top-5 accuracy", "epoch", "top-5 (%)", top5) << '\n'
     << svg_chart("Learning rate", "epoch", "LR", {lr}) << '\n'
     << svg_chart("Throughput", "epoch", "images/s", ips) << "\n</div>\n";
+  if (evaluation) {
+    o << "<h2>Evaluation per class</h2>\n<p>" << escape(evaluation->value("images", 0) > 0
+                                                          ? std::to_string(evaluation->value("images", 0)) + " images, top-1 " +
+                                                                num(evaluation->value("val.top1", 0.0), 4) + " %"
+                                                          : std::string())
+      << "</p>\n" << svg_confusion(*evaluation, "the evaluation") << '\n' << per_class_table(*evaluation);
+  }
   o << "<h2>Configuration</h2>\n<table>";
   for (auto it = run.parameters.begin(); it != run.parameters.end(); ++it) {
     // A text as it is: its JSON form would double the backslash of a \xNN escape.

@@ -33,8 +33,17 @@ std::string svg_chart(const std::string& title, const std::string& x_label, cons
 inline bool finished(const RunLog& run) { return !run.summary.empty(); }
 
 // The whole page: summary (in %, ms and images/s), loss (per logged step and
-// per epoch), top-1, learning-rate and throughput charts, configuration.
+// per epoch), top-1, top-5, learning-rate and throughput charts, configuration.
 // refresh_seconds > 0: a live page that reloads itself that often.
-std::string render_html(const RunLog& run, const std::string& title, int refresh_seconds = 0);
+// `evaluation`: the output of `convnets eval --per-class --json` (null: none),
+// drawn as its per-class table and confusion matrix.
+std::string render_html(const RunLog& run, const std::string& title, int refresh_seconds = 0,
+                        const nlohmann::json* evaluation = nullptr);
+
+// The confusion matrix of `eval --per-class --json` as an SVG heat map: a
+// cell per (true, predicted) pair shaded by its share of the true class's
+// images, its count in the cell's tooltip. Throws Error naming `source` when
+// the JSON has no per-class results.
+std::string svg_confusion(const nlohmann::json& evaluation, const std::string& source);
 
 }  // namespace convnets::report

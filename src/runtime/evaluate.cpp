@@ -61,8 +61,35 @@ EvalResult evaluate(NetworkImpl& model, data::Loader& loader, const Runtime& rt,
   return evaluate(f, loader, top_k, phase, print_every, sum_over_ranks);
 }
 
+std::vector<ClassResult> per_class_results(const EvalResult& r) {
+  if (!r.confusion.defined()) return {};
+  const auto c = r.confusion.contiguous();
+  const auto n = c.size(0);
+  const auto* m = c.data_ptr<std::int64_t>();
+  const auto* hits = r.topk_hits.data_ptr<std::int64_t>();
+  std::vector<ClassResult> out(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      out[static_cast<std::size_t>(i)].images += m[i * n + j];
+      out[static_cast<std::size_t>(j)].predicted += m[i * n + j];
+    }
+  }
+  const auto ratio = [](std::int64_t a, std::int64_t b) { return b > 0 ? 100.0 * static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  for (std::int64_t i = 0; i < n; ++i) {
+    auto& x = out[static_cast<std::size_t>(i)];
+    x.correct = m[i * n + i];
+    x.topk_correct = hits[i];
+    x.top1 = x.recall = ratio(x.correct, x.images);
+    x.topk = ratio(x.topk_correct, x.images);
+    x.precision = ratio(x.correct, x.predicted);
+    x.f1 = x.precision + x.recall > 0 ? 2 * x.precision * x.recall / (x.precision + x.recall) : 0.0;
+  }
+  return out;
+}
+
 EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top_k, const std::string& phase,
-                    std::int64_t print_every, const std::function<void(at::Tensor&)>& sum_over_ranks) {
+                    std::int64_t print_every, const std::function<void(at::Tensor&)>& sum_over_ranks,
+                    bool per_class) {
   using clock = std::chrono::steady_clock;
   torch::NoGradGuard no_grad;
   const c10::Device device = f.device;
@@ -72,6 +99,12 @@ EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top
   auto correct1 = torch::zeros({}, torch::dtype(torch::kLong).device(device));
   auto correctk = torch::zeros_like(correct1);
   auto loss_sum = torch::zeros({}, torch::dtype(torch::kDouble).device(device));
+  const auto classes = static_cast<std::int64_t>(loader.dataset().num_classes());
+  at::Tensor confusion, topk_hits;
+  if (per_class) {
+    confusion = torch::zeros({classes * classes}, correct1.options());
+    topk_hits = torch::zeros({classes}, correct1.options());
+  }
   std::vector<double> latencies;
   double compute_s = 0;
   std::optional<Progress> progress;
@@ -98,6 +131,10 @@ EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top
     const auto hits = top.eq(labels.unsqueeze(1));
     correct1 += hits.select(1, 0).sum();
     correctk += hits.any(1).sum();
+    if (per_class) {
+      confusion.index_add_(0, labels * classes + top.select(1, 0), torch::ones_like(labels));
+      topk_hits.index_add_(0, labels, hits.any(1).to(torch::kLong));
+    }
     r.images += batch.labels.size(0);
     const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
     if (progress) progress->update(batch.number + 1, static_cast<double>(r.images) / elapsed, "");
@@ -107,6 +144,14 @@ EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top
                             torch::full({}, static_cast<double>(r.images), loss_sum.options())})
                   .cpu();
   if (sum_over_ranks) sum_over_ranks(sums);
+  if (per_class) {
+    // One all-reduce for both; counts are exact in fp64 (below 2^53).
+    auto counts = torch::cat({confusion, topk_hits}).to(torch::kDouble).cpu();
+    if (sum_over_ranks) sum_over_ranks(counts);
+    counts = counts.to(torch::kLong);
+    r.confusion = counts.slice(0, 0, classes * classes).view({classes, classes}).clone();
+    r.topk_hits = counts.slice(0, classes * classes).clone();
+  }
   const double total_s = std::chrono::duration<double>(clock::now() - start).count();
   const auto* v = sums.data_ptr<double>();
   r.images = static_cast<std::int64_t>(v[3]);

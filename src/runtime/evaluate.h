@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 namespace convnets::runtime {
 
@@ -23,10 +24,25 @@ struct EvalResult {
   double compute_ips = 0;      // images/s of forward passes alone
   double latency_mean_ms = 0, latency_p50_ms = 0, latency_p90_ms = 0, latency_p95_ms = 0, latency_p99_ms = 0;
 
+  // With per-class results asked for (else undefined), on the CPU, int64:
+  at::Tensor confusion;  // [classes, classes]: images of class row whose top-1 prediction was column
+  at::Tensor topk_hits;  // [classes]: images of the class with it among their top-k
+
   // DLE's metric names: <prefix>.top1, .top5, .loss, .compute_ips, .total_ips,
   // .compute_latency_mean / _at50 / _at90 / _at95 / _at99 (seconds, as DLE logs them).
   nlohmann::ordered_json to_dllogger(const std::string& prefix) const;
 };
+
+// One class's results, from the confusion matrix as scikit-learn's
+// classification_report defines them: recall = top-1 accuracy on the class's
+// own images, precision = the share of its top-1 predictions that were right,
+// F1 their harmonic mean; 0 where a ratio has no images (sklearn's
+// zero_division=0).
+struct ClassResult {
+  std::int64_t images = 0, predicted = 0, correct = 0, topk_correct = 0;
+  double top1 = 0, topk = 0, precision = 0, recall = 0, f1 = 0;  // percent
+};
+std::vector<ClassResult> per_class_results(const EvalResult& r);
 
 // The validation loader: `options` (batch size, workers, ranks, bad-image
 // policy, pixel limit) with every sample once, in order, through the eval
@@ -51,8 +67,10 @@ struct EvalForward {
   std::function<at::Tensor(const at::Tensor& input)> logits;
   c10::Device device = c10::kCPU;
 };
+// `per_class`: also the confusion matrix and per-class top-k hits (EvalResult).
 EvalResult evaluate(const EvalForward& forward, data::Loader& loader, std::int64_t top_k, const std::string& phase,
-                    std::int64_t print_every, const std::function<void(at::Tensor&)>& sum_over_ranks = {});
+                    std::int64_t print_every, const std::function<void(at::Tensor&)>& sum_over_ranks = {},
+                    bool per_class = false);
 
 // Nearest-rank percentile (q in [0, 100]) of unsorted values.
 double percentile(std::vector<double> values, double q);

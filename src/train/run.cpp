@@ -12,7 +12,9 @@
 
 #include <torch/torch.h>
 
+#include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -580,8 +582,38 @@ void open_workspace(TrainingRun& run, LogLock log_lock) {
   }
 }
 
+namespace {
+
+// timm's summary.csv (train.py's update_summary): a row per epoch, for the
+// spreadsheets and scripts that read timm's output folders; epochs counted
+// from 1 as in log.json. A resumed run logs its epochs again: the rows from
+// the resumed epoch on were the interrupted run's and are replaced.
+void update_summary_csv(const TrainingRun& run, std::int64_t epoch, const nlohmann::ordered_json& data) {
+  const auto path = fs::path(run.config.workspace) / "summary.csv";
+  std::string text = "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n";
+  if (std::ifstream in(path); in) {
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::int64_t logged = 0;
+      const auto end = line.data() + line.find(',');
+      const auto [ptr, ec] = std::from_chars(line.data(), end, logged);
+      if (ec == std::errc() && ptr == end && logged < epoch) text += line + '\n';
+    }
+  }
+  const auto value = [&](const char* key) {
+    return data.contains(key) && data[key].is_number() ? data[key].dump() : std::string();
+  };
+  text += std::to_string(epoch) + ',' + value("train.loss") + ',' + value("val.loss") + ',' + value("val.top1") +
+          ',' + value("val.top5") + ',' + value("train.lr") + '\n';
+  write_file_atomically(path.string(), text);
+}
+
+}  // namespace
+
 void log_metrics(TrainingRun& run, const nlohmann::json& step, const nlohmann::ordered_json& data) {
   if (run.log) run.log->log(step, data);
+  if (run.log && run.writer && run.train_loader && step.size() == 1) update_summary_csv(run, step[0].get<std::int64_t>(), data);
   if (!run.tensorboard) return;
   const bool per_step = step.size() == 2;
   for (auto it = data.begin(); it != data.end(); ++it) {

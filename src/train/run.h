@@ -138,6 +138,7 @@ void save_run(const TrainingRun& run, const std::string& path);
 // global optimizer step: per-step entries under their DLLogger names
 // (train.loss, train.lr, ...), epoch entries' validation figures likewise
 // (val.top1, val_ema.top1, ...) and their training means as epoch/train.*.
+// An epoch's end also goes into the workspace's summary.csv (timm's columns).
 void log_metrics(TrainingRun& run, const nlohmann::json& step, const nlohmann::ordered_json& data);
 
 // --tensorboard: the first training batch as images (after augmentation,

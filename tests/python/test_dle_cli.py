@@ -9,6 +9,7 @@ runs check the flags that change a run: --run-epochs, --no-checkpoints,
 --raport-file, and the best checkpoint chosen by the EMA. Each GPUNet train.params
 command line (../shared/reference/recipes/gpunet_train_params.json) is read the same way.
 """
+import csv
 import json
 import os
 import tempfile
@@ -335,8 +336,16 @@ class DleRunFlags(unittest.TestCase):
         self.assertIn("already holds a run", r.stderr)
         r = convnets("train", "--resume", os.path.join(self.ws, "last.safetensors"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        epochs = [x["step"] for x in dllogger(os.path.join(self.ws, "raport.json")) if len(x.get("step", [])) == 1]
-        self.assertEqual(epochs, [[1], [2]])
+        records = [x for x in dllogger(os.path.join(self.ws, "raport.json")) if len(x.get("step", [])) == 1]
+        self.assertEqual([x["step"] for x in records], [[1], [2]])
+        # timm's summary.csv beside it: a row per epoch, the same figures.
+        with open(os.path.join(self.ws, "summary.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([int(row["epoch"]) for row in rows], [1, 2])
+        for row, x in zip(rows, records):
+            for column, key in (("train_loss", "train.loss"), ("eval_loss", "val.loss"), ("eval_top1", "val.top1"),
+                                ("eval_top5", "val.top5"), ("lr", "train.lr")):
+                self.assertEqual(float(row[column]), x["data"][key], column)
 
     def test_augmentation_policies_train_end_to_end(self):
         # timm's GPUNet augmentations and DLE's AutoAugment through the CLI: each run trains, and differs from
@@ -360,7 +369,7 @@ class DleRunFlags(unittest.TestCase):
     def test_no_checkpoints_writes_none(self):
         r = convnets("train", *TINY, "--no-checkpoints", "--workspace", self.ws)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(sorted(os.listdir(self.ws)), ["config.json", "log.json"])
+        self.assertEqual(sorted(os.listdir(self.ws)), ["config.json", "log.json", "summary.csv"])  # logs only
 
     def test_best_checkpoint_follows_the_ema_when_it_is_on(self):
         r = convnets("train", *TINY, "--ema", "0.5", "--workspace", self.ws)

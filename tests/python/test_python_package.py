@@ -558,6 +558,77 @@ class Checkpoints(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "expected a batch of uint8"):
             model(torch.zeros(2, 28, 28))
 
+    def test_per_class_results_are_numpys_from_the_same_predictions(self):
+        # The predictions from Python (the package's loader and model, as above), every figure from NumPy: the
+        # confusion matrix and scikit-learn's per-class definitions (zero_division=0).
+        csv_path = os.path.join(self.tmp, "per-class.csv")
+        r = cli("eval", FASHION, "--checkpoint", self.ckpt, "--max-images", "1000", "--json", "--batch-size", "100",
+                "--per-class", "--per-class-csv", csv_path)
+        out = json.loads(r.stdout)
+        model = convnets.load(self.ckpt, device="cpu")
+        loader = convnets.data.Loader(FASHION, train=False, batch_size=100, image_size=28, crop_ratio=1.0,
+                                      max_images=1000, workers=2)
+        labels, top5 = [], []
+        for images, y in loader:
+            labels.append(y.numpy())
+            top5.append(model(images).topk(5, 1).indices.numpy())
+        labels, top5 = np.concatenate(labels), np.concatenate(top5)
+        confusion = np.zeros((10, 10), np.int64)
+        np.add.at(confusion, (labels, top5[:, 0]), 1)
+        self.assertEqual(out["confusion"], confusion.tolist())
+        support, predicted, correct = confusion.sum(1), confusion.sum(0), np.diag(confusion)
+        hits5 = np.bincount(labels[(top5 == labels[:, None]).any(1)], minlength=10)
+        pct = lambda a, b: np.where(b > 0, 100.0 * a / np.maximum(b, 1), 0.0)  # noqa: E731
+        recall, precision = pct(correct, support), pct(correct, predicted)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-300), 0.0)
+        rows = out["per_class"]
+        self.assertEqual([row["class"] for row in rows], model.classes)
+        self.assertEqual([row["images"] for row in rows], support.tolist())
+        for key, want in [("top1", recall), ("top5", pct(hits5, support)), ("precision", precision),
+                          ("recall", recall), ("f1", f1)]:
+            np.testing.assert_allclose([row[key] for row in rows], want, rtol=1e-12, atol=1e-12, err_msg=key)
+        self.assertAlmostEqual(float(np.average(recall, weights=support)), out["val.top1"], places=9)
+        # The CSV holds the same, a row per true class: its figures, then its confusion-matrix row.
+        import csv
+        with open(csv_path, newline="") as f:
+            table = list(csv.reader(f))
+        self.assertEqual(table[0][:7], ["class", "images", "top1", "top5", "precision", "recall", "f1"])
+        self.assertEqual(table[0][7:], [f"predicted {c}" for c in model.classes])
+        self.assertEqual([[int(v) for v in row[7:]] for row in table[1:]], confusion.tolist())
+        np.testing.assert_allclose([[float(v) for v in row[2:7]] for row in table[1:]],
+                                   np.stack([recall, pct(hits5, support), precision, recall, f1], 1), atol=5e-5)
+        # The text report names the most confused pair first.
+        text = cli("eval", FASHION, "--checkpoint", self.ckpt, "--max-images", "1000", "--batch-size", "100",
+                   "--per-class").stdout
+        off = confusion - np.diag(correct)
+        t, p = np.unravel_index(np.argmax(off), off.shape)
+        self.assertIn(f"most confused (true -> predicted: images)\n  {t} -> {p}: {off[t, p]}\n", text)
+        # `report --eval` draws them beside the training run's charts: a cell per non-zero count, its count in
+        # its tooltip, and the per-class table.
+        results, page = os.path.join(self.tmp, "eval.json"), os.path.join(self.tmp, "report.html")
+        with open(results, "w") as f:
+            f.write(r.stdout)
+        run = os.path.dirname(self.ckpt)  # the fixture's workspace: its log.json
+        cli("report", run, "--eval", results, "-o", page)
+        with open(page, encoding="utf-8") as f:
+            html = f.read()
+        self.assertIn("Top-5 accuracy", html)
+        self.assertIn(">Confusion matrix</text>", html)
+        matrix = html[html.index(">Confusion matrix</text>"):]
+        matrix = matrix[:matrix.index("</svg>")]
+        self.assertEqual(matrix.count("<rect x="), int((confusion > 0).sum()) + 1)  # and the frame
+        self.assertIn(f">{confusion[t, p]}</text>", matrix)  # the counts are written in the cells
+        self.assertIn(f"<title>{t} -> {p}: {off[t, p]} images (", html)
+        self.assertIn(f"<tr><td>{t}</td><td>{support[t]}</td><td>", html)
+        # Results without the per-class part are refused by name, before any page is written.
+        bare = os.path.join(self.tmp, "bare.json")
+        with open(bare, "w") as f:
+            json.dump({"val.top1": 1.0}, f)
+        bad = cli("report", run, "--eval", bare, "-o", os.path.join(self.tmp, "none.html"), check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn(f"--eval {bare} holds no per-class results", bad.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "none.html")))
+
     def test_export_writes_what_the_command_writes(self):
         for fmt, name, extra in [("safetensors", "w.safetensors", {}), ("onnx", "m.onnx", {"fold_bn": True})]:
             with self.subTest(format=fmt):

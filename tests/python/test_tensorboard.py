@@ -121,6 +121,14 @@ class TensorBoard(unittest.TestCase):
         got = {(t, s.step): s.value for t in acc.Tags()["scalars"] for s in acc.Scalars(t)}
         for key, v in want.items():
             self.assertEqual(got[key], float(np.float32(v)), key)  # the resumed run's values for epoch 3
+        # summary.csv likewise: epoch 3 once, with the resumed run's figures.
+        import csv
+        with open(os.path.join(self.ws, "summary.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([int(row["epoch"]) for row in rows], [1, 2, 3])
+        last = [x for x in read_log(os.path.join(self.ws, "log.json")) if x.get("step") == [3]][-1]["data"]
+        self.assertEqual(float(rows[2]["eval_top1"]), last["val.top1"])
+        self.assertEqual(float(rows[2]["train_loss"]), last["train.loss"])
 
 
 @unittest.skipUnless(os.path.isdir(FASHION), f"{FASHION} (Debian's fashion-mnist package) is not installed")

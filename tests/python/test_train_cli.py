@@ -68,7 +68,8 @@ class TrainEvalReport(unittest.TestCase):
         self.assertEqual(self.result.returncode, 0, self.result.stderr)
         for name in ("config.json", "log.json", "last.safetensors", "best.safetensors"):
             self.assertTrue(os.path.exists(os.path.join(self.ws, name)), name)
-        config = json.load(open(os.path.join(self.ws, "config.json")))
+        with open(os.path.join(self.ws, "config.json")) as f:
+            config = json.load(f)
         self.assertEqual(config["config"]["arch"], "resnet8")       # from the recipe
         self.assertEqual(config["config"]["batch_size"], 64)        # the flag overrode it
         self.assertEqual(config["derived"]["steps_per_epoch"], 32)  # 2048 / 64
@@ -136,18 +137,20 @@ class TrainEvalReport(unittest.TestCase):
                      "100", "--top-k", "50", "--json")
         self.assertIn("val.top10", json.loads(k.stdout))  # k capped at the class count
 
-    def test_report_is_self_contained_html_with_four_charts(self):
+    def test_report_is_self_contained_html_with_five_charts(self):
         out = os.path.join(self.tmp, "report.html")
         r = convnets("report", self.ws, "-o", out)
         self.assertEqual(r.returncode, 0, r.stderr)
-        html = open(out).read()
-        self.assertEqual(html.count("<svg"), 4)
-        for title in ("Loss", "Top-1 accuracy", "Learning rate", "Throughput"):
+        with open(out) as f:
+            html = f.read()
+        self.assertEqual(html.count("<svg"), 5)
+        for title in ("Loss", "Top-1 accuracy", "Top-5 accuracy", "Learning rate", "Throughput"):
             self.assertIn(f'aria-label="{title}"', html)
         self.assertNotIn("<script", html)
         self.assertNotRegex(html, r'(src|href)="(https?:)?//')
         self.assertIn('data-name="val top-1 (EMA)"', html)
-        self.assertEqual(html.count('<circle'), 3 * 2 * 2)  # 2 epochs of loss x2, top-1 x2, ips x2 (LR: 64 steps, no dots)
+        # 2 epochs of loss x2, top-1 x2, top-5 x2, ips x2 (LR: 64 steps, no dots)
+        self.assertEqual(html.count('<circle'), 4 * 2 * 2)
         bad = convnets("report", os.path.join(self.tmp, "nope"), "-o", out)
         self.assertEqual(bad.returncode, 1)
         self.assertIn("nope", bad.stderr)
