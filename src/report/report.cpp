@@ -75,9 +75,10 @@ std::pair<std::string, std::string> human_metric(const std::string& key, const n
     const std::string name = metric == "top5" ? "top-5" : metric == "best_top1" ? "best top-1" : "top-1";
     return {prefix + name, fmt("%.2f %%", v)};
   }
-  if (metric.rfind("compute_latency_", 0) == 0) {
-    const std::string which = metric.substr(16);
-    const std::string name = which == "mean" ? "latency, mean" : "latency, p" + which.substr(which.size() - 2);
+  if (metric == "compute_latency" || metric.rfind("compute_latency_", 0) == 0) {
+    // DLE's compute_latency is the mean; _atNN a percentile (at100: the slowest batch).
+    const std::string which = metric.size() > 16 ? metric.substr(16) : "mean";
+    const std::string name = which == "mean" ? "latency, mean" : which == "at100" ? "latency, max" : "latency, p" + which.substr(2);
     return {prefix + name + " (per batch)", fmt("%.2f ms", v * 1e3)};
   }
   if (metric == "compute_ips") return {prefix + "throughput, forward only", fmt("%.1f images/s", v)};
@@ -355,7 +356,11 @@ std::string render_html(const RunLog& run, const std::string& title, int refresh
                                 : !run.epochs.empty() ? run.epochs.back().second
                                                       : run.summary;
   for (auto it = shown.begin(); it != shown.end(); ++it) {
-    const auto [name, text] = human_metric(it.key(), it.value());
+    // convnets logs the mean latency under DLE's name and its own: shown once.
+    const auto& key = it.key();
+    if (key.size() > 16 && key.compare(key.size() - 16, 16, ".compute_latency") == 0 && shown.contains(key + "_mean"))
+      continue;
+    const auto [name, text] = human_metric(key, it.value());
     o << "<tr><th>" << escape(name) << "</th><td>" << escape(text) << "</td></tr>";
   }
   o << "</table>\n<div class=\"grid\">\n"

@@ -22,14 +22,16 @@ struct EvalResult {
   double loss = 0;             // cross-entropy, no smoothing
   double total_ips = 0;        // images/s including data loading
   double compute_ips = 0;      // images/s of forward passes alone
-  double latency_mean_ms = 0, latency_p50_ms = 0, latency_p90_ms = 0, latency_p95_ms = 0, latency_p99_ms = 0;
+  double latency_mean_ms = 0, latency_p50_ms = 0, latency_p90_ms = 0, latency_p95_ms = 0, latency_p99_ms = 0,
+         latency_max_ms = 0;
 
   // With per-class results asked for (else undefined), on the CPU, int64:
   at::Tensor confusion;  // [classes, classes]: images of class row whose top-1 prediction was column
   at::Tensor topk_hits;  // [classes]: images of the class with it among their top-k
 
   // DLE's metric names: <prefix>.top1, .top5, .loss, .compute_ips, .total_ips,
-  // .compute_latency_mean / _at50 / _at90 / _at95 / _at99 (seconds, as DLE logs them).
+  // .compute_latency (the mean) / _at95 / _at99 / _at100 (seconds, as DLE logs
+  // them), and convnets' .compute_latency_mean / _at50 / _at90.
   nlohmann::ordered_json to_dllogger(const std::string& prefix) const;
 };
 

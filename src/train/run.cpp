@@ -126,6 +126,10 @@ void open_data(TrainingRun& run) {
                               static_cast<std::size_t>(c.max_val_images));
     check_same_classes(*run.train_data, *run.val_data);
   }
+  if (c.evaluate && c.prof > 0 && run.val_data) {
+    // DLE's --evaluate --prof N: N validation batches on each process.
+    run.val_data = data::head(std::move(run.val_data), static_cast<std::size_t>(c.prof * c.batch_size * run.world));
+  }
   run.num_classes = static_cast<std::int64_t>(run.train_data->num_classes());
   if (c.num_classes > 0 && c.num_classes != run.num_classes) {
     throw Error("--num-classes " + std::to_string(c.num_classes) + ", but the training data has " +
@@ -239,8 +243,10 @@ void build_network(TrainingRun& run) {
     load_weights(*run.model, *run.resume, "model.", run.arch.import_key);
   } else if (!run.options.fine_tune.empty()) {
     load_fine_tune(*run.model, run.options.fine_tune, run.arch);
-  } else if (c.evaluate) {
-    throw Error("--evaluate needs weights", "add --resume CHECKPOINT or --fine-tune WEIGHTS (or use convnets eval)");
+  } else if (c.evaluate && run.writer) {
+    // As DLE's main.py --evaluate without weights: its benchmark mode times the network, whatever it knows.
+    std::cerr << "convnets: note: --evaluate without --resume or --fine-tune evaluates randomly initialised weights "
+                 "(as DLE's main.py does): its figures measure speed, not accuracy\n";
   }
   prepare_model(*run.model, run.rt);
   if (run.group && c.sync_bn) {

@@ -17,6 +17,7 @@
 #include <exception>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -337,10 +338,41 @@ void test_teacher(TrainingRun& run) {
             << fmt("%.4f", r.loss) << '\n';
 }
 
-// --evaluate: validate the loaded weights and print the figures; no workspace.
+// --evaluate: validate the weights and print the figures. A workspace holds
+// no checkpoint from it, only the DLLogger file DLE's benchmark reads
+// (WORKSPACE/--raport-file: the configuration, the epoch's figures and the
+// summary), rewritten by the next evaluation but never written over a
+// training run's log.
 int evaluate_only(TrainingRun& run) {
   nlohmann::ordered_json entry;
-  (void)validate_epoch(run, run.position.epoch > 0 ? run.position.epoch - 1 : 0, entry);
+  const std::int64_t epoch = run.position.epoch > 0 ? run.position.epoch - 1 : 0;
+  std::unique_ptr<DlLogger> log;
+  if (run.writer) {
+    const auto path = fs::path(run.config.workspace) / run.config.raport_file;
+    if (fs::exists(path)) {
+      bool evaluation = false;
+      if (std::ifstream in(path); in) {
+        std::string first;
+        std::getline(in, first);
+        const auto j = nlohmann::json::parse(first.rfind("DLLL ", 0) == 0 ? first.substr(5) : std::string("{}"),
+                                             nullptr, /*allow_exceptions=*/false);
+        evaluation = j.is_object() && j.value("step", nlohmann::json()) == "PARAMETER" && j.contains("data") &&
+                     j["data"].is_object() && j["data"].value("evaluate", false);
+      }
+      if (!evaluation) {
+        throw Error("--evaluate: " + path.string() + " is the log of a training run",
+                    "give --evaluate another --raport-file or --workspace");
+      }
+    }
+    fs::create_directories(run.config.workspace);
+    log = std::make_unique<DlLogger>(path.string(), /*append=*/false);
+    log->log("PARAMETER", to_json(run.config));
+  }
+  (void)validate_epoch(run, epoch, entry);
+  if (log) {
+    log->log({epoch + 1}, entry);
+    log->log(nlohmann::json::array(), entry);
+  }
   if (run.writer) std::cout << dump_json(entry, 2) << '\n';
   return 0;
 }

@@ -347,6 +347,37 @@ class DleRunFlags(unittest.TestCase):
                                 ("eval_top5", "val.top5"), ("lr", "train.lr")):
                 self.assertEqual(float(row[column]), x["data"][key], column)
 
+    def test_evaluate_benchmark_line_writes_the_raport_file(self):
+        # The ResNet-50 README's inference benchmark, data and --prof shortened: no weights (DLE evaluates the
+        # network as initialised), --prof N batches, and the DLLogger file DLE's benchmark reads in the workspace.
+        line = ["--arch", "resnet50", "-p", "1", "--raport-file", "benchmark.json", "--epochs", "1", "--prof", "2",
+                "--evaluate", "-b", "8", "--image-size", "32", "--workspace", self.ws, FASHION]
+        r = convnets("train", *line)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("evaluates randomly initialised weights (as DLE's main.py does)", r.stderr)
+        self.assertIn("val 2/2", r.stdout)  # --prof 2: two batches of the 10,000 images
+        records = dllogger(os.path.join(self.ws, "benchmark.json"))
+        self.assertEqual([x["step"] for x in records], ["PARAMETER", [1], []])
+        self.assertTrue(records[0]["data"]["evaluate"])
+        summary = records[2]["data"]
+        for key in ("val.top1", "val.top5", "val.loss", "val.compute_ips", "val.total_ips", "val.compute_latency",
+                    "val.compute_latency_at95", "val.compute_latency_at99", "val.compute_latency_at100"):
+            self.assertIsInstance(summary[key], float, key)
+        self.assertEqual(summary, records[1]["data"])
+        self.assertLessEqual(summary["val.compute_latency_at99"], summary["val.compute_latency_at100"])
+        self.assertEqual(sorted(os.listdir(self.ws)), ["benchmark.json"])  # no checkpoint, no other log
+        # The next benchmark rewrites its own file; a training run's log is never written over.
+        self.assertEqual(convnets("train", *line).returncode, 0)
+        self.assertEqual(len(dllogger(os.path.join(self.ws, "benchmark.json"))), 3)
+        trained = os.path.join(self.ws, "log.json")
+        with open(trained, "w") as f:
+            f.write('DLLL {"type": "LOG", "step": "PARAMETER", "data": {"evaluate": false}}\n')
+        r = convnets("train", *[a if a != "benchmark.json" else "log.json" for a in line])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"--evaluate: {trained} is the log of a training run", r.stderr)
+        with open(trained) as f:
+            self.assertEqual(f.read().count("\n"), 1)
+
     def test_augmentation_policies_train_end_to_end(self):
         # timm's GPUNet augmentations and DLE's AutoAugment through the CLI: each run trains, and differs from
         # the plain run with the same seed (the policy reached the images).
