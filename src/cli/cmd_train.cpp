@@ -167,6 +167,7 @@ int run(TrainArgs& a) {
   // A resumed run's --prof limited its training; evaluating its checkpoint covers the whole set unless this
   // command line limits it (DLE's --evaluate --prof N: N batches).
   if (config.evaluate && options.resume && !overrides.contains("prof")) config.prof = 0;
+  options.evaluation_log = config.evaluate && overrides.contains("raport_file");
   if (!a.values.count("warmup") && !a.flags.contains("warmup")) {
     if (const auto note = train::fit_warmup(config, planned_epochs); !note.empty())
       std::cerr << "convnets: note: " << note << "\n";

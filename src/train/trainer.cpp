@@ -338,16 +338,16 @@ void test_teacher(TrainingRun& run) {
             << fmt("%.4f", r.loss) << '\n';
 }
 
-// --evaluate: validate the weights and print the figures. A workspace holds
-// no checkpoint from it, only the DLLogger file DLE's benchmark reads
-// (WORKSPACE/--raport-file: the configuration, the epoch's figures and the
-// summary), rewritten by the next evaluation but never written over a
-// training run's log.
+// --evaluate: validate the weights and print the figures. No checkpoint is
+// written; with --raport-file given (DLE's benchmark line), the DLLogger file
+// DLE's benchmark reads (WORKSPACE/--raport-file: the configuration, the
+// epoch's figures and the summary), rewritten by the next evaluation but
+// never written over a training run's log.
 int evaluate_only(TrainingRun& run) {
   nlohmann::ordered_json entry;
   const std::int64_t epoch = run.position.epoch > 0 ? run.position.epoch - 1 : 0;
   std::unique_ptr<DlLogger> log;
-  if (run.writer) {
+  if (run.writer && run.options.evaluation_log) {
     const auto path = fs::path(run.config.workspace) / run.config.raport_file;
     if (fs::exists(path)) {
       bool evaluation = false;

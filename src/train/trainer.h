@@ -15,6 +15,9 @@ struct RunOptions {
   std::string fine_tune;             // weights to start from, classifier re-initialised if the classes differ
   std::string command;               // how to re-run, for the resume hint
   std::optional<distributed::WorkerEnv> dist;  // a data-parallel worker (world size > 1)
+  // --evaluate with --raport-file on its command line (DLE's benchmark): that DLLogger file in the workspace.
+  // Without it an evaluation writes nothing (its workspace is usually the evaluated run's own).
+  bool evaluation_log = false;
 };
 
 // Exit code: 0 finished, 128 + signal when SIGINT/SIGTERM interrupted it

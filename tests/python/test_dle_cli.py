@@ -377,6 +377,10 @@ class DleRunFlags(unittest.TestCase):
         self.assertIn(f"--evaluate: {trained} is the log of a training run", r.stderr)
         with open(trained) as f:
             self.assertEqual(f.read().count("\n"), 1)
+        # Without --raport-file an evaluation writes nothing, also where a training run's log is.
+        r = convnets("train", *[a for a in line if a not in ("--raport-file", "benchmark.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(self.ws)), ["benchmark.json", "log.json"])
 
     def test_augmentation_policies_train_end_to_end(self):
         # timm's GPUNet augmentations and DLE's AutoAugment through the CLI: each run trains, and differs from
