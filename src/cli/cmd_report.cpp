@@ -50,7 +50,7 @@ void add_report_command(CLI::App& app) {
     std::optional<nlohmann::json> evaluation;
     if (!a->eval.empty()) {
       evaluation = read_json_file(a->eval, "the --eval results");
-      (void)report::svg_confusion(*evaluation, "--eval " + a->eval);  // checked before any page is written
+      report::check_evaluation(*evaluation, "--eval " + a->eval);  // before any page is written
     }
     // A watched workspace may not exist yet: the run is starting.
     const bool folder = fs::is_directory(a->run) || (a->watch > 0 && !fs::exists(a->run) &&

@@ -8,7 +8,7 @@ namespace convnets::cli {
 // several hundred times pays again and again. A fork of a process that has
 // done exactly that and nothing else starts where a fresh process would be
 // at main(), in milliseconds: the Chrome/Android "zygote". The test suite's
-// helper (tests/python/fixtures.py) starts one per test module.
+// helper (tests/python/runner.py) starts one per test process.
 //
 // Protocol, one JSON object per line; every string is bytes, each byte sent as
 // the character of the same code point (Latin-1). Request on stdin:

@@ -249,11 +249,13 @@ class EfficientNetImpl : public NetworkImpl {
     dropout_ = register_module("dropout", nn::Dropout(dropout));  // no parameters: no state_dict key
     classifier_ = register_module("classifier", layers::Linear(features, o.num_classes));
 
-    if (o.initialize) init_goog(*this);
-    if (o.initialize && o.zero_init_residual) {
-      torch::NoGradGuard no_grad;
-      for (auto& b : blocks_) {
-        if (auto last = b->residual_bn()) last->weight.zero_();
+    if (o.initialize) {
+      init_goog(*this);
+      if (o.zero_init_residual) {
+        torch::NoGradGuard no_grad;
+        for (auto& b : blocks_) {
+          if (auto last = b->residual_bn()) last->weight.zero_();
+        }
       }
     }
   }

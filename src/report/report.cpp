@@ -207,8 +207,9 @@ std::string svg_chart(const std::string& title, const std::string& x_label, cons
   return o.str();
 }
 
-std::string svg_confusion(const nlohmann::json& e, const std::string& source) {
-  if (!e.is_object() || !e.contains("per_class") || !e.contains("confusion") || !e["confusion"].is_array()) {
+void check_evaluation(const nlohmann::json& e, const std::string& source) {
+  if (!e.is_object() || !e.contains("per_class") || !e.contains("confusion") || !e["confusion"].is_array() ||
+      e["confusion"].empty()) {
     throw Error(source + " holds no per-class results", "write it with `convnets eval ... --per-class --json`");
   }
   const auto& rows = e["per_class"];
@@ -218,15 +219,24 @@ std::string svg_confusion(const nlohmann::json& e, const std::string& source) {
     throw Error(source + ": per_class has " + std::to_string(rows.size()) + " classes, the confusion matrix " +
                 std::to_string(n) + " rows");
   }
-  std::vector<double> totals(n, 0.0);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!m[i].is_array() || m[i].size() != n) {
+  for (const auto& row : m) {
+    if (!row.is_array() || row.size() != n) {
       throw Error(source + ": the confusion matrix is not " + std::to_string(n) + " x " + std::to_string(n));
     }
-    for (const auto& v : m[i]) {
+    for (const auto& v : row) {
       if (!v.is_number()) throw Error(source + ": the confusion matrix holds a value that is not a count");
-      totals[i] += v.get<double>();
     }
+  }
+}
+
+std::string svg_confusion(const nlohmann::json& e, const std::string& source) {
+  check_evaluation(e, source);
+  const auto& rows = e["per_class"];
+  const auto& m = e["confusion"];
+  const std::size_t n = m.size();
+  std::vector<double> totals(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& v : m[i]) totals[i] += v.get<double>();
   }
   // The diagonal is shaded by its share of the row, the errors by theirs against the largest error's, so the
   // worst confusion stands out however small it is.

@@ -40,10 +40,13 @@ inline bool finished(const RunLog& run) { return !run.summary.empty(); }
 std::string render_html(const RunLog& run, const std::string& title, int refresh_seconds = 0,
                         const nlohmann::json* evaluation = nullptr);
 
+// Throws Error naming `source` unless `evaluation` holds the per-class results
+// of `eval --per-class --json`: a class list and a square matrix of counts.
+void check_evaluation(const nlohmann::json& evaluation, const std::string& source);
+
 // The confusion matrix of `eval --per-class --json` as an SVG heat map: a
 // cell per (true, predicted) pair shaded by its share of the true class's
-// images, its count in the cell's tooltip. Throws Error naming `source` when
-// the JSON has no per-class results.
+// images, its count in the cell's tooltip. Throws as check_evaluation.
 std::string svg_confusion(const nlohmann::json& evaluation, const std::string& source);
 
 }  // namespace convnets::report

@@ -132,10 +132,11 @@ EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top
     const auto top = std::get<1>(logits.topk(r.k, 1));
     const auto hits = top.eq(labels.unsqueeze(1));
     correct1 += hits.select(1, 0).sum();
-    correctk += hits.any(1).sum();
+    const auto topk_hit = hits.any(1);
+    correctk += topk_hit.sum();
     if (per_class) {
       confusion.index_add_(0, labels * classes + top.select(1, 0), torch::ones_like(labels));
-      topk_hits.index_add_(0, labels, hits.any(1).to(torch::kLong));
+      topk_hits.index_add_(0, labels, topk_hit.to(torch::kLong));
     }
     r.images += batch.labels.size(0);
     const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
@@ -147,7 +148,7 @@ EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top
                   .cpu();
   if (sum_over_ranks) sum_over_ranks(sums);
   if (per_class) {
-    // One all-reduce for both; counts are exact in fp64 (below 2^53).
+    // The matrix and the hits in one all-reduce; counts are exact in fp64 (below 2^53).
     auto counts = torch::cat({confusion, topk_hits}).to(torch::kDouble).cpu();
     if (sum_over_ranks) sum_over_ranks(counts);
     counts = counts.to(torch::kLong);

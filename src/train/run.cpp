@@ -588,13 +588,8 @@ void open_workspace(TrainingRun& run, LogLock log_lock) {
   }
 }
 
-namespace {
-
-// timm's summary.csv (train.py's update_summary): a row per epoch, for the
-// spreadsheets and scripts that read timm's output folders; epochs counted
-// from 1 as in log.json. A resumed run logs its epochs again: the rows from
-// the resumed epoch on were the interrupted run's and are replaced.
 void update_summary_csv(const TrainingRun& run, std::int64_t epoch, const nlohmann::ordered_json& data) {
+  if (!run.log || !run.writer) return;
   const auto path = fs::path(run.config.workspace) / "summary.csv";
   std::string text = "epoch,train_loss,eval_loss,eval_top1,eval_top5,lr\n";
   if (std::ifstream in(path); in) {
@@ -615,11 +610,8 @@ void update_summary_csv(const TrainingRun& run, std::int64_t epoch, const nlohma
   write_file_atomically(path.string(), text);
 }
 
-}  // namespace
-
 void log_metrics(TrainingRun& run, const nlohmann::json& step, const nlohmann::ordered_json& data) {
   if (run.log) run.log->log(step, data);
-  if (run.log && run.writer && run.train_loader && step.size() == 1) update_summary_csv(run, step[0].get<std::int64_t>(), data);
   if (!run.tensorboard) return;
   const bool per_step = step.size() == 2;
   for (auto it = data.begin(); it != data.end(); ++it) {

@@ -138,8 +138,14 @@ void save_run(const TrainingRun& run, const std::string& path);
 // global optimizer step: per-step entries under their DLLogger names
 // (train.loss, train.lr, ...), epoch entries' validation figures likewise
 // (val.top1, val_ema.top1, ...) and their training means as epoch/train.*.
-// An epoch's end also goes into the workspace's summary.csv (timm's columns).
 void log_metrics(TrainingRun& run, const nlohmann::json& step, const nlohmann::ordered_json& data);
+
+// timm's summary.csv (train.py's update_summary) in the workspace, rank 0: a
+// row per epoch (counted from 1 as in log.json) of an epoch's entry, for the
+// spreadsheets and scripts that read timm's output folders. A resumed run
+// logs its epochs again: the rows from `epoch` on were the interrupted run's
+// and are replaced.
+void update_summary_csv(const TrainingRun& run, std::int64_t epoch, const nlohmann::ordered_json& data);
 
 // --tensorboard: the first training batch as images (after augmentation,
 // before normalisation), up to 8, at step 0.

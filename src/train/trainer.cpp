@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "io/atomic_file.h"
+#include "report/report.h"
 #include "runtime/evaluate.h"
 #include "runtime/progress.h"
 #include "train/graph_step.h"
@@ -17,7 +18,6 @@
 #include <exception>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -351,13 +351,10 @@ int evaluate_only(TrainingRun& run) {
     const auto path = fs::path(run.config.workspace) / run.config.raport_file;
     if (fs::exists(path)) {
       bool evaluation = false;
-      if (std::ifstream in(path); in) {
-        std::string first;
-        std::getline(in, first);
-        const auto j = nlohmann::json::parse(first.rfind("DLLL ", 0) == 0 ? first.substr(5) : std::string("{}"),
-                                             nullptr, /*allow_exceptions=*/false);
-        evaluation = j.is_object() && j.value("step", nlohmann::json()) == "PARAMETER" && j.contains("data") &&
-                     j["data"].is_object() && j["data"].value("evaluate", false);
+      try {
+        evaluation = report::parse_dllogger(path.string()).parameters.value("evaluate", false);
+      } catch (const Error&) {
+        // not a DLLogger file: not an evaluation's either
       }
       if (!evaluation) {
         throw Error("--evaluate: " + path.string() + " is the log of a training run",
@@ -447,6 +444,7 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
       }
     }
     log_metrics(run, {epoch + 1}, e.log);
+    update_summary_csv(run, epoch + 1, e.log);
     if (e.complete) {
       pos.epoch = epoch + 1;
       pos.step_in_epoch = 0;
