@@ -103,7 +103,7 @@ void report_sparsity(const ModelsArgs& a) {
                                   {"parameter_zeros", all_zeros}};
   };
   out["model"] = section("model.");
-  const bool ema = ckpt.is_training_checkpoint() && !ckpt.section("ema.").tensors.empty();
+  const bool ema = ckpt.has_ema();
   if (ema) out["ema"] = section("ema.");
   if (a.json) {
     std::cout << out.dump(2) << '\n';

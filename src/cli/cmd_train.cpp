@@ -5,6 +5,7 @@
 #include "core/json.h"
 #include "models/registry.h"
 #include "runtime/checkpoint.h"
+#include "runtime/runtime.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -133,11 +134,13 @@ int run(TrainArgs& a) {
   options.command = "convnets train";
   if (!a.resume.empty()) {
     options.resume = load_resume_checkpoint(a.resume);
-    if (!options.resume->is_training_checkpoint()) {
+    // A DLE checkpoint.pth.tar is read once the command line has named its --arch (DLE's main.py keeps no arch).
+    if (!options.resume->is_training_checkpoint() && !options.resume->torch_save) {
       throw Error("--resume " + a.resume + " is a weights file, not a training checkpoint",
                   "use --fine-tune to start a new run from weights");
     }
-    train::apply_json(config, options.resume->meta.at("config"), a.resume + " (config)");
+    if (options.resume->is_training_checkpoint())
+      train::apply_json(config, options.resume->meta.at("config"), a.resume + " (config)");
   }
   nlohmann::json recipe = nlohmann::json::object();
   if (!a.recipe.empty()) {
@@ -167,6 +170,12 @@ int run(TrainArgs& a) {
   // A resumed run's --prof limited its training; evaluating its checkpoint covers the whole set unless this
   // command line limits it (DLE's --evaluate --prof N: N batches).
   if (config.evaluate && options.resume && !overrides.contains("prof")) config.prof = 0;
+  if (options.resume && options.resume->torch_save) {
+    options.resume = runtime::import_dle_checkpoint(*options.resume, find_architecture(config.arch));
+    std::cout << "resume: " << a.resume << " is DLE's checkpoint after epoch " << options.resume->meta.at("epoch")
+              << " (best top-1 " << options.resume->meta.at("best_top1") << "); its weights, momentum"
+              << (options.resume->has_ema() ? ", EMA" : "") << " continue as " << config.arch << '\n';
+  }
   options.evaluation_log = config.evaluate && overrides.contains("raport_file");
   if (!a.values.count("warmup") && !a.flags.contains("warmup")) {
     if (const auto note = train::fit_warmup(config, planned_epochs); !note.empty())
@@ -189,6 +198,7 @@ int run(TrainArgs& a) {
                 "put DATA before --tensorboard, or write --tensorboard --tensorboard-dir DIR");
   }
   train::validate(config);  // once, in the launcher, rather than once per worker
+  runtime::check_runtime(config.device, config.precision);
   return launch_or_run(a.launch, [&](const distributed::WorkerEnv* worker) {
     if (worker) options.dist = *worker;
     return train::run_training(config, options);

@@ -107,7 +107,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
     throw Error("--arch " + a.arch + " disagrees with --checkpoint " + a.checkpoint + ", a " +
                 ckpt.meta.at("arch").get<std::string>());
   }
-  if (a.ema && !trained) throw Error("--ema: " + a.checkpoint + " is a plain weights file with no EMA");
+  if (a.ema && !ckpt.has_ema()) throw Error("--ema: " + a.checkpoint + " holds no EMA weights (state_dict_ema or ema.*)");
   // Through the model, so that what is written is exactly what loads: every
   // tensor present, shapes checked, the arch's order.
   ModelOptions mo;

@@ -50,7 +50,8 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
                       options::name("arch"),
                   "e.g. " + options::setting("arch", "resnet50") + " for torchvision's resnet50-*.pth");
     }
-    if (o.ema) throw Error(options::name("ema") + ": " + checkpoint + " is a plain weights file with no EMA");
+    if (o.ema && !ckpt.has_ema())
+      throw Error(options::name("ema") + ": " + checkpoint + " is a weights file with no EMA (no state_dict_ema)");
     arch_ = &find_architecture(o.arch);
     num_classes_ = o.num_classes ? *o.num_classes : runtime::classes_in_weights(*arch_, ckpt);
     pre_ = arch_->preprocessing;

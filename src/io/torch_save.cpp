@@ -355,7 +355,47 @@ nlohmann::json plain(const Value& v, int depth = 0) {
   }
 }
 
-TensorFile read(caffe2::serialize::PyTorchStreamReader& zip, const std::string& name) {
+// torch.optim's state_dict: {"state": {id: {name: tensor or number}}, "param_groups": [{"params": [id, ...], ...}]}.
+void read_optimizer(const Value& opt, TorchSaveContents& out, const std::string& name) {
+  const auto bad = [&](const std::string& what) -> Error {
+    return Error(name + ": its 'optimizer' is not a torch.optim state_dict (" + what + ")");
+  };
+  if (opt.kind != Value::Kind::Dict) throw bad("not a dict");
+  const Value *state = nullptr, *groups = nullptr;
+  for (const auto& [k, v] : opt.dict) {
+    if (k->kind != Value::Kind::String) continue;
+    if (k->s == "state") state = v.get();
+    if (k->s == "param_groups") groups = v.get();
+  }
+  if (!state || !groups) throw bad("no 'state' and 'param_groups'");
+  if (state->kind != Value::Kind::Dict || groups->kind != Value::Kind::List) throw bad("'state' or 'param_groups' of the wrong type");
+  for (const auto& g : groups->items) {
+    const Value* params = nullptr;
+    if (g->kind == Value::Kind::Dict) {
+      for (const auto& [k, v] : g->dict)
+        if (k->kind == Value::Kind::String && k->s == "params") params = v.get();
+    }
+    if (!params || params->kind != Value::Kind::List) throw bad("a param group without its 'params' list");
+    std::vector<std::int64_t> ids;
+    for (const auto& id : params->items) {
+      if (id->kind != Value::Kind::Int) throw bad("a parameter id that is not an integer");
+      ids.push_back(id->i);
+    }
+    out.optimizer_groups.push_back(std::move(ids));
+  }
+  for (const auto& [id, entry] : state->dict) {
+    if (id->kind != Value::Kind::Int || entry->kind != Value::Kind::Dict) throw bad("a state entry not keyed by a parameter id");
+    NamedTensors& tensors = out.optimizer_state[id->i];
+    for (const auto& [k, v] : entry->dict) {
+      // Scalars beside the buffers ("step") are the optimizer's count, not state convnets keeps.
+      if (k->kind == Value::Kind::String && v->kind == Value::Kind::Tensor && v->tensor.dim() > 0)
+        tensors.emplace_back(k->s, v->tensor);
+    }
+  }
+  out.has_optimizer = true;
+}
+
+TorchSaveContents read(caffe2::serialize::PyTorchStreamReader& zip, const std::string& name) {
   if (zip.hasRecord("byteorder")) {
     const auto [data, size] = zip.getRecord("byteorder");
     const std::string order(static_cast<const char*>(data.get()), size);
@@ -416,9 +456,23 @@ TensorFile read(caffe2::serialize::PyTorchStreamReader& zip, const std::string& 
     throw Error(name + ": no state dict in it (looked for the whole file, state_dict, model, model_state_dict; its "
                 "top level holds: " + (found.empty() ? "no named entries" : found) + ")");
   }
-  TensorFile out;
+  TorchSaveContents contents;
+  TensorFile& out = contents.weights;
   for (const auto& [k, v] : weights->dict) out.tensors.emplace_back(k->s, v->tensor);
   if (root.get() != weights) {
+    for (const auto& [k, v] : root->dict) {
+      if (k->kind != Value::Kind::String) continue;
+      if (k->s == "state_dict_ema" && all_tensors(*v)) {
+        for (const auto& [ek, ev] : v->dict) contents.ema.emplace_back(ek->s, ev->tensor);
+      }
+      if (k->s != "optimizer") continue;
+      try {
+        read_optimizer(*v, contents, name);
+      } catch (const Error& e) {
+        contents = TorchSaveContents{std::move(contents.weights), std::move(contents.ema)};
+        contents.optimizer_problem = e.what();
+      }
+    }
     nlohmann::json rest = nlohmann::json::object();
     for (const auto& [k, v] : root->dict) {
       if (k->kind == Value::Kind::String && !all_tensors(*v) && k->s.find("optimizer") == std::string::npos)
@@ -427,10 +481,10 @@ TensorFile read(caffe2::serialize::PyTorchStreamReader& zip, const std::string& 
     rest["weights_from"] = section;
     out.metadata["torch_save"] = dump_json(rest);  // invalid UTF-8 in a pickled string is replaced, not thrown
   }
-  return out;
+  return contents;
 }
 
-TensorFile open_zip(const std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>& open,
+TorchSaveContents open_zip(const std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>& open,
                     const std::string& name) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
   try {
@@ -463,7 +517,9 @@ bool looks_like_torch_save(const std::string& path) {
   return (head[0] == 'P' && head[1] == 'K') || (head[0] == 0x80 && head[1] <= 5);
 }
 
-TensorFile load_torch_save(const std::string& path) {
+TensorFile load_torch_save(const std::string& path) { return read_torch_save(path).weights; }
+
+TorchSaveContents read_torch_save(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SystemError("cannot open", path);
   unsigned char head[4] = {};
@@ -472,7 +528,7 @@ TensorFile load_torch_save(const std::string& path) {
   return open_zip([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }, path);
 }
 
-TensorFile load_torch_save_bytes(const void* data, std::size_t size, const std::string& name) {
+TorchSaveContents read_torch_save_bytes(const void* data, std::size_t size, const std::string& name) {
   refuse_legacy(static_cast<const unsigned char*>(data), size, name);
   return open_zip(
       [&] {

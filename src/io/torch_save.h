@@ -4,7 +4,10 @@
 #include "io/safetensors.h"
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace convnets {
 
@@ -27,7 +30,27 @@ bool looks_like_torch_save(const std::string& path);
 // convnets::Error naming `path`.
 TensorFile load_torch_save(const std::string& path);
 
+// A training checkpoint's parts beyond its weights, as DLE's main.py
+// (checkpoint.pth.tar: epoch, best_prec1, state_dict, optimizer,
+// state_dict_ema) and timm's CheckpointSaver write them.
+struct TorchSaveContents {
+  TensorFile weights;  // what load_torch_save returns
+  NamedTensors ema;    // "state_dict_ema"; empty when absent
+  // torch.optim.Optimizer.state_dict(), when the file holds one under
+  // "optimizer": each param group's parameter ids in order, and each id's
+  // state tensors by name ("momentum_buffer", "square_avg", ...). Ids are
+  // numbered through the groups in order, as torch.optim numbers them.
+  bool has_optimizer = false;
+  // Why an "optimizer" entry was not read as one (its weights are still
+  // usable); empty when it was read or absent.
+  std::string optimizer_problem;
+  std::vector<std::vector<std::int64_t>> optimizer_groups;
+  std::map<std::int64_t, NamedTensors> optimizer_state;
+};
+
+TorchSaveContents read_torch_save(const std::string& path);
+
 // The same from bytes in memory (the fuzz target); `name` names them in errors.
-TensorFile load_torch_save_bytes(const void* data, std::size_t size, const std::string& name);
+TorchSaveContents read_torch_save_bytes(const void* data, std::size_t size, const std::string& name);
 
 }  // namespace convnets

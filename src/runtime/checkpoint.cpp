@@ -14,6 +14,7 @@ TensorFile Checkpoint::section(const std::string& prefix) const {
     if (name.rfind(prefix, 0) == 0) out.tensors.emplace_back(name.substr(prefix.size()), tensor);
   }
   if (!is_training_checkpoint() && prefix == "model.") out.tensors = file.tensors;
+  if (!is_training_checkpoint() && prefix == "ema." && torch_save) out.tensors = torch_save->ema;
   return out;
 }
 
@@ -21,7 +22,13 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint c;
   c.path = path;
   // PyTorch's own files (torchvision, timm, DLE, NGC) are plain weights files here.
-  c.file = looks_like_torch_save(path) ? load_torch_save(path) : load_safetensors(path);
+  if (looks_like_torch_save(path)) {
+    auto contents = std::make_shared<TorchSaveContents>(read_torch_save(path));
+    c.file = contents->weights;
+    c.torch_save = std::move(contents);
+  } else {
+    c.file = load_safetensors(path);
+  }
   c.meta = nlohmann::json::object();
   auto it = c.file.metadata.find("convnets");
   if (it == c.file.metadata.end()) return c;
@@ -53,6 +60,98 @@ std::int64_t classes_in_weights(const ArchInfo& arch, const Checkpoint& ckpt) {
     if (imported_name(name, arch.import_key) == key && t.dim() >= 1) return t.size(0);
   }
   throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
+}
+
+Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
+  const std::string& path = file.path;
+  const auto plain = file.file.metadata.count("torch_save")
+                         ? parse_json(file.file.metadata.at("torch_save"), path + ": checkpoint values")
+                         : nlohmann::json::object();
+  if (file.torch_save && !file.torch_save->optimizer_problem.empty()) throw Error(file.torch_save->optimizer_problem);
+  if (!file.torch_save || !plain.contains("epoch") || !file.torch_save->has_optimizer) {
+    throw Error(path + ": not a DLE training checkpoint (main.py's checkpoint.pth.tar holds epoch, state_dict and "
+                    "optimizer; this file holds " + (plain.empty() ? std::string("weights only") : plain.dump()) + ")",
+                "use --fine-tune to start a new run from its weights");
+  }
+  if (!plain.at("epoch").is_number_integer() || plain.at("epoch").get<std::int64_t>() < 0)
+    throw Error(path + ": its epoch " + plain.at("epoch").dump() + " is not an epoch count");
+  const TorchSaveContents& t = *file.torch_save;
+  ModelOptions mo;
+  mo.num_classes = classes_in_weights(arch, file);
+  mo.initialize = false;  // only the names and shapes
+  const auto model = build_model(arch, mo);
+  const auto params = model->named_parameters();
+
+  // DLE's named_parameters() order is its state_dict's order without the buffers.
+  std::vector<std::string> dle_names, names;
+  for (const auto& [raw, tensor] : file.file.tensors) {
+    const std::string name = imported_name(raw, arch.import_key);
+    if (!params.contains(name)) continue;
+    dle_names.push_back(raw);
+    names.push_back(name);
+  }
+  std::vector<std::size_t> order;  // parameter indices in the optimizer's id order
+  std::size_t grouped = 0;
+  for (const auto& g : t.optimizer_groups) grouped += g.size();
+  const auto describe = [&] {
+    std::string sizes;
+    for (const auto& g : t.optimizer_groups) sizes += (sizes.empty() ? "" : " + ") + std::to_string(g.size());
+    return std::to_string(t.optimizer_groups.size()) + " param group(s) of " + (sizes.empty() ? "0" : sizes) +
+           " parameters, the model " + std::to_string(params.size());
+  };
+  if (names.size() != params.size() || grouped != names.size()) {
+    throw Error(path + ": its optimizer state does not match " + arch.name + "'s parameters (" + describe() + ", " +
+                std::to_string(names.size()) + " of them in its state_dict)",
+                "resume with the --arch it was trained as, or use --fine-tune to start a new optimizer");
+  }
+  if (t.optimizer_groups.size() == 1) {
+    for (std::size_t i = 0; i < names.size(); ++i) order.push_back(i);
+  } else if (t.optimizer_groups.size() == 2) {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (dle_names[i].find("bn") != std::string::npos) order.push_back(i);
+    if (order.size() != t.optimizer_groups[0].size()) {
+      throw Error(path + ": its optimizer's param groups are not DLE's (" + describe() + "; DLE's first group holds the " +
+                  std::to_string(order.size()) + " parameters named *bn*)");
+    }
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (dle_names[i].find("bn") == std::string::npos) order.push_back(i);
+  } else {
+    throw Error(path + ": its optimizer's param groups are not DLE's (" + describe() + ")");
+  }
+
+  Checkpoint c;
+  c.path = path;
+  for (const auto& [raw, tensor] : file.file.tensors) c.file.tensors.emplace_back("model." + raw, tensor);
+  for (const auto& [raw, tensor] : t.ema) c.file.tensors.emplace_back("ema." + raw, tensor);
+  std::size_t at = 0;
+  for (const auto& g : t.optimizer_groups) {
+    for (const std::int64_t id : g) {
+      const std::size_t p = order[at++];
+      const at::Tensor& param = params[names[p]];
+      at::Tensor momentum;
+      if (const auto it = t.optimizer_state.find(id); it != t.optimizer_state.end()) {
+        for (const auto& [key, buffer] : it->second) {
+          if (key == "momentum_buffer") momentum = buffer;
+          else throw Error(path + ": its optimizer state holds '" + key + "', not torch.optim.SGD's momentum_buffer",
+                           "convnets resumes DLE's SGD runs; use --fine-tune to start a new optimizer from its weights");
+        }
+      }
+      // torch.optim.SGD creates a buffer at a parameter's first step: none yet is zero momentum.
+      if (!momentum.defined()) momentum = at::zeros_like(param);
+      c.file.tensors.emplace_back("optimizer.momentum." + names[p], momentum);
+    }
+  }
+  c.meta = {{"format", kCheckpointFormat},
+            {"arch", arch.name},
+            {"num_classes", mo.num_classes},
+            {"epoch", plain.at("epoch")},
+            {"step", 0},
+            {"step_in_epoch", 0},
+            {"best_top1", plain.value("best_prec1", -1.0)},
+            {"config", {{"optimizer", "sgd"}}},
+            {"preprocessing", to_json(arch.preprocessing)},
+            {"imported_from", "DLE main.py checkpoint"}};
+  return c;
 }
 
 void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,

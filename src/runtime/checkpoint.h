@@ -2,6 +2,7 @@
 #pragma once
 
 #include "io/safetensors.h"
+#include "io/torch_save.h"
 
 #include <torch/nn/module.h>
 
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace convnets {
@@ -28,16 +30,34 @@ struct Checkpoint {
   TensorFile file;
   nlohmann::json meta;  // empty object for a plain weights file
   std::string path;
+  // A torch.save file's whole contents (its EMA and optimizer state beside
+  // the weights in `file`); null for safetensors files.
+  std::shared_ptr<const TorchSaveContents> torch_save;
 
   bool is_training_checkpoint() const { return meta.contains("format"); }
   // The tensors under `prefix` with the prefix stripped ("model." -> state_dict).
-  // A plain weights file (no metadata) is returned whole for "model.".
+  // A plain weights file (no metadata) is returned whole for "model.", and a
+  // torch.save file's state_dict_ema for "ema.".
   TensorFile section(const std::string& prefix) const;
+  bool has_ema() const { return !section("ema.").tensors.empty(); }
 };
 
 // Throws Error naming the file for anything unreadable or malformed,
 // including metadata that is not JSON or names another format.
 Checkpoint load_checkpoint(const std::string& path);
+
+// A DLE main.py training checkpoint (checkpoint.pth.tar: epoch, best_prec1,
+// state_dict, optimizer, state_dict_ema where --use-ema) as the convnets
+// training checkpoint of `arch` that --resume continues: weights under
+// "model." and "ema.", torch.optim.SGD's momentum buffers under each
+// parameter's convnets name, "epoch" the next epoch to train (DLE's too) and
+// "best_top1" from best_prec1. DLE numbers its parameters through its two
+// param groups, the parameters whose names hold "bn" and then the rest
+// (image_classification/optimizers.py), or through one group with
+// --bn-weight-decay; both are read. Throws Error naming the file for anything
+// else: no epoch or optimizer (a weights file), another optimizer's state,
+// groups that are not DLE's.
+Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch);
 
 // The classifier's width in a plain weights file for `arch`: its last
 // parameter (every arch registers the classifier last), read from the file.

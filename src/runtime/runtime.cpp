@@ -13,19 +13,40 @@
 
 namespace convnets::runtime {
 
-Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
-                        int cuda_index) {
+namespace {
+
+// Whether the run goes to a GPU; throws for a device or precision this machine lacks.
+bool check_device_and_precision(const std::string& device, const std::string& precision) {
   // The CLI's parser checks these too; a library caller (the Python package) reaches here directly.
   options::check(options::device, device);
   options::check(options::precision, precision);
-  options::check(options::memory_format, memory_format);
-  Runtime rt;
   const bool cuda = torch::cuda::is_available();
   if (device == "cuda" && !cuda) {
     throw Error(options::setting("device", "cuda") + ": no CUDA device is available",
                 "check the driver and CUDA_VISIBLE_DEVICES");
   }
   const bool on_cuda = device == "cuda" || (device == "auto" && cuda);
+  if (!on_cuda && precision == "bf16") {
+    require_cpu_bf16(options::name("precision"));  // LibTorch's CPU autocast, as torch.autocast("cpu", torch.bfloat16)
+  } else if (precision != "fp32" && !on_cuda) {
+    throw Error(options::setting("precision", precision) + " needs a CUDA GPU, and this run is on the CPU",
+                "use " + options::setting("precision", "fp32") +
+                    " on the CPU (or bf16 where the CPU has AVX512_BF16 or AMX)");
+  }
+  return on_cuda;
+}
+
+}  // namespace
+
+void check_runtime(const std::string& device, const std::string& precision) {
+  check_device_and_precision(device, precision);
+}
+
+Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
+                        int cuda_index) {
+  options::check(options::memory_format, memory_format);
+  Runtime rt;
+  const bool on_cuda = check_device_and_precision(device, precision);
   if (on_cuda && cuda_index >= static_cast<int>(torch::cuda::device_count())) {
     throw Error("local rank " + std::to_string(cuda_index) + " needs GPU " + std::to_string(cuda_index) + ", but " +
                     std::to_string(torch::cuda::device_count()) + " are visible",
@@ -34,13 +55,6 @@ Runtime resolve_runtime(const std::string& device, const std::string& precision,
   rt.device = on_cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_index)) : c10::Device(c10::kCPU);
   rt.precision = precision;
   rt.channels_last = memory_format == "nhwc";
-  if (!rt.device.is_cuda() && precision == "bf16") {
-    require_cpu_bf16(options::name("precision"));  // LibTorch's CPU autocast, as torch.autocast("cpu", torch.bfloat16)
-  } else if (precision != "fp32" && !rt.device.is_cuda()) {
-    throw Error(options::setting("precision", precision) + " needs a CUDA GPU, and this run is on the CPU",
-                "use " + options::setting("precision", "fp32") +
-                    " on the CPU (or bf16 where the CPU has AVX512_BF16 or AMX)");
-  }
   int major = 0;
   if (rt.device.is_cuda()) {
     c10::cuda::set_device(rt.device.index());  // kernels, cuDNN handles and graphs of this process go there

@@ -30,6 +30,10 @@ struct Runtime {
 Runtime resolve_runtime(const std::string& device, const std::string& precision, const std::string& memory_format,
                         int cuda_index = 0);
 
+// The same checks of --device and --precision, touching no GPU: a launcher
+// refuses a mode the machine lacks once, before it starts its workers.
+void check_runtime(const std::string& device, const std::string& precision);
+
 // Moves the model to the device and, for channels-last, its 4-D weights to NHWC memory.
 void prepare_model(NetworkImpl& model, const Runtime& rt);
 

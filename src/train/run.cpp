@@ -501,6 +501,11 @@ void plan_steps(TrainingRun& run) {
   run.schedule.emplace(so);
   if (!run.resume) return;
   auto& pos = run.position;
+  if (run.resume->meta.contains("imported_from")) {
+    // Another tool's checkpoint is at an epoch's end; its step count is this run's.
+    pos.global_step = pos.epoch * run.steps_per_epoch;
+    return;
+  }
   // A different world size (or batch, or accumulation) changes the images
   // per step; the checkpoint's position is converted through the images
   // consumed, which the batch-dealing sampler orders the same for any split.

@@ -492,6 +492,76 @@ class Checkpoints(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "other.pth: no state dict in it .*holds: epoch, losses"):
             convnets.load(other, arch="resnet8", num_classes=10)
 
+    def test_a_dle_checkpoint_resumes_at_its_epoch_with_its_momentum_and_ema(self):
+        # DLE main.py's checkpoint.pth.tar as its Checkpointer writes it: DDP's `module.` names, torch.optim.SGD's
+        # state_dict over DLE's two param groups (parameters named *bn*, then the rest), epoch = epochs done,
+        # best_prec1, and state_dict_ema (--use-ema).
+        sys.path.insert(0, os.path.join(SOURCE, "tools"))
+        from pth2safetensors import read_safetensors
+        tensors, _ = read_safetensors(self.ckpt)
+        weights = collections.OrderedDict((k[len("model."):], v) for k, v in tensors.items() if k.startswith("model."))
+        ema = collections.OrderedDict((k[len("ema."):], v) for k, v in tensors.items() if k.startswith("ema."))
+        buffers = ("running_mean", "running_var", "num_batches_tracked")
+        params = collections.OrderedDict((k, torch.nn.Parameter(v.clone())) for k, v in weights.items()
+                                         if not k.endswith(buffers))
+        bn = [p for k, p in params.items() if "bn" in k]
+        rest = [p for k, p in params.items() if "bn" not in k]
+        self.assertTrue(bn and rest and any("downsample" in k for k in params))  # both groups, a BN outside *bn*
+        sgd = torch.optim.SGD([{"params": bn, "weight_decay": 0}, {"params": rest, "weight_decay": 5e-5}],
+                              lr=0.1, momentum=0.875)
+        g = torch.Generator().manual_seed(3)
+        for p in params.values():
+            p.grad = torch.randn(p.shape, generator=g)
+        sgd.step()  # a buffer per parameter, each its own values
+        state = collections.OrderedDict((k, params[k].detach() if k in params else v) for k, v in weights.items())
+        buffer_of = {k: sgd.state[p]["momentum_buffer"] for k, p in params.items()}
+        optimizer = sgd.state_dict()
+        still = {"state": {}, "param_groups": optimizer["param_groups"]}  # no step taken: no buffers yet
+        dle = lambda opt: {"epoch": 2, "best_prec1": 99.25, "optimizer": opt,  # noqa: E731
+                           "state_dict": collections.OrderedDict(("module." + k, v) for k, v in state.items()),
+                           "state_dict_ema": collections.OrderedDict(("module." + k, v) for k, v in ema.items())}
+        moving, resting = os.path.join(self.tmp, "dle-moving.pth.tar"), os.path.join(self.tmp, "dle-resting.pth.tar")
+        torch.save(dle(optimizer), moving)
+        torch.save(dle(still), resting)
+        # Its EMA is read where weights are read.
+        x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+        torch.testing.assert_close(convnets.load(moving, arch="resnet8", ema=True, device="cpu", engine="torch")(x),
+                                   convnets.load(self.ckpt, ema=True, device="cpu", engine="torch")(x), rtol=0, atol=0)
+        # One step of epoch 3 from each. The same weights and batch give the same gradient, so the momentum
+        # after the step differs by exactly 0.875 x the buffer the file brought.
+        after = {}
+        for name, path in (("moving", moving), ("resting", resting)):
+            ws = os.path.join(self.tmp, "resume-" + name)
+            r = cli("train", FASHION, "--arch", "resnet8", "--resume", path, "--epochs", "3", "--prof", "1",
+                    "--batch-size", "64", "--max-train-images", "512", "--max-val-images", "64", "--momentum", "0.875",
+                    "--wd", "5e-5", "--lr", "0.1", "--warmup", "0", "--ema", "0.9", "--workspace", ws)
+            self.assertIn(f"resume: {path} is DLE's checkpoint after epoch 2 (best top-1 99.25); its weights, "
+                          "momentum, EMA continue as resnet8", r.stdout)
+            self.assertIn("epoch 3/3 train", r.stdout)
+            self.assertNotIn("epoch 1/3", r.stdout + r.stderr)
+            saved, meta = read_safetensors(os.path.join(ws, "last.safetensors"))
+            record = json.loads(meta["convnets"])
+            self.assertEqual((record["epoch"], record["step_in_epoch"], record["step"]), (2, 1, 2 * 8 + 1))
+            self.assertEqual(record["best_top1"], 99.25)  # 64 images after one step do not beat it
+            after[name] = saved
+        for k, buffer in buffer_of.items():
+            key = "optimizer.momentum." + k
+            torch.testing.assert_close(after["moving"][key] - after["resting"][key], 0.875 * buffer,
+                                       rtol=1e-5, atol=1e-5, msg=key)
+        # A DLE file with another optimizer's state, or weights alone, is named for what it is.
+        rms = torch.optim.RMSprop([{"params": bn}, {"params": rest}], lr=0.1, momentum=0.9)
+        rms.step()
+        odd = os.path.join(self.tmp, "dle-rmsprop.pth.tar")
+        torch.save(dle(rms.state_dict()), odd)
+        r = cli("train", FASHION, "--arch", "resnet8", "--resume", odd, "--epochs", "3", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{odd}: its optimizer state holds 'square_avg', not torch.optim.SGD's momentum_buffer", r.stderr)
+        plain = os.path.join(self.tmp, "dle-weights.pth")
+        torch.save(state, plain)
+        r = cli("train", FASHION, "--arch", "resnet8", "--resume", plain, "--epochs", "3", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{plain}: not a DLE training checkpoint", r.stderr)
+
     def test_a_torchvision_pth_classifies_with_arch_and_imagenet_names(self):
         # torchvision's own file layout (torch.save of its state_dict), 1000 classes read off the classifier.
         import torchvision
