@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -19,9 +20,10 @@ namespace {
 
 struct ClassifyArgs {
   std::vector<std::string> images;
-  std::string checkpoint, arch, device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
+  std::string checkpoint, arch, model_config, device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
+  std::vector<std::string> image_options;  // DLE classify.py's --image PATH
   std::optional<std::int64_t> num_classes;
-  std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels;
+  std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels, image_size = 0;
   bool ema = false, json = false, fold_bn = false, as_float = false;
 };
 
@@ -68,8 +70,11 @@ void run(const ClassifyArgs& a) {
   io.as_float = a.as_float;
   io.arch = a.arch;
   io.num_classes = a.num_classes;
+  io.image_size = static_cast<int>(a.image_size);
   const deploy::InferenceModel model(a.checkpoint, io);
-  const auto paths = expand_inputs(a.images);  // stdin is read before any work
+  auto inputs = a.images;
+  inputs.insert(inputs.end(), a.image_options.begin(), a.image_options.end());
+  const auto paths = expand_inputs(inputs);  // stdin is read before any work
   const auto results = model.classify(paths, a.top_k, a.batch_size, a.max_image_pixels);
   std::size_t failed = 0;
   for (const auto& r : results) failed += r.error.empty() ? 0 : 1;
@@ -88,24 +93,46 @@ void run(const ClassifyArgs& a) {
 
 }  // namespace
 
+CLI::Option* add_precision_option(CLI::App* cmd, std::string& target) {
+  return cmd->add_option("--precision", target, options::precision.listed() + " (any case: DLE's AMP, FP32)")
+      ->transform([](std::string value) {
+        for (auto& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (value == "fp16") {
+          throw CLI::ValidationError("FP16 (pure fp16 weights) is not offered; --precision amp runs fp16 "
+                                     "compute with fp32 weights, DLE's AMP");
+        }
+        if (!options::precision.allows(value)) {
+          throw CLI::ValidationError(value + ": expected " + options::precision.listed());
+        }
+        return value;
+      });
+}
+
 void add_classify_command(CLI::App& app) {
   auto a = std::make_shared<ClassifyArgs>();
   auto* cmd = app.add_subcommand(
       "classify", "Top-k classes of JPEG/PNG images with a checkpoint's preprocessing and class names");
-  cmd->add_option("IMAGE", a->images, "image files; - reads a list of paths from stdin, one per line")->required();
+  cmd->add_option("IMAGE", a->images, "image files; - reads a list of paths from stdin, one per line");
+  cmd->add_option("--image", a->image_options, "DLE classify.py: an image file (as IMAGE; repeatable)");
   cmd->add_option("--checkpoint,--weights", a->checkpoint,
                   "a checkpoint written by `convnets train`, an exported ONNX file, or plain weights (safetensors, or "
                   "PyTorch's torch.save files: torchvision, timm, DLE) with --arch")
       ->required();
-  cmd->add_option("--arch", a->arch, "the architecture of plain weights (checked against a checkpoint's)");
+  cmd->add_option("-a,--arch", a->arch, "the architecture of plain weights (checked against a checkpoint's)");
+  cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's or the arch's)")
+      ->check(CLI::NonNegativeNumber);
+  // DLE's -c picks the convolutions' initialisation, which trained weights replace: checked, then nothing to do.
+  cmd->add_option("-c,--model-config", a->model_config, "DLE: classic | fanin | grp-fanin | grp-fanout; "
+                  "an initialisation, so the weights decide (accepted for DLE's command lines)")
+      ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
+  cmd->add_flag_callback("--cpu", [a] { a->device = "cpu"; }, "DLE classify.py: --device cpu");
   cmd->add_option("--num-classes", a->num_classes, "plain weights: the class count (default: the classifier's width)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--top-k", a->top_k, "classes per image (capped at the class count)");
   cmd->add_option("--batch-size", a->batch_size, "images per forward pass");
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
-  cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
-      ->check(CLI::IsMember(options::precision.values));
+  add_precision_option(cmd, a->precision);
   cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
   cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct EvalArgs {
   std::string engine = "auto";
   std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
+  std::optional<std::int64_t> num_classes;
   int workers = 0;
   double crop_ratio = 0;
   bool ema = false, json = false, fold_bn = false, as_float = false, per_class = false;
@@ -112,7 +114,13 @@ void run(const EvalArgs& a) {
   io.image_size = static_cast<int>(a.image_size);
   io.as_float = a.as_float;  // a QAT checkpoint: measured as its INT8 network unless --float
   io.arch = a.arch;
-  io.num_classes = static_cast<std::int64_t>(ds->num_classes());  // a plain weights file's
+  // A plain weights file's; ImageNet weights may be measured on fewer classes (labels below their width).
+  const auto data_classes = static_cast<std::int64_t>(ds->num_classes());
+  if (a.num_classes && *a.num_classes < data_classes) {
+    throw Error("--num-classes " + std::to_string(*a.num_classes) + ": " + a.data + " has " +
+                std::to_string(data_classes) + " classes; the classifier needs at least that many");
+  }
+  io.num_classes = a.num_classes ? *a.num_classes : data_classes;
   const deploy::InferenceModel model(a.checkpoint, io);
   if (model.trained() && (model.has_class_names() ? model.class_names() != ds->classes()
                                                   : model.num_classes() != static_cast<std::int64_t>(ds->num_classes()))) {
@@ -190,17 +198,21 @@ void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   cmd->add_option("DATA", a->data, "validation data (a folder with val/, class folders, list file, IDX folder)")->required();
   cmd->add_option("--checkpoint", a->checkpoint, "training checkpoint or weights (safetensors)")->required();
-  cmd->add_option("--arch", a->arch, "architecture, for plain weights files");
-  cmd->add_option("--batch-size", a->batch_size, "images per batch");
-  cmd->add_option("--workers", a->workers, "loader threads (0: one per CPU)")->check(CLI::Range(0, 4096));
+  // -a/--model, -b, -j and --img-size: timm's validate.py (GPUNet's README), -a and -b DLE's too.
+  cmd->add_option("-a,--arch,--model", a->arch, "architecture, for plain weights files (timm's gpunet_0 spelling too)");
+  cmd->add_option("--num-classes", a->num_classes,
+                  "plain weights: the classifier's width, when the data has fewer classes (ImageNet weights on a "
+                  "subset; default: the data's class count)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-b,--batch-size", a->batch_size, "images per batch");
+  cmd->add_option("-j,--workers", a->workers, "loader threads (0: one per CPU)")->check(CLI::Range(0, 4096));
   cmd->add_option("--top-k", a->top_k, "report top-k besides top-1 (capped at the class count)");
   cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
-  cmd->add_option("--precision", a->precision, "fp32 | tf32 | amp | bf16")
-      ->check(CLI::IsMember(options::precision.values));
+  add_precision_option(cmd, a->precision);
   cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
   cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_option("--max-images", a->max_images, "evaluate only the first N images (0: all)");
-  cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's)");
+  cmd->add_option("--image-size,--img-size", a->image_size, "crop size (default: the checkpoint's)");
   cmd->add_option("--crop-ratio", a->crop_ratio, "resize to size / ratio before the centre crop (default: the checkpoint's)");
   cmd->add_option("--interpolation", a->interpolation, "bilinear | bicubic (default: the checkpoint's)")
       ->check(CLI::IsMember(options::eval_interpolation.values));

@@ -1,8 +1,11 @@
 // Registration of the CLI's subcommands: one function per command, one file each.
 #pragma once
 
+#include <string>
+
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace convnets::cli {
@@ -15,5 +18,10 @@ void add_report_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_pack_command(CLI::App& app);
+
+// --precision as classify and eval take it: convnets' names, in any case, so
+// that DLE classify.py's AMP | FP32 read as amp | fp32. Pure fp16 (FP16) is
+// refused by name, pointing to amp.
+CLI::Option* add_precision_option(CLI::App* cmd, std::string& target);
 
 }  // namespace convnets::cli

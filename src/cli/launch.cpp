@@ -9,7 +9,7 @@ namespace convnets::cli {
 void add_launch_flags(CLI::App* cmd, distributed::LaunchOptions& o) {
   const auto last = CLI::MultiOptionPolicy::TakeLast;
   const std::string group = "Data-parallel launch (torchrun's flags)";
-  cmd->add_option("--nproc-per-node", o.nproc_per_node, "worker processes on this machine (one per GPU)")
+  cmd->add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "worker processes on this machine (one per GPU)")
       ->group(group)->multi_option_policy(last);
   cmd->add_option("--nnodes", o.nnodes, "machines in the job [default 1]")->group(group)->multi_option_policy(last);
   cmd->add_option("--node-rank", o.node_rank, "this machine's index, 0..nnodes-1 [default 0]")

@@ -178,12 +178,22 @@ std::vector<std::string> architecture_names() {
   return names;
 }
 
-const ArchInfo& find_architecture(const std::string& name) {
+std::string canonical_arch_name(const std::string& name) {
+  static const std::map<std::string, std::string> dle_archs = {{"resnext101-32x4d", "resnext101_32x4d"},
+                                                               {"se-resnext101-32x4d", "se_resnext101_32x4d"}};
+  if (auto it = dle_archs.find(name); it != dle_archs.end()) return it->second;
+  std::string out = name;
+  if (out.rfind("gpunet_", 0) == 0) out[6] = '-';
+  return out;
+}
+
+const ArchInfo& find_architecture(const std::string& spelled) {
+  const std::string name = canonical_arch_name(spelled);
   for (const auto& a : architectures()) {
     if (a.name == name) return a;
   }
   if (ends_with(name, ".json")) return remember(name, load_gpunet_file(name));
-  throw Error("unknown arch '" + name + "'",
+  throw Error("unknown arch '" + spelled + "'",
               "valid archs: " + join(architecture_names()) + ", or a GPUNet definition file ending in .json");
 }
 

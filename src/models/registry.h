@@ -44,6 +44,11 @@ std::vector<std::string> architecture_names();
 // convnets::Error listing the valid names when `name` is unknown.
 const ArchInfo& find_architecture(const std::string& name);
 
+// convnets' name for an arch as DLE's main.py and classify.py spell it
+// (resnext101-32x4d) or timm's validate.py and train.py (gpunet_0); other
+// names unchanged. find_architecture reads both spellings.
+std::string canonical_arch_name(const std::string& name);
+
 // An arch built from a GPUNet definition held in memory (a checkpoint's
 // "arch_definition"), named `name`; `source` names it in errors.
 const ArchInfo& architecture_from_definition(const std::string& name, const nlohmann::json& definition,

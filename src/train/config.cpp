@@ -5,6 +5,7 @@
 #include "core/json.h"
 #include "core/limits.h"
 #include "data/augment.h"
+#include "models/registry.h"
 
 #include <cmath>
 #include <fstream>
@@ -178,16 +179,12 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
   CONVNETS_TRAIN_FIELDS(CONVNETS_FROM_JSON)
 #undef CONVNETS_FROM_JSON
   // DLE's spellings, so its command lines and configs.yml values read as is.
-  static const std::map<std::string, std::string> dle_archs = {{"resnext101-32x4d", "resnext101_32x4d"},
-                                                               {"se-resnext101-32x4d", "se_resnext101_32x4d"}};
-  if (auto it = dle_archs.find(c.arch); it != dle_archs.end()) c.arch = it->second;
+  c.arch = canonical_arch_name(c.arch);
   if (c.arch == "se-resnet50" || c.arch == "se_resnet50") {
     // DLE's main.py lists it; convnets builds DLE's SE block only in SE-ResNeXt-101.
     throw Error(source + ": arch '" + c.arch + "' (DLE's SE-ResNet-50) is not built in convnets",
                 "se-resnext101-32x4d is (DLE's SE placement); resnet50 is the plain ResNet-50 v1.5");
   }
-  // timm's model names (GPUNet's train.py --model gpunet_0) are convnets' with '-'.
-  if (c.arch.rfind("gpunet_", 0) == 0) c.arch[6] = '-';
   static const std::map<std::string, std::string> dle_backends = {
       {"pytorch", "cpu"}, {"dali-cpu", "cpu"}, {"dali-gpu", "gpu"}};
   if (auto it = dle_backends.find(c.data_backend); it != dle_backends.end()) c.data_backend = it->second;

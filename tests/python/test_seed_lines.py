@@ -1,0 +1,284 @@
+"""Every command line the seeds print (../shared/seeds: DLE's ResNet-50 and GPUNet READMEs) through convnets, as a
+user would type it: `python ./main.py` as `convnets train`, `multiproc.py` and `train.sh` as its launcher,
+`classify.py` as `convnets classify`, `validate.py` (timm's, in the GPUNet README) as `convnets eval`.
+
+Each line either runs, or is refused with one line naming what convnets offers instead. The lines are data below,
+as printed; only the placeholders are filled (a small JPEG folder for ImageNet, checkpoints made from the
+reference key lists), and the data and epochs shortened (SHORTER). The AMP lines need a CUDA GPU, and on the CPU
+they are refused naming --precision fp32; the GPU machine runs them (scripts/gpu.sh).
+"""
+import collections
+import json
+import os
+import re
+import shutil
+import tempfile
+import unittest
+
+import torch
+
+import runner
+
+BIN = os.environ["CONVNETS_BIN"]
+SHARED = os.environ.get("CONVNETS_SHARED_DIR", "")
+SEEDS = os.path.join(SHARED, "seeds")
+REFERENCE = os.path.join(SHARED, "reference")
+IMAGENET_LIKE = os.environ.get("CONVNETS_IMAGENET_LIKE", "")
+
+RESNET_README, GPUNET_README = "001_455c66f038af6f9b.txt", "002_600344c3d2637515.txt"
+
+# (seed, the line as the seed prints it). `A|B|C` is one line per choice, as the README means it.
+LINES = [
+    (RESNET_README, "python ./main.py --arch resnet50 --evaluate --epochs 1 --resume <path to checkpoint> "
+                    "-b <batch size> <path to imagenet>"),
+    (RESNET_README, "python classify.py --arch resnet50 -c fanin --weights <path to weights from previous step> "
+                    "--precision AMP|FP16|FP32 --image <path to JPEG image>"),
+    (RESNET_README, "python ./main.py --arch resnet50 -c fanin --label-smoothing 0.1 <path to imagenet>"),
+    (RESNET_README, "python ./main.py --arch resnet50 -c fanin --label-smoothing 0.1 --amp --static-loss-scale 256 "
+                    "<path to imagenet>"),
+    (RESNET_README, "python ./multiproc.py --nproc_per_node 8 ./main.py --arch resnet50 -c fanin --label-smoothing "
+                    "0.1 <path to imagenet>"),
+    (RESNET_README, "python ./multiproc.py --nproc_per_node 8 ./main.py --arch resnet50 -c fanin --label-smoothing "
+                    "0.1 --amp --static-loss-scale 256 <path to imagenet>"),
+    (RESNET_README, "python ./main.py -h"),
+    (RESNET_README, "python ./main.py --arch resnet50 --training-only -p 1 --raport-file benchmark.json --epochs 1 "
+                    "--prof 100 <path to imagenet>"),
+    (RESNET_README, "python ./main.py --arch resnet50 --training-only -p 1 --raport-file benchmark.json --epochs 1 "
+                    "--prof 100 --fp16 --static-loss-scale 256 <path to imagenet>"),
+    (RESNET_README, "python ./main.py --arch resnet50 --training-only -p 1 --raport-file benchmark.json --epochs 1 "
+                    "--prof 100 --amp --static-loss-scale 256 <path to imagenet>"),
+    (RESNET_README, "python ./multiproc.py --nproc_per_node 8 ./main.py --arch resnet50 --training-only -p 1 "
+                    "--raport-file benchmark.json --epochs 1 --prof 100 <path to imagenet>"),
+    (RESNET_README, "python ./multiproc.py --nproc_per_node 8 ./main.py --arch resnet50 --training-only -p 1 "
+                    "--raport-file benchmark.json --fp16 --static-loss-scale 256 --epochs 1 --prof 100 "
+                    "<path to imagenet>"),
+    (RESNET_README, "python ./multiproc.py --nproc_per_node 8 ./main.py --arch resnet50 --training-only -p 1 "
+                    "--raport-file benchmark.json --amp --static-loss-scale 256 --epochs 1 --prof 100 "
+                    "<path to imagenet>"),
+    (RESNET_README, "python ./main.py --arch resnet50 -p 1 --raport-file benchmark.json --epochs 1 --prof 100 "
+                    "--evaluate <path to imagenet>"),
+    (RESNET_README, "python ./main.py --arch resnet50 -p 1 --raport-file benchmark.json --epochs 1 --prof 100 "
+                    "--evaluate --fp16 <path to imagenet>"),
+    (RESNET_README, "python ./main.py --arch resnet50 -p 1 --raport-file benchmark.json --epochs 1 --prof 100 "
+                    "--evaluate --amp <path to imagenet>"),
+    # The GPUNet README's validate.py, its flags one per line there, and its help lines.
+    (GPUNET_README, "python validate.py /path/to/imagenet/val --model gpunet_0 -b 200 -j 8 --img-size 320 "
+                    "--num-classes 1000 --checkpoint ./configs/batch1/GV100/0.65ms.pth.tar"),
+    (GPUNET_README, "python train.py -h"),
+    (GPUNET_README, "python validate.py -h"),
+]
+
+# A refusal: what its error line names, and the convnets equivalent it (or its hint) gives.
+FP16_REFUSED = ("error: --fp16: convnets does not train in pure fp16", "use --amp")
+FP16_PRECISION_REFUSED = ("error: --precision: FP16 (pure fp16 weights) is not offered", "--precision amp runs fp16")
+AMP_ON_CPU = ("error: --precision amp needs a CUDA GPU, and this run is on the CPU", "use --precision fp32 on the CPU")
+
+# Shortened, as the issue allows: one or two steps of small images, a batch that two cores run.
+SHORTER = {"--epochs": "1", "--prof": "2", "-b": "8", "--image-size": "32"}
+
+
+def launcher(words):
+    """The convnets words for the script a line starts with, and the rest of the line."""
+    if words[:2] == ["python", "./multiproc.py"]:
+        assert words[2] == "--nproc_per_node" and words[4] == "./main.py", words
+        # A process per GPU there; two CPU processes here.
+        return ["train", "--nproc_per_node", "2"], words[5:]
+    script = {"./main.py": "train", "main.py": "train", "train.py": "train", "classify.py": "classify",
+              "validate.py": "eval"}
+    assert words[0] == "python" and words[1] in script, words
+    return [script[words[1]]], words[2:]
+
+
+def expand(line):
+    """One line per choice of an `A|B|C` value."""
+    m = re.search(r"(\S+\|\S+)", line)
+    if not m:
+        return [line]
+    return [line[:m.start()] + choice + line[m.end():] for choice in m.group(1).split("|")]
+
+
+def shortened(args):
+    out = list(args)
+    for flag, value in SHORTER.items():
+        if flag in out:
+            out[out.index(flag) + 1] = value
+        else:
+            out += [flag, value]
+    return out
+
+
+def expectation(words):
+    """None where the line runs; else what its refusal must say."""
+    if "--fp16" in words:
+        return FP16_REFUSED
+    if "FP16" in words:
+        return FP16_PRECISION_REFUSED
+    if ("--amp" in words or "AMP" in words) and not torch.cuda.is_available():
+        return AMP_ON_CPU
+    return None
+
+
+def random_state_dict(keys_file, classes=None):
+    """A state dict with the reference's names and shapes (../shared/reference/models); `classes` resizes the
+    classifier (the last two entries) to a small folder's class count."""
+    with open(os.path.join(REFERENCE, "models", keys_file)) as f:
+        entries = json.load(f)["state_dict"]
+    g = torch.Generator().manual_seed(0)
+    out = collections.OrderedDict()
+    for i, (name, shape) in enumerate(entries):
+        if classes and i >= len(entries) - 2:
+            shape = [classes] + shape[1:]
+        if name.endswith("num_batches_tracked"):
+            out[name] = torch.tensor(0)
+        elif name.endswith("running_var"):
+            out[name] = torch.ones(shape)
+        else:
+            out[name] = 0.02 * torch.randn(shape, generator=g)
+    return out
+
+
+def dle_checkpoint(weights):
+    """DLE main.py's checkpoint.pth.tar: DDP names, SGD over its two param groups (nothing stepped yet)."""
+    params = collections.OrderedDict((k, torch.nn.Parameter(v)) for k, v in weights.items()
+                                     if not k.endswith(("running_mean", "running_var", "num_batches_tracked")))
+    sgd = torch.optim.SGD([{"params": [p for k, p in params.items() if "bn" in k], "weight_decay": 0},
+                           {"params": [p for k, p in params.items() if "bn" not in k], "weight_decay": 3.05e-5}],
+                          lr=0.256, momentum=0.875)
+    return {"epoch": 90, "best_prec1": 76.9, "optimizer": sgd.state_dict(),
+            "state_dict": collections.OrderedDict(("module." + k, v) for k, v in weights.items())}
+
+
+@unittest.skipUnless(os.path.isdir(SEEDS) and os.path.isdir(REFERENCE),
+                     "../shared (seeds, reference key lists) is not beside the clone (CI has it)")
+@unittest.skipUnless(os.path.isdir(IMAGENET_LIKE), "CONVNETS_IMAGENET_LIKE: the JPEG folder fixture is not built")
+class SeedCommandLines(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-seeds-")
+        classes = sorted(os.listdir(os.path.join(IMAGENET_LIKE, "val")))
+        resnet = random_state_dict("dle-resnet50.keys.json", classes=len(classes))
+        cls.checkpoint = os.path.join(cls.tmp, "checkpoint.pth.tar")
+        torch.save(dle_checkpoint(resnet), cls.checkpoint)
+        cls.weights = os.path.join(cls.tmp, "nvidia_resnet50.pth")  # checkpoint2model.py's output: the state dict
+        torch.save(resnet, cls.weights)
+        cls.gpunet = os.path.join(cls.tmp, "0.65ms.pth.tar")
+        torch.save({"state_dict": random_state_dict("gpunet-0.keys.json")}, cls.gpunet)
+        # validate.py's val folder, shortened to an image per class.
+        cls.val = os.path.join(cls.tmp, "val")
+        for c in classes:
+            os.makedirs(os.path.join(cls.val, c))
+            first = sorted(os.listdir(os.path.join(IMAGENET_LIKE, "val", c)))[0]
+            os.symlink(os.path.join(IMAGENET_LIKE, "val", c, first), os.path.join(cls.val, c, first))
+        cls.jpeg = os.path.join(cls.val, classes[0], os.listdir(os.path.join(cls.val, classes[0]))[0])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def placeholders(self):
+        return {"<path to imagenet>": IMAGENET_LIKE, "<path to checkpoint>": self.checkpoint, "<batch size>": "8",
+                "<path to weights from previous step>": self.weights, "<path to JPEG image>": self.jpeg,
+                "/path/to/imagenet/val": self.val, "./configs/batch1/GV100/0.65ms.pth.tar": self.gpunet}
+
+    def run_line(self, words, cwd):
+        command, rest = launcher(words)
+        args = command + rest
+        if command[0] == "train" and "-h" not in rest:
+            args = shortened(args)
+        return runner.run([BIN, *args], capture_output=True, text=True, timeout=600, cwd=cwd), args
+
+    def test_the_lines_are_the_seeds_own(self):
+        # Each line, with its A|B|C, is in its seed as printed (the ResNet README runs some together on one line).
+        for seed, line in LINES:
+            with open(os.path.join(SEEDS, seed), encoding="utf-8") as f:
+                text = " ".join(f.read().split())
+            # The GPUNet README prints a line's flags one per line, each with a comment: each flag as printed.
+            parts = re.split(r" (?=-)", line) if seed == GPUNET_README else [line]
+            for part in parts:
+                with self.subTest(line=line, part=part):
+                    self.assertIn(part, text)
+
+    def test_every_line_runs_or_is_refused_by_name(self):
+        ran = refused = 0
+        for seed, printed in LINES:
+            for line in expand(printed):
+                for placeholder, value in self.placeholders().items():
+                    line = line.replace(placeholder, value)
+                words = line.split()
+                cwd = tempfile.mkdtemp(dir=self.tmp)
+                with self.subTest(line=printed, variant=line):
+                    r, args = self.run_line(words, cwd)
+                    refusal = expectation(words)
+                    if refusal is None:
+                        self.assertEqual(r.returncode, 0, f"convnets {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr}")
+                        ran += 1
+                        self.check_what_ran(args, r, cwd)
+                    else:
+                        self.assertNotEqual(r.returncode, 0, f"convnets {' '.join(args)} ran: {r.stdout[-1000:]}")
+                        names, instead = refusal
+                        errors = [x for x in r.stderr.splitlines() if "error" in x]
+                        self.assertTrue(errors and names in errors[0], f"convnets {' '.join(args)}:\n{r.stderr}")
+                        self.assertIn(instead, r.stderr)
+                        refused += 1
+        self.assertGreaterEqual(ran, 9)
+        self.assertGreaterEqual(refused, 5 if torch.cuda.is_available() else 10)
+
+    def check_what_ran(self, args, r, cwd):
+        """What each kind of line must have done, beyond exiting 0."""
+        if "-h" in args:
+            self.assertIn("Usage:", r.stdout)
+        elif args[0] == "classify":
+            self.assertIn(self.jpeg, r.stdout)
+            self.assertEqual(r.stdout.count("%"), 5)  # DLE's top-5
+        elif args[0] == "eval":
+            self.assertRegex(r.stdout, r"top-1 +\d+\.\d+%")
+            self.assertIn("10 images", r.stdout)
+        elif "--resume" in args:
+            self.assertIn(f"resume: {self.checkpoint} is DLE's checkpoint after epoch 90 (best top-1 76.9)", r.stdout)
+            self.assertIn("val 2/2", r.stdout)
+        elif "--raport-file" in args:
+            workspace = [os.path.join(root, "benchmark.json") for root, _, files in os.walk(cwd)
+                         if "benchmark.json" in files]
+            self.assertEqual(len(workspace), 1, r.stdout)
+            with open(workspace[0]) as f:
+                records = [json.loads(x[5:]) for x in f]
+            key = "val.total_ips" if "--evaluate" in args else "train.total_ips"
+            epochs = [x["data"] for x in records if x.get("step") == [1]]  # DLE's benchmark reads the epoch's line
+            self.assertEqual(len(epochs), 1, records)
+            self.assertGreater(epochs[0][key], 0, epochs[0])
+        else:
+            self.assertIn("done: 2 steps", r.stdout)
+
+    def test_gpunet_train_sh_lines_parse_and_gpunet_0_runs_without_amp(self):
+        # train.sh N DATA ARGS is torch.distributed.launch over N processes of train.py ARGS (GPUNet's README).
+        path = os.path.join(REFERENCE, "recipes", "gpunet_train_params.json")
+        with open(path) as f:
+            recipes = json.load(f)["recipes"]
+        self.assertEqual(len(recipes), 7)
+        for name, words in recipes.items():
+            self.assertEqual(words[:3], ["./train.sh", "8", "/root/data/imagenet/"])
+            with self.subTest(line=name):
+                args = ["train", "--nproc_per_node", "2", IMAGENET_LIKE, *words[3:], "--print-config"]
+                if "--teacher" in words:
+                    # timm downloads the teacher's weights; convnets asks for the file.
+                    r = runner.run([BIN, *args], capture_output=True, text=True, timeout=120)
+                    self.assertEqual(r.returncode, 1)
+                    self.assertIn("error: --teacher-checkpoint must be given with --teacher", r.stderr)
+                    args += ["--teacher-checkpoint", "tf_efficientnet_b5.pth"]
+                r = runner.run([BIN, *args], capture_output=True, text=True, timeout=120)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(json.loads(r.stdout)["precision"], "amp")
+        # GPUNet-0's line runs as printed but for --amp (the CPU's refusal is checked above), data shortened.
+        words = [w for w in recipes["GPUNet-0"][3:] if w != "--amp"]
+        words[words.index("--num-classes") + 1] = "10"  # the folder's classes
+        cwd = tempfile.mkdtemp(dir=self.tmp)
+        args = ["train", IMAGENET_LIKE, *words, "--prof", "1", "--max-val-images", "8"]
+        args[args.index("-b") + 1] = "2"
+        args[args.index("--epochs") + 1] = "1"
+        r = runner.run([BIN, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+        self.assertEqual(r.returncode, 0, f"convnets {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr}")
+        self.assertIn("done: 1 steps", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
