@@ -73,7 +73,25 @@ def _dist_info() -> str:
     return f"{NAME}-{_version()}.dist-info"
 
 
-def _metadata() -> str:
+def _openvino_requirement(build_dir):
+    """openvino==X where the build links the OpenVINO engine (its libopenvino is a load-time dependency of both the
+    command and the extension); None where it was built without."""
+    if build_dir is None:  # metadata before the build: the environment decides, as CMake will
+        try:
+            from importlib.metadata import version
+            return f"openvino=={version('openvino')}"
+        except Exception:
+            return None
+    cache = _cache(build_dir)
+    found = cache.get("OpenVINO_DIR", "")
+    if cache.get("CONVNETS_WITH_OPENVINO", "OFF") != "ON" or not found or found.endswith("NOTFOUND"):
+        return None
+    from importlib.metadata import version
+    return f"openvino=={version('openvino')}"
+
+
+def _metadata(build_dir=None) -> str:
+    requirements = [_torch_requirement(), _openvino_requirement(build_dir)]
     return "\n".join([
         "Metadata-Version: 2.1",
         f"Name: {NAME}",
@@ -81,9 +99,36 @@ def _metadata() -> str:
         f"Summary: {SUMMARY}",
         "License: see the repository",
         "Requires-Python: >=3.9",
-        f"Requires-Dist: {_torch_requirement()}",
+        *[f"Requires-Dist: {r}" for r in requirements if r],
         "",
     ])
+
+
+# Where the libraries the binaries load at start-up lie in an environment, from where each binary is installed:
+# the extension in site-packages/convnets/, the command in the environment's bin/. The build tree's absolute
+# paths into the building .venv would tie an installed wheel to that folder.
+_LIBRARY_DIRS = ["torch/lib", "nvidia/cu13/lib", "openvino/libs"]
+
+
+def _site_from_bin() -> str:
+    return f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+
+
+def _relocated(path: str, origin_to_site: str) -> bytes:
+    """The ELF file at `path` with its run path replaced by paths relative to itself ($ORIGIN)."""
+    import tempfile
+    rpath = ":".join(f"$ORIGIN/{origin_to_site}/{d}" for d in _LIBRARY_DIRS)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, os.path.basename(path))
+        shutil.copyfile(path, copy)
+        script = os.path.join(tmp, "rpath.cmake")
+        with open(script, "w") as f:
+            f.write(f'file(RPATH_SET FILE "{copy}" NEW_RPATH "{rpath}")\n')
+        r = subprocess.run([shutil.which("cmake") or "cmake", "-P", script], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"cannot set the run path of {path} to {rpath}: {r.stderr.strip()}")
+        with open(copy, "rb") as f:
+            return f.read()
 
 
 def _wheel_file() -> str:
@@ -141,14 +186,17 @@ def _cuda_args(build_dir: str) -> list:
     return [f"-DCMAKE_CUDA_COMPILER={nvcc}"]
 
 
-def _build(config_settings) -> str:
-    torch = _torch()
+def _build_dir(config_settings) -> str:
     settings = config_settings or {}
     build_dir = settings.get("build-dir") or os.environ.get("CONVNETS_BUILD_DIR")
     if build_dir:
-        build_dir = os.path.abspath(build_dir)
-    else:
-        build_dir = os.path.join(ROOT, "build-pip", f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__}")
+        return os.path.abspath(build_dir)
+    return os.path.join(ROOT, "build-pip", f"py{sys.version_info.major}{sys.version_info.minor}-torch{_torch().__version__}")
+
+
+def _build(config_settings) -> str:
+    torch = _torch()
+    build_dir = _build_dir(config_settings)
     cmake = shutil.which("cmake")
     if not cmake:
         raise BuildError("no cmake on PATH (Debian: apt install cmake; scripts/setup.sh installs all build tools)")
@@ -177,8 +225,9 @@ def get_requires_for_build_wheel(config_settings=None):
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     d = os.path.join(metadata_directory, _dist_info())
     os.makedirs(d, exist_ok=True)
+    build_dir = _build_dir(config_settings)  # a configured one says whether OpenVINO is linked; else CMake will ask
     with open(os.path.join(d, "METADATA"), "w") as f:
-        f.write(_metadata())
+        f.write(_metadata(build_dir if os.path.exists(os.path.join(build_dir, "CMakeCache.txt")) else None))
     with open(os.path.join(d, "WHEEL"), "w") as f:
         f.write(_wheel_file())
     return _dist_info()
@@ -192,13 +241,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         raise BuildError(f"{package}/_convnets{suffix} was not built (CMake said why above)")
     files = []  # (path in the wheel, bytes, executable)
     for name in sorted(os.listdir(package)):
-        if name.endswith((".py", ".pyi", ".typed")) or name == "_convnets" + suffix:
+        if name == "_convnets" + suffix:
+            files.append((f"{NAME}/{name}", _relocated(os.path.join(package, name), ".."), False))
+        elif name.endswith((".py", ".pyi", ".typed")):
             with open(os.path.join(package, name), "rb") as f:  # the staged links resolve to python/convnets
                 files.append((f"{NAME}/{name}", f.read(), False))
-    with open(os.path.join(build_dir, "convnets"), "rb") as f:
-        files.append((f"{NAME}-{_version()}.data/scripts/convnets", f.read(), True))
+    files.append((f"{NAME}-{_version()}.data/scripts/convnets",
+                  _relocated(os.path.join(build_dir, "convnets"), "../" + _site_from_bin()), True))
     dist = _dist_info()
-    files.append((f"{dist}/METADATA", _metadata().encode(), False))
+    files.append((f"{dist}/METADATA", _metadata(build_dir).encode(), False))
     files.append((f"{dist}/WHEEL", _wheel_file().encode(), False))
     wheel_name = f"{NAME}-{_version()}-{_tag()}.whl"
     out = os.path.join(wheel_directory, wheel_name)

@@ -797,37 +797,89 @@ class Cuda(unittest.TestCase):
 
 
 class PipInstall(unittest.TestCase):
-    """`pip install` into a second, new virtual environment that sees the same torch (linked in by a .pth)."""
+    """A wheel built in the project's .venv (`pip wheel --no-build-isolation`, reusing this build), installed by pip
+    into a second, new virtual environment that holds the same torch: the .venv's installed distributions linked
+    in, nothing of the build tree (no build/python, no LD_LIBRARY_PATH). The package, convnets.load, the command
+    and the OpenVINO engine work there, with the run paths the wheel's binaries carry."""
 
-    def test_wheel_installs_and_imports_in_another_venv(self):
+    def test_wheel_installs_and_runs_in_another_venv(self):
+        ckpt = fixtures.fashion_resnet8()
         tmp = tempfile.mkdtemp(prefix="convnets-venv-")
         try:
+            wheels = os.path.join(tmp, "wheels")
+            r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                                "--no-index", "-w", wheels, "--config-settings",
+                                f"build-dir={os.path.dirname(BUILD_PYTHON)}", SOURCE],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            [wheel] = os.listdir(wheels)
             venv = os.path.join(tmp, "v")
             subprocess.run(["/usr/bin/python3", "-m", "venv", venv], check=True)
             py = os.path.join(venv, "bin", "python")
             site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   capture_output=True, text=True, check=True).stdout.strip()
-            torch_site = os.path.dirname(os.path.dirname(torch.__file__))
-            with open(os.path.join(site, "torch-of-the-project.pth"), "w") as f:
-                f.write(torch_site + "\n")
-            r = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                                "--config-settings", f"build-dir={os.path.dirname(BUILD_PYTHON)}", SOURCE],
-                               capture_output=True, text=True, timeout=600)
+            # The same torch, openvino and their dependencies (torch's setuptools too, newer than the venv's
+            # own): the project's installed distributions, linked. Not its .pth files (one puts build/python on
+            # the path) nor its pip.
+            project_site = os.path.dirname(os.path.dirname(torch.__file__))
+            for name in os.listdir(site):
+                if name.startswith(("setuptools", "_distutils_hack", "pkg_resources")):
+                    path = os.path.join(site, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+            own = set(os.listdir(site))
+            for name in os.listdir(project_site):
+                if name.endswith(".pth") or name in own or name.startswith(("convnets", "pip")):
+                    continue
+                os.symlink(os.path.join(project_site, name), os.path.join(site, name))
+            clean = {k: v for k, v in os.environ.items()
+                     if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "CONVNETS_PYTHONPATH")}
+            # Its requirements are met by what is there: no --no-deps.
+            r = subprocess.run([py, "-m", "pip", "install", "--no-index", os.path.join(wheels, wheel)],
+                               capture_output=True, text=True, timeout=600, env=clean)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            probe = ("import convnets, sys; print(convnets.__file__); print(convnets.__version__); "
-                     f"print(len(convnets.data.Loader({IMAGENET_LIKE!r}, batch_size=32, image_size=16)))")
-            r = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp)
+            r = subprocess.run([py, "-m", "pip", "show", "convnets"], capture_output=True, text=True, env=clean)
+            requires = [line for line in r.stdout.splitlines() if line.startswith("Requires:")]
+            self.assertEqual(requires, ["Requires: openvino, torch"], r.stdout)
+            # No run path into the building .venv: each is relative to the binary.
+            installed = [os.path.join(site, "convnets", f) for f in os.listdir(os.path.join(site, "convnets"))
+                         if f.endswith(".so")] + [os.path.join(venv, "bin", "convnets")]
+            for binary in installed:
+                dynamic = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True, check=True).stdout
+                paths = [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines() if "PATH)" in line]
+                self.assertEqual(len(paths), 1, dynamic)
+                self.assertTrue(all(p.startswith("$ORIGIN/") for p in paths[0].split(":")), (binary, paths))
+            # The package and its model from there: the same logits as this build's, on OpenVINO too.
+            x = torch.randn(2, 3, 28, 28, generator=torch.Generator().manual_seed(2))
+            inputs, logits = os.path.join(tmp, "x.pt"), os.path.join(tmp, "y.pt")
+            torch.save(x, inputs)
+            probe = textwrap.dedent(f"""
+                import convnets, torch
+                print(convnets.__file__)
+                x = torch.load({inputs!r})
+                y = {{e: convnets.load({ckpt!r}, device="cpu", engine=e)(x) for e in ("torch", "openvino")}}
+                torch.save(y, {logits!r})
+            """)
+            r = subprocess.run([py, "-c", probe], capture_output=True, text=True, cwd=tmp, env=clean)
             self.assertEqual(r.returncode, 0, r.stderr)
-            path, version, batches = r.stdout.split()
-            self.assertTrue(path.startswith(site), path)
-            self.assertEqual((version, batches), (convnets.__version__, "10"))
-            r = subprocess.run([os.path.join(venv, "bin", "convnets"), "--version"], capture_output=True, text=True)
+            self.assertTrue(r.stdout.split()[0].startswith(site), r.stdout)
+            got = torch.load(logits)
+            for engine, y in got.items():
+                expected = convnets.load(ckpt, device="cpu", engine=engine)(x)
+                torch.testing.assert_close(y, expected, rtol=0, atol=0, msg=engine)
+            # The command, with the OpenVINO engine: classify's answers equal this build's.
+            image = os.path.join(tmp, "shirt.png")
+            Image.fromarray(np.arange(28 * 28, dtype=np.uint8).reshape(28, 28), mode="L").save(image)
+            args = ["classify", image, "--checkpoint", ckpt, "--engine", "openvino", "--json"]
+            r = subprocess.run([os.path.join(venv, "bin", "convnets"), *args], capture_output=True, text=True,
+                               env=clean)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["results"], json.loads(cli(*args).stdout)["results"])
+            r = subprocess.run([os.path.join(venv, "bin", "convnets"), "--version"], capture_output=True, text=True,
+                               env=clean)
             self.assertEqual(r.stdout, runner.run([BIN, "--version"], capture_output=True, text=True).stdout)
-            r = subprocess.run([py, "-m", "pip", "show", "convnets"], capture_output=True, text=True)
-            self.assertIn(f"Requires: torch", r.stdout)
             # Without --no-build-isolation pip's build environment has no torch: said, not a traceback maze.
             r = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", SOURCE],
-                               capture_output=True, text=True, timeout=600)
+                               capture_output=True, text=True, timeout=600, env=clean)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("--no-build-isolation", r.stdout + r.stderr)
         finally:
