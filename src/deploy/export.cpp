@@ -107,7 +107,10 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
     throw Error("--arch " + a.arch + " disagrees with --checkpoint " + a.checkpoint + ", a " +
                 ckpt.meta.at("arch").get<std::string>());
   }
-  if (a.ema && !ckpt.has_ema()) throw Error("--ema: " + a.checkpoint + " holds no EMA weights (state_dict_ema or ema.*)");
+  if (a.ema && !ckpt.has_ema()) {
+    throw Error("--ema: " + a.checkpoint + (trained ? " was trained without --ema: it holds no EMA weights"
+                                                    : " is a weights file with no EMA (no state_dict_ema)"));
+  }
   // Through the model, so that what is written is exactly what loads: every
   // tensor present, shapes checked, the arch's order.
   ModelOptions mo;

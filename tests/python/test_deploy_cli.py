@@ -221,7 +221,7 @@ class ExportSafetensors(unittest.TestCase):
         self.assertIn("is a plain weights file; name its --arch", r.stderr)
         r = convnets("export", "--checkpoint", plain, "--arch", "resnet18", "-o", out, "--ema")
         self.assertEqual(r.returncode, 1)
-        self.assertIn("plain weights file with no EMA", r.stderr)
+        self.assertIn("is a weights file with no EMA (no state_dict_ema)", r.stderr)
         r = convnets("export", "--checkpoint", self.ckpt, "-o", out, "--format", "tflite")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--format", r.stderr)
