@@ -180,7 +180,7 @@ TEST(Gpunet, SafetensorsRoundTripGivesIdenticalLogits) {
     save_safetensors(path, state_dict(*a), {{"arch", name}});
     torch::manual_seed(2);
     auto b = build_model(arch, {});
-    load_state_dict(*b, load_safetensors(path), path, arch.import_key);
+    load_state_dict(*b, load_safetensors(path), path);
     fs::remove(path);
     a->eval();
     b->eval();

@@ -3,6 +3,7 @@
 #include "io/state_dict.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "runtime/checkpoint.h"
 #include "test_util.h"
 
 #include <nlohmann/json.hpp>
@@ -21,7 +22,7 @@ Network make(const std::string& arch, int64_t classes = 1000) {
 
 std::string load_error(Network& net, const TensorFile& file, const std::string& arch) {
   try {
-    load_state_dict(*net, file, "file.safetensors", find_architecture(arch).import_key);
+    load_state_dict(*net, file, "file.safetensors");
   } catch (const Error& e) {
     return e.what();
   }
@@ -56,10 +57,57 @@ TEST(StateDict, DleAndDataParallelNamesLoadIntoTheSameTensors) {
     dle.tensors.emplace_back("module." + key, t.clone());
   }
   ASSERT_EQ(dle.tensors[6].first.rfind("module.layers.0.0.", 0), 0u) << dle.tensors[6].first;
-  const auto report = load_state_dict(*dst, dle, "dle.safetensors", find_architecture("se_resnext101_32x4d").import_key);
+  const auto report =
+      load_state_dict(*dst, dle, "dle.safetensors", find_key_layout(find_architecture("se_resnext101_32x4d"), "dle")->map);
   EXPECT_TRUE(report.ok()) << report.describe();
   const auto a = state_dict(*src), b = state_dict(*dst);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+}
+
+// --key-layout: auto picks the arch's layout most of a file's tensors fit; a forced one is used as named; a
+// layout the arch lacks, and a file no layout fits, are errors that say what was tried.
+TEST(StateDict, KeyLayoutIsDetectedForcedOrRefusedByName) {
+  torch::manual_seed(3);
+  auto src = make("resnet18", 10);
+  runtime::Checkpoint dle;
+  dle.path = "dle.pth";
+  for (const auto& [k, t] : state_dict(*src)) {
+    const std::string key = k.rfind("layer", 0) == 0 ? "layers." + std::to_string(k[5] - '1') + k.substr(6) : k;
+    dle.file.tensors.emplace_back("module." + key, t.clone());
+  }
+  const auto& arch = find_architecture("resnet18");
+  auto dst = make("resnet18", 10);
+  runtime::load_weights(*dst, dle, "model.", arch);  // auto: DLE's names
+  const auto a = state_dict(*src), b = state_dict(*dst);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+
+  const auto error = [&](runtime::Checkpoint c, const std::string& layout) {
+    c.key_layout = layout;
+    auto net = make("resnet18", 10);
+    try {
+      runtime::load_weights(*net, c, "model.", arch);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(dle, "dle"), "");
+  const auto forced = error(dle, "torchvision");  // as named, it does not fit: the first missing key first
+  EXPECT_NE(forced.find("dle.pth' does not fit the model: tensor 'layer1.0.conv1.weight' is missing"), std::string::npos)
+      << forced;
+  EXPECT_EQ(forced.find("key layouts of"), std::string::npos) << forced;
+  EXPECT_EQ(error(dle, "gpunet"), "--key-layout gpunet: resnet18's weights files come as torchvision | timm | dle (or auto)");
+
+  runtime::Checkpoint odd = dle;  // names of neither layout
+  for (auto& [k, t] : odd.file.tensors) k = "backbone." + k;
+  const auto none = error(odd, "auto");
+  const auto total = std::to_string(a.size());
+  for (const std::string& line : std::vector<std::string>{"key layouts of resnet18 (--key-layout auto took the first best):",
+                                 "  torchvision | timm: 0 of the file's " + total + " tensors are the model's",
+                                 "  dle: 0 of the file's " + total + " tensors are the model's",
+                                 "tensor 'conv1.weight' is missing from the file"}) {
+    EXPECT_NE(none.find(line), std::string::npos) << line << "\n" << none;
+  }
 }
 
 TEST(StateDict, HalfPrecisionWeightsAreConvertedOnLoad) {

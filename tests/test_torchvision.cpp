@@ -27,7 +27,7 @@ TEST_P(TorchvisionEquivalence, EvalAndTrainModeForwardMatch) {
   const auto& arch = find_architecture(GetParam());
   auto net = build_model(arch, ModelOptions{});
   const auto weights = load_safetensors(file("weights"));
-  load_state_dict(*net, weights, file("weights"), arch.import_key);
+  load_state_dict(*net, weights, file("weights"));
   const auto io = load_safetensors(file("io"));
   const auto& x = *io.find("input");
 

@@ -85,7 +85,7 @@ class Model(_convnets._Model):
 def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", precision: str = "fp32",
          memory_format: str = "nhwc", fold_bn: bool = False, float_weights: bool = False,
          arch: Optional[str] = None, num_classes: Optional[int] = None, engine: str = "auto",
-         image_size: int = 0) -> Model:
+         image_size: int = 0, key_layout: str = "auto") -> Model:
     """The network of a checkpoint, as ``convnets classify`` and ``convnets eval`` load it.
 
     Args:
@@ -108,6 +108,11 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
         num_classes: the class count of a plain weights file (default: the
             width of its classifier). A 1000-class network without class
             names of its own gets ImageNet-1k's, in the standard order.
+        key_layout: how a plain weights file names its tensors
+            (``--key-layout``): "auto" (the arch's layout most of them fit),
+            "torchvision" (timm's ResNets too), "timm", "dle" (DLE's ResNets,
+            ``layers.N``) or "gpunet" (DLE's GPUNets). ``convnets.choices()``
+            lists them.
 
     Raises:
         FileNotFoundError: no such checkpoint.
@@ -124,6 +129,7 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
     o.as_float = float_weights
     o.arch = arch or ""
     o.num_classes = num_classes
+    o.key_layout = key_layout
     return Model(os.fspath(checkpoint), o)
 
 
@@ -137,7 +143,8 @@ def models(num_classes: int = 1000) -> List[Dict[str, Any]]:
 
 
 def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors", ema: bool = False,
-           arch: Optional[str] = None, dtype: str = "fp32", key_style: str = "reference", fold_bn: bool = False,
+           arch: Optional[str] = None, key_layout: str = "auto", dtype: str = "fp32", key_style: str = "reference",
+           fold_bn: bool = False,
            dynamic_batch: bool = False, batch_size: int = 1, image_size: int = 0, opset: int = 13, int8: bool = False,
            calibration: Optional[_StrPath] = None, calibration_images: int = 512,
            calibration_method: Optional[str] = None, int8_activations: Optional[str] = None,
@@ -162,6 +169,7 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     o.format = format
     o.ema = ema
     o.arch = arch or ""
+    o.key_layout = key_layout
     o.dtype = dtype
     o.key_style = key_style
     o.fold_bn = fold_bn

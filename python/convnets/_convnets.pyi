@@ -24,6 +24,7 @@ class ExportOptions:
     key_style: str
     dtype: str
     arch: str
+    key_layout: str
     ema: bool
     dynamic_batch: bool
     fold_bn: bool
@@ -106,6 +107,7 @@ class InferenceOptions:
     as_float: bool
     arch: str
     num_classes: Optional[int]
+    key_layout: str
     def __init__(self) -> None: ...
 
 class _Model:

@@ -20,7 +20,7 @@ namespace {
 
 struct ClassifyArgs {
   std::vector<std::string> images;
-  std::string checkpoint, arch, model_config, device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
+  std::string checkpoint, arch, model_config, key_layout = "auto", device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
   std::vector<std::string> image_options;  // DLE classify.py's --image PATH
   std::optional<std::int64_t> num_classes;
   std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels, image_size = 0;
@@ -70,6 +70,7 @@ void run(const ClassifyArgs& a) {
   io.as_float = a.as_float;
   io.arch = a.arch;
   io.num_classes = a.num_classes;
+  io.key_layout = a.key_layout;
   io.image_size = static_cast<int>(a.image_size);
   const deploy::InferenceModel model(a.checkpoint, io);
   auto inputs = a.images;
@@ -108,6 +109,15 @@ CLI::Option* add_precision_option(CLI::App* cmd, std::string& target) {
       });
 }
 
+CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target) {
+  return cmd
+      ->add_option("--key-layout", target,
+                   "how a plain weights file names its tensors: " + options::key_layout.listed() +
+                       " (auto: the arch's layout most of them fit; torchvision = timm's ResNets; dle: DLE's "
+                       "ResNets, layers.N; gpunet: DLE's GPUNets)")
+      ->check(CLI::IsMember(options::key_layout.values));
+}
+
 void add_classify_command(CLI::App& app) {
   auto a = std::make_shared<ClassifyArgs>();
   auto* cmd = app.add_subcommand(
@@ -133,6 +143,7 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
   add_precision_option(cmd, a->precision);
+  add_key_layout_option(cmd, a->key_layout);
   cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
   cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");

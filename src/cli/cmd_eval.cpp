@@ -25,7 +25,7 @@ namespace {
 
 struct EvalArgs {
   std::string data, checkpoint, arch, interpolation, device = "auto", precision = "fp32", memory_format = "nhwc", bad_images = "skip";
-  std::string engine = "auto";
+  std::string engine = "auto", key_layout = "auto";
   std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;
   std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
   std::optional<std::int64_t> num_classes;
@@ -121,6 +121,7 @@ void run(const EvalArgs& a) {
                 std::to_string(data_classes) + " classes; the classifier needs at least that many");
   }
   io.num_classes = a.num_classes ? *a.num_classes : data_classes;
+  io.key_layout = a.key_layout;
   const deploy::InferenceModel model(a.checkpoint, io);
   if (model.trained() && (model.has_class_names() ? model.class_names() != ds->classes()
                                                   : model.num_classes() != static_cast<std::int64_t>(ds->num_classes()))) {
@@ -209,6 +210,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--top-k", a->top_k, "report top-k besides top-1 (capped at the class count)");
   cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
   add_precision_option(cmd, a->precision);
+  add_key_layout_option(cmd, a->key_layout);
   cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
   cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_option("--max-images", a->max_images, "evaluate only the first N images (0: all)");

@@ -19,6 +19,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "the file to write (atomically)")->required();
   cmd->add_option("--format", a->format, "onnx | safetensors")->check(CLI::IsMember({"onnx", "safetensors"}));
   cmd->add_option("--arch", a->arch, "the arch of a plain weights file");
+  add_key_layout_option(cmd, a->key_layout);
   cmd->add_flag("--dynamic-batch", a->dynamic_batch, "onnx: a symbolic batch dimension (default: static)");
   cmd->add_option("--batch-size", a->batch_size, "onnx: the static batch size (default 1)")->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--fold-bn", a->fold_bn, "onnx: fold each BatchNorm into the preceding conv");

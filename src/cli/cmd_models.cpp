@@ -27,7 +27,7 @@ struct ModelsArgs {
   std::optional<int64_t> num_classes;  // unset: a training checkpoint's count, else 1000
   std::string init = "fan_in";
   bool zero_init_residual = false;
-  std::string weights, save;
+  std::string weights, save, key_layout = "auto";
   bool forward = false;
   int64_t batch_size = 1;
   int input_size = 0;
@@ -134,6 +134,7 @@ void run(const ModelsArgs& a) {
   std::optional<runtime::Checkpoint> ckpt;
   if (!a.weights.empty() && !a.arch.empty()) {
     ckpt = runtime::load_checkpoint(a.weights);
+    ckpt->key_layout = a.key_layout;
     if (ckpt->is_training_checkpoint()) {
       if (!same_architecture(find_architecture(a.arch), ckpt->meta)) {
         throw Error("--arch " + a.arch + " disagrees with --weights " + a.weights + ", a " +
@@ -177,11 +178,7 @@ void run(const ModelsArgs& a) {
   auto net = build_model(arch, options);
   auto info = describe_architecture(arch, *net, num_classes);
   if (!a.weights.empty()) {
-    if (ckpt->is_training_checkpoint()) {
-      runtime::load_weights(*net, *ckpt, "model.", arch.import_key);
-    } else {
-      load_state_dict(*net, ckpt->file, a.weights, arch.import_key);
-    }
+    runtime::load_weights(*net, *ckpt, "model.", arch);
     info["weights"] = a.weights;
   }
   if (a.forward) {
@@ -241,8 +238,10 @@ void add_models_command(CLI::App& app) {
   cmd->add_option("--init", args->init, "Conv weight init: kaiming fan_in (DLE) or fan_out (torchvision)")
       ->check(CLI::IsMember({"fan_in", "fan_out"}));
   cmd->add_flag("--zero-init-residual", args->zero_init_residual, "Zero the last BN gamma of every residual branch");
-  cmd->add_option("--weights", args->weights, "Load a safetensors file (torchvision or DLE key names) and check it fits")
+  cmd->add_option("--weights", args->weights,
+                  "Load weights (safetensors or torch.save; torchvision, timm or DLE key names) and check they fit")
       ->check(CLI::ExistingFile);
+  add_key_layout_option(cmd, args->key_layout);
   cmd->add_option("--save", args->save, "Write the model's weights (torchvision key names) to a safetensors file");
   cmd->add_flag("--forward", args->forward, "Run one forward pass on a random batch");
   cmd->add_option("--batch-size", args->batch_size, "Batch size for --forward (default 1)");

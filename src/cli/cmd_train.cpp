@@ -24,7 +24,7 @@ namespace convnets::cli {
 namespace {
 
 struct TrainArgs {
-  std::string data, recipe, resume, fine_tune;
+  std::string data, recipe, resume, fine_tune, key_layout = "auto";
   bool print_config = false;
   std::map<std::string, std::string> values;  // field -> text of the flag given
   // timm's --drop / --drop-connect: model options that DLE's gpunet_*
@@ -171,6 +171,7 @@ int run(TrainArgs& a) {
   // command line limits it (DLE's --evaluate --prof N: N batches).
   if (config.evaluate && options.resume && !overrides.contains("prof")) config.prof = 0;
   if (options.resume && options.resume->torch_save) {
+    options.resume->key_layout = a.key_layout;
     options.resume = runtime::import_dle_checkpoint(*options.resume, find_architecture(config.arch));
     std::cout << "resume: " << a.resume << " is DLE's checkpoint after epoch " << options.resume->meta.at("epoch")
               << " (best top-1 " << options.resume->meta.at("best_top1") << "); its weights, momentum"
@@ -185,6 +186,7 @@ int run(TrainArgs& a) {
   apply_timm_model_options(a, model_options, config.arch);
   if (!model_options.empty()) train::apply_json(config, model_options, "flags");
   options.fine_tune = a.fine_tune;
+  options.key_layout = a.key_layout;
   if (a.print_config) {
     train::TrainConfig checked = config;
     if (checked.data.empty()) checked.data = "-";  // the data is only read by the run
@@ -220,6 +222,7 @@ void add_train_command(CLI::App& app) {
       ->multi_option_policy(last);
   cmd->add_option("--fine-tune", args->fine_tune, "start from these weights, a new classifier for another class count")
       ->multi_option_policy(last);
+  add_key_layout_option(cmd, args->key_layout);
   cmd->add_flag("--print-config", args->print_config,
                "print the resolved configuration (recipe, resume and flags) as JSON and exit; DATA may be left out");
   // DLE's main.py spellings beside convnets' own (the same field, DLE's meaning).

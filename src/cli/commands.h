@@ -24,4 +24,7 @@ void add_pack_command(CLI::App& app);
 // refused by name, pointing to amp.
 CLI::Option* add_precision_option(CLI::App* cmd, std::string& target);
 
+// --key-layout: how a plain weights file names its tensors (options::key_layout).
+CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target);
+
 }  // namespace convnets::cli

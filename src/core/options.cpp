@@ -47,12 +47,13 @@ const Choice calibration_method{"calibration_method", "calibration_method", {"mi
 const Choice int8_activations{"int8_activations", "int8_activations", {"uint8", "int8"}};
 const Choice int8_silu{"int8_silu", "int8_silu", {"ops", "float"}};
 const Choice data_backend{"data_backend", "data_backend", {"auto", "cpu", "gpu"}};
+const Choice key_layout{"key_layout", "key_layout", {"auto", "torchvision", "timm", "dle", "gpunet"}};
 
 const std::vector<const Choice*>& all_choices() {
   static const std::vector<const Choice*> all{&precision,  &device,           &memory_format, &engine,
                                               &bad_images, &remode,           &eval_interpolation,
                                               &train_interpolation, &calibration_method, &int8_activations,
-                                              &int8_silu,  &data_backend};
+                                              &int8_silu,  &data_backend,     &key_layout};
   return all;
 }
 

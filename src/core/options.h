@@ -46,6 +46,7 @@ extern const Choice calibration_method;  // INT8 calibration
 extern const Choice int8_activations;    // uint8 | int8
 extern const Choice int8_silu;           // ops | float
 extern const Choice data_backend;        // auto | cpu | gpu
+extern const Choice key_layout;          // auto | torchvision | timm | dle | gpunet: a weights file's names
 
 // Every declared choice, for the Python package's `convnets.choices()` and
 // the test that keeps its documentation to these lists.

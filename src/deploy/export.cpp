@@ -97,7 +97,9 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   if (a.calibration_images < 1) throw Error("--calibration-images must be at least 1, got " + std::to_string(a.calibration_images));
   if (a.calibration_batch < 1) throw Error("--calibration-batch-size must be at least 1, got " + std::to_string(a.calibration_batch));
   if (a.output.empty()) throw Error("-o/--output: no file to write");
-  const auto ckpt = runtime::load_checkpoint(a.checkpoint);
+  options::check(options::key_layout, a.key_layout);
+  auto ckpt = runtime::load_checkpoint(a.checkpoint);
+  ckpt.key_layout = a.key_layout;
   const bool trained = ckpt.is_training_checkpoint();
   if (!trained && a.arch.empty()) {
     throw Error("--checkpoint " + a.checkpoint + " is a plain weights file; name its --arch");
@@ -116,7 +118,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   ModelOptions mo;
   mo.num_classes = trained ? ckpt.meta.at("num_classes").get<std::int64_t>() : runtime::classes_in_weights(arch, ckpt);
   auto model = build_model(arch, mo);
-  runtime::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch.import_key);
+  runtime::load_weights(*model, ckpt, a.ema ? "ema." : "model.", arch);
   const Preprocessing pre = trained ? preprocessing_from_json(ckpt.meta.at("preprocessing")) : arch.preprocessing;
   std::map<std::string, std::string> meta{
       {"arch", arch.name},
@@ -159,7 +161,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   }
   if (a.int8) throw Error("--int8 applies to --format onnx");
   if (a.fold_bn || a.dynamic_batch) throw Error("--fold-bn and --dynamic-batch apply to --format onnx");
-  if (a.key_style == "dle" && !arch.import_key) {
+  if (const KeyLayout* dle = find_key_layout(arch, "dle"); a.key_style == "dle" && !(dle && dle->map)) {
     throw Error("--key-style dle: " + arch.name + " has no DLE naming (DLE's ResNets do; GPUNets already use DLE's names)");
   }
   NamedTensors out;

@@ -13,6 +13,7 @@ namespace convnets::deploy {
 // The export command's flags, one field each (`--key-style` is key_style).
 struct ExportOptions {
   std::string checkpoint, output, format = "safetensors", key_style = "reference", dtype = "fp32", arch;
+  std::string key_layout = "auto";  // how a plain weights file names its tensors (options::key_layout)
   bool ema = false, dynamic_batch = false, fold_bn = false;
   int image_size = 0, opset = 13;
   std::int64_t batch_size = 1;

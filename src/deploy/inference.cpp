@@ -32,7 +32,9 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
     open_onnx();
     return;
   }
-  const auto ckpt = runtime::load_checkpoint(checkpoint);
+  options::check(options::key_layout, o.key_layout);
+  auto ckpt = runtime::load_checkpoint(checkpoint);
+  ckpt.key_layout = o.key_layout;
   trained_ = ckpt.is_training_checkpoint();
   if (trained_) {
     // A GPUNet trained from a user's JSON file rebuilds from the layer list the checkpoint carries.
@@ -63,7 +65,7 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
   ModelOptions mo;
   mo.num_classes = num_classes_;
   model_ = build_model(*arch_, mo);
-  runtime::load_weights(*model_, ckpt, o.ema ? "ema." : "model.", arch_->import_key);
+  runtime::load_weights(*model_, ckpt, o.ema ? "ema." : "model.", *arch_);
   runtime::prepare_model(*model_, rt_);
   quantized_ = ckpt.meta.contains("quantization") && !o.as_float;
   if (quantized_) {

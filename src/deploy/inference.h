@@ -34,6 +34,9 @@ struct InferenceOptions {
   // A plain weights file's classifier width (required for one); a training
   // checkpoint records its own.
   std::optional<std::int64_t> num_classes;
+  // How a plain weights file names its tensors (options::key_layout): auto
+  // detects it among the arch's layouts.
+  std::string key_layout = "auto";
 };
 
 // One file's top-k, or why it could not be classified.

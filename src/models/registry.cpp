@@ -24,14 +24,14 @@ ArchInfo resnet(std::string name, std::string description, std::string reference
     }
     return make_resnet(config, o);
   };
-  a.import_key = resnet_key_from_dle;
+  a.key_layouts = {{{"torchvision", "timm"}, {}}, {{"dle"}, resnet_key_from_dle}};
   return a;  // Preprocessing defaults are the ImageNet ones every ResNet recipe uses.
 }
 
 // Small-image ResNets take the whole 28-32 px image (no crop) with CIFAR-10's statistics.
 ArchInfo small_image_resnet(const std::string& name, const std::string& description, const ResNetConfig& config) {
   auto a = resnet(name, description, "", config);
-  a.import_key = {};
+  a.key_layouts = {{{"torchvision"}, {}}};  // convnets' own: no weights of them are published elsewhere
   a.preprocessing.input_size = 32;
   a.preprocessing.crop_ratio = 1.0;  // CIFAR-sized images are used whole
   a.preprocessing.mean = {0.4914, 0.4822, 0.4465};
@@ -76,6 +76,7 @@ ArchInfo gpunet(std::string name, std::string description, GpunetDefinition d) {
   a.preprocessing.crop_ratio = 1.0;
   a.preprocessing.interpolation = "bicubic";
   a.key_names = "dle-gpunet";
+  a.key_layouts = {{{"gpunet", "dle"}, {}}};
   a.dropout = kGpunetDropout;
   a.drop_path = d.distill ? 0.0 : kGpunetDropPath;  // distill=true blocks take none
   a.gpunet = std::make_shared<const GpunetDefinition>(std::move(d));
@@ -90,7 +91,7 @@ ArchInfo gpunet(std::string name, std::string description, GpunetDefinition d) {
 }
 
 // timm 0.5.4's TF-ported EfficientNets (DLE's GPUNet teachers): timm's own
-// key names, so a converted timm .pth loads as is (no import_key), and timm's
+// key names, so a converted timm .pth loads as is, and timm's
 // default_cfg preprocessing. `reference` stays empty: shared/reference has no
 // key file for them (tests/python/test_efficientnet.py checks against timm).
 ArchInfo efficientnet(const EfficientNetVariant& v) {
@@ -99,6 +100,7 @@ ArchInfo efficientnet(const EfficientNetVariant& v) {
   a.description = v.description;
   a.preprocessing = v.preprocessing;
   a.key_names = "timm";
+  a.key_layouts = {{{"timm"}, {}}};
   a.build = [v](const ModelOptions& o) { return make_efficientnet(v, o); };
   return a;
 }
@@ -176,6 +178,14 @@ std::vector<std::string> architecture_names() {
   std::vector<std::string> names;
   for (const auto& a : architectures()) names.push_back(a.name);
   return names;
+}
+
+const KeyLayout* find_key_layout(const ArchInfo& arch, const std::string& name) {
+  for (const auto& layout : arch.key_layouts) {
+    for (const auto& n : layout.names)
+      if (n == name) return &layout;
+  }
+  return nullptr;
 }
 
 std::string canonical_arch_name(const std::string& name) {

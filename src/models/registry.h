@@ -12,6 +12,16 @@
 
 namespace convnets {
 
+// One naming of an arch's state-dict keys in the files users bring:
+// torchvision's (timm's ResNets are the same), DLE's ResNets with their stages
+// in `layers.N`, DLE's GPUNet names, timm's EfficientNets. `map` takes a
+// file's key, DataParallel's "module." already dropped, to the model's; empty:
+// the file uses the model's own names.
+struct KeyLayout {
+  std::vector<std::string> names;  // as --key-layout takes them
+  std::function<std::string(const std::string&)> map;
+};
+
 struct ArchInfo {
   std::string name;
   std::string description;
@@ -24,8 +34,9 @@ struct ArchInfo {
   // torchvision (ResNets), dle-gpunet (GPUNets), timm (the EfficientNets).
   std::string key_names = "torchvision";
   std::function<Network(const ModelOptions&)> build;
-  // Maps a key of a foreign checkpoint (e.g. DLE's `layers.0.`) to ours.
-  std::function<std::string(const std::string&)> import_key;
+  // The namings its weights files come in, its own first; --key-layout auto
+  // picks the one under which most of a file's tensors are the model's.
+  std::vector<KeyLayout> key_layouts;
   // GPUNets: the layer list the network is built from; null for the ResNets.
   std::shared_ptr<const GpunetDefinition> gpunet;
   // Set for an arch read from a user's JSON file (`--arch path/model.json`):
@@ -43,6 +54,10 @@ std::vector<std::string> architecture_names();
 // (read, validated and kept for the process's lifetime). Throws
 // convnets::Error listing the valid names when `name` is unknown.
 const ArchInfo& find_architecture(const std::string& name);
+
+// The layout of `arch` that --key-layout `name` means; null when it has none
+// of that name ("auto" is not one).
+const KeyLayout* find_key_layout(const ArchInfo& arch, const std::string& name);
 
 // convnets' name for an arch as DLE's main.py and classify.py spell it
 // (resnext101-32x4d) or timm's validate.py and train.py (gpunet_0); other

@@ -362,6 +362,7 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("key_style", &deploy::ExportOptions::key_style)
       .def_readwrite("dtype", &deploy::ExportOptions::dtype)
       .def_readwrite("arch", &deploy::ExportOptions::arch)
+      .def_readwrite("key_layout", &deploy::ExportOptions::key_layout)
       .def_readwrite("ema", &deploy::ExportOptions::ema)
       .def_readwrite("dynamic_batch", &deploy::ExportOptions::dynamic_batch)
       .def_readwrite("fold_bn", &deploy::ExportOptions::fold_bn)
@@ -442,6 +443,7 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("image_size", &deploy::InferenceOptions::image_size)
       .def_readwrite("as_float", &deploy::InferenceOptions::as_float)
       .def_readwrite("arch", &deploy::InferenceOptions::arch)
+      .def_readwrite("key_layout", &deploy::InferenceOptions::key_layout)
       .def_readwrite("num_classes", &deploy::InferenceOptions::num_classes);
 
   py::class_<PyModel>(m, "_Model")

@@ -2,9 +2,12 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/options.h"
 #include "io/state_dict.h"
 #include "io/torch_save.h"
 #include "models/registry.h"
+
+#include <unordered_set>
 
 namespace convnets::runtime {
 
@@ -53,11 +56,58 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
+namespace {
+
+std::vector<std::string> keys_of(const torch::nn::Module& model) {
+  std::vector<std::string> keys;
+  for (const auto& [name, tensor] : state_dict(model)) keys.push_back(name);
+  return keys;
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : " | ") + n;
+  return out;
+}
+
+}  // namespace
+
+const KeyLayout& key_layout_of(const Checkpoint& ckpt, const ArchInfo& arch, const NamedTensors& tensors,
+                               const std::vector<std::string>& model_keys, std::string* tried) {
+  if (arch.key_layouts.empty()) throw Error("arch " + arch.name + " declares no key layout");
+  if (ckpt.key_layout != "auto") {
+    if (const KeyLayout* forced = find_key_layout(arch, ckpt.key_layout)) return *forced;
+    std::vector<std::string> names;
+    for (const auto& layout : arch.key_layouts) names.insert(names.end(), layout.names.begin(), layout.names.end());
+    throw Error(options::setting("key_layout", ckpt.key_layout) + ": " + arch.name + "'s weights files come as " +
+                listed(names) + " (or auto)");
+  }
+  const std::unordered_set<std::string> model(model_keys.begin(), model_keys.end());
+  const KeyLayout* best = nullptr;
+  std::size_t best_hits = 0;
+  for (const auto& layout : arch.key_layouts) {
+    std::size_t hits = 0;
+    for (const auto& [raw, tensor] : tensors) hits += model.count(imported_name(raw, layout.map));
+    if (tried) {
+      *tried += "  " + listed(layout.names) + ": " + std::to_string(hits) + " of the file's " +
+                std::to_string(tensors.size()) + " tensors are the model's\n";
+    }
+    if (!best || hits > best_hits) {
+      best = &layout;
+      best_hits = hits;
+    }
+  }
+  return *best;
+}
+
 std::int64_t classes_in_weights(const ArchInfo& arch, const Checkpoint& ckpt) {
-  auto probe = build_model(arch, {});
+  ModelOptions mo;
+  mo.initialize = false;  // only the names
+  auto probe = build_model(arch, mo);
   const auto key = probe->named_parameters().keys().back();
+  const auto& layout = key_layout_of(ckpt, arch, ckpt.file.tensors, keys_of(*probe));
   for (const auto& [name, t] : ckpt.file.tensors) {
-    if (imported_name(name, arch.import_key) == key && t.dim() >= 1) return t.size(0);
+    if (imported_name(name, layout.map) == key && t.dim() >= 1) return t.size(0);
   }
   throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
 }
@@ -81,11 +131,12 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
   mo.initialize = false;  // only the names and shapes
   const auto model = build_model(arch, mo);
   const auto params = model->named_parameters();
+  const auto& layout = key_layout_of(file, arch, file.file.tensors, keys_of(*model));
 
   // DLE's named_parameters() order is its state_dict's order without the buffers.
   std::vector<std::string> dle_names, names;
   for (const auto& [raw, tensor] : file.file.tensors) {
-    const std::string name = imported_name(raw, arch.import_key);
+    const std::string name = imported_name(raw, layout.map);
     if (!params.contains(name)) continue;
     dle_names.push_back(raw);
     names.push_back(name);
@@ -154,11 +205,26 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
   return c;
 }
 
-void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,
-                  const std::function<std::string(const std::string&)>& import_key) {
+void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix, const ArchInfo& arch) {
   const auto section = ckpt.section(prefix);
   if (section.tensors.empty()) throw Error(ckpt.path + ": no '" + prefix + "*' weights in it");
-  load_state_dict(model, section, ckpt.path, import_key, /*strict=*/true);
+  std::string tried;
+  const auto& layout = key_layout_of(ckpt, arch, section.tensors, keys_of(model), &tried);
+  try {
+    load_state_dict(model, section, ckpt.path, layout.map, /*strict=*/true);
+  } catch (const Error& e) {
+    if (ckpt.key_layout != "auto" || arch.key_layouts.size() < 2) throw;
+    throw Error(std::string(e.what()) + "key layouts of " + arch.name + " (" + options::name("key_layout") +
+                    " auto took the first best):\n" + tried,
+                e.hint());
+  }
+}
+
+LoadReport load_fitting_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,
+                                const ArchInfo& arch) {
+  const auto section = ckpt.section(prefix);
+  const auto& layout = key_layout_of(ckpt, arch, section.tensors, keys_of(model));
+  return load_state_dict(model, section, ckpt.path, layout.map, /*strict=*/false);
 }
 
 void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "io/safetensors.h"
+#include "io/state_dict.h"
 #include "io/torch_save.h"
 
 #include <torch/nn/module.h>
@@ -15,6 +16,7 @@
 
 namespace convnets {
 struct ArchInfo;
+struct KeyLayout;
 }
 
 namespace convnets::runtime {
@@ -33,6 +35,9 @@ struct Checkpoint {
   // A torch.save file's whole contents (its EMA and optimizer state beside
   // the weights in `file`); null for safetensors files.
   std::shared_ptr<const TorchSaveContents> torch_save;
+  // --key-layout: how a plain weights file names its tensors (KeyLayout in
+  // models/registry.h), or "auto" to detect it from the names.
+  std::string key_layout = "auto";
 
   bool is_training_checkpoint() const { return meta.contains("format"); }
   // The tensors under `prefix` with the prefix stripped ("model." -> state_dict).
@@ -64,10 +69,24 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch);
 // Throws Error naming the file when it has no such tensor.
 std::int64_t classes_in_weights(const ArchInfo& arch, const Checkpoint& ckpt);
 
-// Strict load of the `prefix` section ("model." or "ema.") into `model`; an
-// empty section or any mismatch throws Error naming the file.
-void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,
-                  const std::function<std::string(const std::string&)>& import_key = {});
+// The file's key layout for `arch`: the one ckpt.key_layout names, or under
+// "auto" the arch's layout under which the most of `tensors` are among
+// `model_keys` (its own names on a tie). Throws Error naming --key-layout and
+// the arch's layouts for a name it has none of. `tried`, when given, gets one
+// line per layout: how many of the file's tensors it matched.
+const KeyLayout& key_layout_of(const Checkpoint& ckpt, const ArchInfo& arch, const NamedTensors& tensors,
+                               const std::vector<std::string>& model_keys, std::string* tried = nullptr);
+
+// Strict load of the `prefix` section ("model." or "ema.") into `model`, its
+// keys read in the layout key_layout_of picks; an empty section or any
+// mismatch throws Error naming the file, the first unmatched keys and, where
+// the layout was detected, how each of the arch's layouts matched.
+void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix, const ArchInfo& arch);
+
+// The same without `strict`: what fits is copied, the report says the rest
+// (--fine-tune onto another class count).
+LoadReport load_fitting_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::string& prefix,
+                                const ArchInfo& arch);
 
 // Atomic (temp file, fsync, rename): an interrupted save leaves the old file.
 void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta);

@@ -55,12 +55,13 @@ std::string classifier_prefix(const NetworkImpl& model) {
 
 // --fine-tune: every tensor must fit except the classifier, which is kept
 // freshly initialised when its shape differs (another class count).
-void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo& arch) {
-  const auto ckpt = load_checkpoint(path);
+void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo& arch, const std::string& key_layout) {
+  auto ckpt = load_checkpoint(path);
+  ckpt.key_layout = key_layout;
   if (ckpt.is_training_checkpoint() && !same_architecture(arch, ckpt.meta)) {
     throw Error("--fine-tune " + path + " holds a " + ckpt.meta.value("arch", "?") + ", this run trains " + arch.name);
   }
-  auto report = load_state_dict(model, ckpt.section("model."), path, arch.import_key, /*strict=*/false);
+  auto report = load_fitting_weights(model, ckpt, "model.", arch);
   std::vector<std::string> problems;
   std::vector<std::string> reinitialised;
   const auto classifier = classifier_prefix(model);
@@ -98,7 +99,7 @@ Network load_teacher(const TrainConfig& c, std::int64_t num_classes, const Runti
   ModelOptions to;
   to.num_classes = num_classes;
   auto teacher = build_model(tarch, to);
-  load_weights(*teacher, ckpt, "model.", tarch.import_key);
+  load_weights(*teacher, ckpt, "model.", tarch);
   prepare_model(*teacher, rt);
   teacher->eval();
   for (auto& p : teacher->parameters()) p.set_requires_grad(false);
@@ -240,9 +241,9 @@ void build_network(TrainingRun& run) {
   run.model = build_model(run.arch, model_options(run));
   if (run.resume) {
     check_resumable(run);
-    load_weights(*run.model, *run.resume, "model.", run.arch.import_key);
+    load_weights(*run.model, *run.resume, "model.", run.arch);
   } else if (!run.options.fine_tune.empty()) {
-    load_fine_tune(*run.model, run.options.fine_tune, run.arch);
+    load_fine_tune(*run.model, run.options.fine_tune, run.arch, run.options.key_layout);
   } else if (c.evaluate && run.writer) {
     // As DLE's main.py --evaluate without weights: its benchmark mode times the network, whatever it knows.
     std::cerr << "convnets: note: --evaluate without --resume or --fine-tune evaluates randomly initialised weights "
@@ -345,7 +346,7 @@ void restore_resumed_state(TrainingRun& run) {
     if (r.section("ema.").tensors.empty()) {
       std::cout << "resume: " << r.path << " has no EMA; the EMA starts from the current weights\n";
     } else {
-      load_weights(*run.ema->model(), r, "ema.", run.arch.import_key);
+      load_weights(*run.ema->model(), r, "ema.", run.arch);
     }
   }
   if (run.asp && run.asp->pruned()) {

@@ -13,6 +13,7 @@ namespace convnets::train {
 struct RunOptions {
   std::optional<runtime::Checkpoint> resume;  // continue this run (config already merged by the caller)
   std::string fine_tune;             // weights to start from, classifier re-initialised if the classes differ
+  std::string key_layout = "auto";   // how --fine-tune's or --resume's foreign file names its tensors
   std::string command;               // how to re-run, for the resume hint
   std::optional<distributed::WorkerEnv> dist;  // a data-parallel worker (world size > 1)
   // --evaluate with --raport-file on its command line (DLE's benchmark): that DLLogger file in the workspace.

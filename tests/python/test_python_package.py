@@ -583,6 +583,17 @@ class Checkpoints(unittest.TestCase):
         r = cli("classify", self.pngs[0], "--weights", pth, check=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("is a plain weights file; name its --arch", r.stderr)
+        # A forced key layout is used as named, and one the arch lacks is named with those it has, in each
+        # front's own spelling.
+        torch.testing.assert_close(convnets.load(pth, arch="resnet18", key_layout="torchvision", device="cpu",
+                                                 engine="torch")(x), model(x), rtol=0, atol=0)
+        with self.assertRaisesRegex(ValueError, r"^key_layout='gpunet': resnet18's weights files come as "
+                                                r"torchvision \| timm \| dle \(or auto\)"):
+            convnets.load(pth, arch="resnet18", key_layout="gpunet")
+        r = cli("classify", self.pngs[0], "--arch", "resnet18", "--weights", pth, "--key-layout", "gpunet",
+                check=False)
+        self.assertIn("error: --key-layout gpunet: resnet18's weights files come as torchvision | timm | dle",
+                      r.stderr)
 
     def test_predict_equals_classify_json(self):
         paths = self.pngs[:40] + [self.junk]
