@@ -34,6 +34,35 @@ struct Value {
   std::vector<std::pair<ValuePtr, ValuePtr>> dict;  // Dict, in insertion order
   at::Tensor tensor;                                // Tensor; Storage: its bytes as a 1-D tensor of its dtype
   std::string cls;                                  // Dict: collections.OrderedDict or argparse.Namespace
+
+  Value() = default;
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+  // A pickle can nest a million lists in one another; destroying them member
+  // by member would recurse a million frames deep and overflow the stack.
+  // The last owner of a child takes it over here instead, one level at a time.
+  ~Value() {
+    std::vector<ValuePtr> pending;
+    const auto release = [&pending](Value& v) {
+      const auto take = [&pending](ValuePtr& child) {
+        if (child && child.use_count() == 1) pending.push_back(std::move(child));
+        child.reset();
+      };
+      for (auto& item : v.items) take(item);
+      for (auto& [key, value] : v.dict) {
+        take(key);
+        take(value);
+      }
+      v.items.clear();
+      v.dict.clear();
+    };
+    release(*this);
+    while (!pending.empty()) {
+      ValuePtr last = std::move(pending.back());
+      pending.pop_back();
+      release(*last);  // `last` then goes with no children left
+    }
+  }
 };
 
 ValuePtr make(Value::Kind k) {

@@ -10,6 +10,7 @@ virtual environment.
 import collections
 import gc
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -491,6 +492,42 @@ class Checkpoints(unittest.TestCase):
         torch.save({"epoch": 1, "losses": [1.0, 0.5]}, other)
         with self.assertRaisesRegex(ValueError, "other.pth: no state dict in it .*holds: epoch, losses"):
             convnets.load(other, arch="resnet8", num_classes=10)
+
+    def test_hostile_torch_save_files_are_clear_errors(self):
+        # Each a ValueError naming the file from Python and exit status 1 from the CLI: never a crash.
+        import zipfile
+        weights = collections.OrderedDict(w=torch.arange(1000, dtype=torch.float32))
+        good = os.path.join(self.tmp, "good.pth")
+        torch.save(weights, good)
+        with zipfile.ZipFile(good) as z:
+            records = {i.filename: z.read(i) for i in z.infolist()}
+        pkl = next(n for n in records if n.endswith("/data.pkl"))
+        storage = next(n for n in records if re.search(r"/data/\d+$", n))
+
+        def rewritten(name, **replace):
+            path = os.path.join(self.tmp, name)
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+                for n, data in records.items():
+                    z.writestr(n, replace.get(n, data))
+            return path
+
+        # Lists nested 10^6 deep (PROTO 2, n EMPTY_LISTs, n - 1 APPENDs, STOP): destroying them recursively
+        # overflowed the stack from about 5 x 10^5.
+        n = 1_000_000
+        deep = rewritten("deep.pth", **{pkl: b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."})
+        short = rewritten("short-storage.pth", **{storage: records[storage][:400]})  # 100 of its 1000 floats
+        truncated = os.path.join(self.tmp, "truncated.pth")
+        with open(good, "rb") as f, open(truncated, "wb") as out:
+            out.write(f.read()[:700])
+        for path, message in ((deep, "no state dict in it"),
+                              (short, "holds 400 bytes, not 1000 elements of 4"),
+                              (truncated, "not a readable torch.save archive")):
+            with self.subTest(file=os.path.basename(path)):
+                with self.assertRaisesRegex(ValueError, re.escape(path) + ".*" + message):
+                    convnets.load(path, arch="resnet8", num_classes=10)
+                r = cli("classify", self.pngs[0], "--arch", "resnet8", "--weights", path, check=False)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(message, r.stderr)
 
     def test_a_dle_checkpoint_resumes_at_its_epoch_with_its_momentum_and_ema(self):
         # DLE main.py's checkpoint.pth.tar as its Checkpointer writes it: DDP's `module.` names, torch.optim.SGD's
