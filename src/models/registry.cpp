@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "core/error.h"
+#include "models/arch_names.h"
 #include "models/efficientnet.h"
 #include "models/gpunet.h"
 #include "models/layers.h"
@@ -186,15 +187,6 @@ const KeyLayout* find_key_layout(const ArchInfo& arch, const std::string& name) 
       if (n == name) return &layout;
   }
   return nullptr;
-}
-
-std::string canonical_arch_name(const std::string& name) {
-  static const std::map<std::string, std::string> dle_archs = {{"resnext101-32x4d", "resnext101_32x4d"},
-                                                               {"se-resnext101-32x4d", "se_resnext101_32x4d"}};
-  if (auto it = dle_archs.find(name); it != dle_archs.end()) return it->second;
-  std::string out = name;
-  if (out.rfind("gpunet_", 0) == 0) out[6] = '-';
-  return out;
 }
 
 const ArchInfo& find_architecture(const std::string& spelled) {

@@ -52,17 +52,13 @@ std::vector<std::string> architecture_names();
 
 // A registered name, or a path ending in ".json" to a GPUNet definition
 // (read, validated and kept for the process's lifetime). Throws
-// convnets::Error listing the valid names when `name` is unknown.
+// convnets::Error listing the valid names when `name` is unknown. DLE's and
+// timm's spellings of a name are read too (models/arch_names.h).
 const ArchInfo& find_architecture(const std::string& name);
 
 // The layout of `arch` that --key-layout `name` means; null when it has none
 // of that name ("auto" is not one).
 const KeyLayout* find_key_layout(const ArchInfo& arch, const std::string& name);
-
-// convnets' name for an arch as DLE's main.py and classify.py spell it
-// (resnext101-32x4d) or timm's validate.py and train.py (gpunet_0); other
-// names unchanged. find_architecture reads both spellings.
-std::string canonical_arch_name(const std::string& name);
 
 // An arch built from a GPUNet definition held in memory (a checkpoint's
 // "arch_definition"), named `name`; `source` names it in errors.

@@ -5,7 +5,7 @@
 #include "core/json.h"
 #include "core/limits.h"
 #include "data/augment.h"
-#include "models/registry.h"
+#include "models/arch_names.h"
 
 #include <cmath>
 #include <fstream>
