@@ -75,19 +75,18 @@ def _dist_info() -> str:
 
 def _openvino_requirement(build_dir):
     """openvino==X where the build links the OpenVINO engine (its libopenvino is a load-time dependency of both the
-    command and the extension); None where it was built without."""
-    if build_dir is None:  # metadata before the build: the environment decides, as CMake will
-        try:
-            from importlib.metadata import version
-            return f"openvino=={version('openvino')}"
-        except Exception:
+    command and the extension) from this environment's openvino wheel; None otherwise. Without a configured
+    build (metadata before the build) the environment decides, as CMake will."""
+    if build_dir is not None:
+        cache = _cache(build_dir)
+        found = cache.get("OpenVINO_DIR", "")
+        if cache.get("CONVNETS_WITH_OPENVINO", "OFF") != "ON" or not found or found.endswith("NOTFOUND"):
             return None
-    cache = _cache(build_dir)
-    found = cache.get("OpenVINO_DIR", "")
-    if cache.get("CONVNETS_WITH_OPENVINO", "OFF") != "ON" or not found or found.endswith("NOTFOUND"):
-        return None
-    from importlib.metadata import version
-    return f"openvino=={version('openvino')}"
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"openvino=={version('openvino')}"
+    except PackageNotFoundError:
+        return None  # an OpenVINO not installed by pip: nothing pip could require
 
 
 def _metadata(build_dir=None) -> str:

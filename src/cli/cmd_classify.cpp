@@ -9,7 +9,6 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -20,7 +19,7 @@ namespace {
 
 struct ClassifyArgs {
   std::vector<std::string> images;
-  std::string checkpoint, arch, model_config, key_layout = "auto", device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
+  std::string checkpoint, arch, key_layout = "auto", device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
   std::vector<std::string> image_options;  // DLE classify.py's --image PATH
   std::optional<std::int64_t> num_classes;
   std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels, image_size = 0;
@@ -72,10 +71,10 @@ void run(const ClassifyArgs& a) {
   io.num_classes = a.num_classes;
   io.key_layout = a.key_layout;
   io.image_size = static_cast<int>(a.image_size);
-  const deploy::InferenceModel model(a.checkpoint, io);
   auto inputs = a.images;
   inputs.insert(inputs.end(), a.image_options.begin(), a.image_options.end());
-  const auto paths = expand_inputs(inputs);  // stdin is read before any work
+  const auto paths = expand_inputs(inputs);  // stdin is read, and no images refused, before the model loads
+  const deploy::InferenceModel model(a.checkpoint, io);
   const auto results = model.classify(paths, a.top_k, a.batch_size, a.max_image_pixels);
   std::size_t failed = 0;
   for (const auto& r : results) failed += r.error.empty() ? 0 : 1;
@@ -94,30 +93,6 @@ void run(const ClassifyArgs& a) {
 
 }  // namespace
 
-CLI::Option* add_precision_option(CLI::App* cmd, std::string& target) {
-  return cmd->add_option("--precision", target, options::precision.listed() + " (any case: DLE's AMP, FP32)")
-      ->transform([](std::string value) {
-        for (auto& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (value == "fp16") {
-          throw CLI::ValidationError("FP16 (pure fp16 weights) is not offered; --precision amp runs fp16 "
-                                     "compute with fp32 weights, DLE's AMP");
-        }
-        if (!options::precision.allows(value)) {
-          throw CLI::ValidationError(value + ": expected " + options::precision.listed());
-        }
-        return value;
-      });
-}
-
-CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target) {
-  return cmd
-      ->add_option("--key-layout", target,
-                   "how a plain weights file names its tensors: " + options::key_layout.listed() +
-                       " (auto: the arch's layout most of them fit; torchvision = timm's ResNets; dle: DLE's "
-                       "ResNets, layers.N; gpunet: DLE's GPUNets)")
-      ->check(CLI::IsMember(options::key_layout.values));
-}
-
 void add_classify_command(CLI::App& app) {
   auto a = std::make_shared<ClassifyArgs>();
   auto* cmd = app.add_subcommand(
@@ -132,8 +107,10 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's or the arch's)")
       ->check(CLI::NonNegativeNumber);
   // DLE's -c picks the convolutions' initialisation, which trained weights replace: checked, then nothing to do.
-  cmd->add_option("-c,--model-config", a->model_config, "DLE: classic | fanin | grp-fanin | grp-fanout; "
-                  "an initialisation, so the weights decide (accepted for DLE's command lines)")
+  cmd->add_option_function<std::string>(
+         "-c,--model-config", [](const std::string&) {},
+         "DLE: classic | fanin | grp-fanin | grp-fanout; an initialisation, so the weights decide (accepted for DLE's "
+         "command lines)")
       ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
   cmd->add_flag_callback("--cpu", [a] { a->device = "cpu"; }, "DLE classify.py: --device cpu");
   cmd->add_option("--num-classes", a->num_classes, "plain weights: the class count (default: the classifier's width)")

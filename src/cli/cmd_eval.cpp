@@ -10,7 +10,6 @@
 #include "runtime/evaluate.h"
 
 #include <CLI/CLI.hpp>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdio>

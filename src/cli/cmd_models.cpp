@@ -133,8 +133,7 @@ void run(const ModelsArgs& a) {
   // class count it was trained for.
   std::optional<runtime::Checkpoint> ckpt;
   if (!a.weights.empty() && !a.arch.empty()) {
-    ckpt = runtime::load_checkpoint(a.weights);
-    ckpt->key_layout = a.key_layout;
+    ckpt = runtime::load_checkpoint(a.weights, a.key_layout);
     if (ckpt->is_training_checkpoint()) {
       if (!same_architecture(find_architecture(a.arch), ckpt->meta)) {
         throw Error("--arch " + a.arch + " disagrees with --weights " + a.weights + ", a " +

@@ -112,9 +112,9 @@ std::vector<std::string> other_checkpoints(const std::string& path) {
 
 // A damaged `last` (a copy cut short, a disk that failed under it) must not
 // leave the user guessing: name what is wrong and the checkpoints that remain.
-runtime::Checkpoint load_resume_checkpoint(const std::string& path) {
+runtime::Checkpoint load_resume_checkpoint(const std::string& path, const std::string& key_layout) {
   try {
-    return runtime::load_checkpoint(path);
+    return runtime::load_checkpoint(path, key_layout);
   } catch (const Error& e) {
     const auto others = other_checkpoints(path);
     std::string hint = e.hint().empty() ? "" : e.hint() + "; ";
@@ -133,7 +133,7 @@ int run(TrainArgs& a) {
   train::RunOptions options;
   options.command = "convnets train";
   if (!a.resume.empty()) {
-    options.resume = load_resume_checkpoint(a.resume);
+    options.resume = load_resume_checkpoint(a.resume, a.key_layout);
     // A DLE checkpoint.pth.tar is read once the command line has named its --arch (DLE's main.py keeps no arch).
     if (!options.resume->is_training_checkpoint() && !options.resume->torch_save) {
       throw Error("--resume " + a.resume + " is a weights file, not a training checkpoint",
@@ -171,7 +171,6 @@ int run(TrainArgs& a) {
   // command line limits it (DLE's --evaluate --prof N: N batches).
   if (config.evaluate && options.resume && !overrides.contains("prof")) config.prof = 0;
   if (options.resume && options.resume->torch_save) {
-    options.resume->key_layout = a.key_layout;
     options.resume = runtime::import_dle_checkpoint(*options.resume, find_architecture(config.arch));
     std::cout << "resume: " << a.resume << " is DLE's checkpoint after epoch " << options.resume->meta.at("epoch")
               << " (best top-1 " << options.resume->meta.at("best_top1") << "); its weights, momentum"

@@ -1,4 +1,4 @@
-// Registration of the CLI's subcommands: one function per command, one file each.
+// Registration of the CLI's subcommands (one function per command, one file each) and the flags several share.
 #pragma once
 
 #include <string>

@@ -97,9 +97,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   if (a.calibration_images < 1) throw Error("--calibration-images must be at least 1, got " + std::to_string(a.calibration_images));
   if (a.calibration_batch < 1) throw Error("--calibration-batch-size must be at least 1, got " + std::to_string(a.calibration_batch));
   if (a.output.empty()) throw Error("-o/--output: no file to write");
-  options::check(options::key_layout, a.key_layout);
-  auto ckpt = runtime::load_checkpoint(a.checkpoint);
-  ckpt.key_layout = a.key_layout;
+  const auto ckpt = runtime::load_checkpoint(a.checkpoint, a.key_layout);
   const bool trained = ckpt.is_training_checkpoint();
   if (!trained && a.arch.empty()) {
     throw Error("--checkpoint " + a.checkpoint + " is a plain weights file; name its --arch");

@@ -32,9 +32,7 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
     open_onnx();
     return;
   }
-  options::check(options::key_layout, o.key_layout);
-  auto ckpt = runtime::load_checkpoint(checkpoint);
-  ckpt.key_layout = o.key_layout;
+  const auto ckpt = runtime::load_checkpoint(checkpoint, o.key_layout);
   trained_ = ckpt.is_training_checkpoint();
   if (trained_) {
     // A GPUNet trained from a user's JSON file rebuilds from the layer list the checkpoint carries.

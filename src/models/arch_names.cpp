@@ -9,7 +9,8 @@ std::string canonical_arch_name(const std::string& name) {
                                                                {"se-resnext101-32x4d", "se_resnext101_32x4d"}};
   if (auto it = dle_archs.find(name); it != dle_archs.end()) return it->second;
   std::string out = name;
-  if (out.rfind("gpunet_", 0) == 0) out[6] = '-';  // timm's model names are convnets' with '-'
+  const bool definition_file = out.size() > 5 && out.compare(out.size() - 5, 5, ".json") == 0;
+  if (out.rfind("gpunet_", 0) == 0 && !definition_file) out[6] = '-';  // timm's model names are convnets' with '-'
   return out;
 }
 

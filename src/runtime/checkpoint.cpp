@@ -21,13 +21,23 @@ TensorFile Checkpoint::section(const std::string& prefix) const {
   return out;
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
+bool Checkpoint::has_ema() const {
+  if (!is_training_checkpoint() && torch_save) return !torch_save->ema.empty();
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name.rfind("ema.", 0) == 0) return true;
+  }
+  return false;
+}
+
+Checkpoint load_checkpoint(const std::string& path, const std::string& key_layout) {
+  options::check(options::key_layout, key_layout);
   Checkpoint c;
   c.path = path;
+  c.key_layout = key_layout;
   // PyTorch's own files (torchvision, timm, DLE, NGC) are plain weights files here.
   if (looks_like_torch_save(path)) {
     auto contents = std::make_shared<TorchSaveContents>(read_torch_save(path));
-    c.file = contents->weights;
+    c.file = std::move(contents->weights);  // the rest of the file stays in torch_save
     c.torch_save = std::move(contents);
   } else {
     c.file = load_safetensors(path);
@@ -64,10 +74,16 @@ std::vector<std::string> keys_of(const torch::nn::Module& model) {
   return keys;
 }
 
-std::string listed(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : " | ") + n;
-  return out;
+std::string listed(const std::vector<std::string>& names) { return join(names, " | "); }
+
+// The classifier's width in `tensors` read under `layout`: its last parameter (every arch registers it last).
+std::int64_t classifier_width(const NetworkImpl& probe, const Checkpoint& ckpt, const ArchInfo& arch,
+                              const KeyLayout& layout) {
+  const auto key = probe.named_parameters().keys().back();
+  for (const auto& [name, t] : ckpt.file.tensors) {
+    if (imported_name(name, layout.map) == key && t.dim() >= 1) return t.size(0);
+  }
+  throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
 }
 
 }  // namespace
@@ -82,6 +98,8 @@ const KeyLayout& key_layout_of(const Checkpoint& ckpt, const ArchInfo& arch, con
     throw Error(options::setting("key_layout", ckpt.key_layout) + ": " + arch.name + "'s weights files come as " +
                 listed(names) + " (or auto)");
   }
+  // convnets wrote it: the arch's own names, nothing to detect.
+  if (ckpt.is_training_checkpoint() && !ckpt.torch_save) return arch.key_layouts.front();
   const std::unordered_set<std::string> model(model_keys.begin(), model_keys.end());
   const KeyLayout* best = nullptr;
   std::size_t best_hits = 0;
@@ -104,12 +122,7 @@ std::int64_t classes_in_weights(const ArchInfo& arch, const Checkpoint& ckpt) {
   ModelOptions mo;
   mo.initialize = false;  // only the names
   auto probe = build_model(arch, mo);
-  const auto key = probe->named_parameters().keys().back();
-  const auto& layout = key_layout_of(ckpt, arch, ckpt.file.tensors, keys_of(*probe));
-  for (const auto& [name, t] : ckpt.file.tensors) {
-    if (imported_name(name, layout.map) == key && t.dim() >= 1) return t.size(0);
-  }
-  throw Error(ckpt.path + ": no classifier '" + key + "' in it; is it a " + arch.name + "?");
+  return classifier_width(*probe, ckpt, arch, key_layout_of(ckpt, arch, ckpt.file.tensors, keys_of(*probe)));
 }
 
 Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
@@ -125,21 +138,25 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
   }
   if (!plain.at("epoch").is_number_integer() || plain.at("epoch").get<std::int64_t>() < 0)
     throw Error(path + ": its epoch " + plain.at("epoch").dump() + " is not an epoch count");
+  if (plain.contains("best_prec1") && !plain.at("best_prec1").is_number())
+    throw Error(path + ": its best_prec1 " + plain.at("best_prec1").dump() + " is not a top-1");
   const TorchSaveContents& t = *file.torch_save;
   ModelOptions mo;
-  mo.num_classes = classes_in_weights(arch, file);
-  mo.initialize = false;  // only the names and shapes
+  mo.initialize = false;  // only the names: the shapes come from the file
   const auto model = build_model(arch, mo);
   const auto params = model->named_parameters();
   const auto& layout = key_layout_of(file, arch, file.file.tensors, keys_of(*model));
+  const std::int64_t num_classes = classifier_width(*model, file, arch, layout);
 
   // DLE's named_parameters() order is its state_dict's order without the buffers.
   std::vector<std::string> dle_names, names;
+  std::vector<at::Tensor> weights;
   for (const auto& [raw, tensor] : file.file.tensors) {
     const std::string name = imported_name(raw, layout.map);
     if (!params.contains(name)) continue;
     dle_names.push_back(raw);
     names.push_back(name);
+    weights.push_back(tensor);
   }
   std::vector<std::size_t> order;  // parameter indices in the optimizer's id order
   std::size_t grouped = 0;
@@ -172,13 +189,14 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
 
   Checkpoint c;
   c.path = path;
-  for (const auto& [raw, tensor] : file.file.tensors) c.file.tensors.emplace_back("model." + raw, tensor);
-  for (const auto& [raw, tensor] : t.ema) c.file.tensors.emplace_back("ema." + raw, tensor);
+  // In convnets' names, as a convnets checkpoint holds them: read again, they need no layout.
+  for (const auto& [raw, tensor] : file.file.tensors)
+    c.file.tensors.emplace_back("model." + imported_name(raw, layout.map), tensor);
+  for (const auto& [raw, tensor] : t.ema) c.file.tensors.emplace_back("ema." + imported_name(raw, layout.map), tensor);
   std::size_t at = 0;
   for (const auto& g : t.optimizer_groups) {
     for (const std::int64_t id : g) {
       const std::size_t p = order[at++];
-      const at::Tensor& param = params[names[p]];
       at::Tensor momentum;
       if (const auto it = t.optimizer_state.find(id); it != t.optimizer_state.end()) {
         for (const auto& [key, buffer] : it->second) {
@@ -188,13 +206,13 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
         }
       }
       // torch.optim.SGD creates a buffer at a parameter's first step: none yet is zero momentum.
-      if (!momentum.defined()) momentum = at::zeros_like(param);
+      if (!momentum.defined()) momentum = at::zeros_like(weights[p]);
       c.file.tensors.emplace_back("optimizer.momentum." + names[p], momentum);
     }
   }
   c.meta = {{"format", kCheckpointFormat},
             {"arch", arch.name},
-            {"num_classes", mo.num_classes},
+            {"num_classes", num_classes},
             {"epoch", plain.at("epoch")},
             {"step", 0},
             {"step_in_epoch", 0},
@@ -214,7 +232,9 @@ void load_weights(torch::nn::Module& model, const Checkpoint& ckpt, const std::s
     load_state_dict(model, section, ckpt.path, layout.map, /*strict=*/true);
   } catch (const Error& e) {
     if (ckpt.key_layout != "auto" || arch.key_layouts.size() < 2) throw;
-    throw Error(std::string(e.what()) + "key layouts of " + arch.name + " (" + options::name("key_layout") +
+    std::string what = e.what();
+    if (!what.empty() && what.back() != '\n') what += '\n';
+    throw Error(what + "key layouts of " + arch.name + " (" + options::name("key_layout") +
                     " auto took the first best):\n" + tried,
                 e.hint());
   }

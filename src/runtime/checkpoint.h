@@ -3,20 +3,19 @@
 
 #include "io/safetensors.h"
 #include "io/state_dict.h"
-#include "io/torch_save.h"
 
 #include <torch/nn/module.h>
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
 namespace convnets {
 struct ArchInfo;
 struct KeyLayout;
+struct TorchSaveContents;
 }
 
 namespace convnets::runtime {
@@ -44,12 +43,13 @@ struct Checkpoint {
   // A plain weights file (no metadata) is returned whole for "model.", and a
   // torch.save file's state_dict_ema for "ema.".
   TensorFile section(const std::string& prefix) const;
-  bool has_ema() const { return !section("ema.").tensors.empty(); }
+  bool has_ema() const;  // whether section("ema.") holds any tensor
 };
 
 // Throws Error naming the file for anything unreadable or malformed,
-// including metadata that is not JSON or names another format.
-Checkpoint load_checkpoint(const std::string& path);
+// including metadata that is not JSON or names another format. `key_layout`
+// (options::key_layout, checked here) is kept as the checkpoint's.
+Checkpoint load_checkpoint(const std::string& path, const std::string& key_layout = "auto");
 
 // A DLE main.py training checkpoint (checkpoint.pth.tar: epoch, best_prec1,
 // state_dict, optimizer, state_dict_ema where --use-ema) as the convnets

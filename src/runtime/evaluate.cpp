@@ -1,6 +1,7 @@
 #include "runtime/evaluate.h"
 
 #include "core/autocast.h"
+#include "core/error.h"
 #include "runtime/progress.h"
 
 #include <torch/cuda.h>
@@ -121,6 +122,12 @@ EvalResult evaluate(const EvalForward& f, data::Loader& loader, std::int64_t top
     const auto t0 = clock::now();
     at::Tensor logits = f.logits(input);
     if (device.is_cuda()) torch::cuda::synchronize();
+    if (per_class && logits.size(1) != classes) {
+      // The matrix is the data's classes by the data's classes: a prediction outside them has no cell.
+      throw Error("per-class results: the network predicts " + std::to_string(logits.size(1)) +
+                      " classes, the data has " + std::to_string(classes),
+                  "evaluate per class with a classifier of the data's width");
+    }
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     compute_s += dt;
     latencies.push_back(dt * 1e3);

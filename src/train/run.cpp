@@ -56,8 +56,7 @@ std::string classifier_prefix(const NetworkImpl& model) {
 // --fine-tune: every tensor must fit except the classifier, which is kept
 // freshly initialised when its shape differs (another class count).
 void load_fine_tune(NetworkImpl& model, const std::string& path, const ArchInfo& arch, const std::string& key_layout) {
-  auto ckpt = load_checkpoint(path);
-  ckpt.key_layout = key_layout;
+  const auto ckpt = load_checkpoint(path, key_layout);
   if (ckpt.is_training_checkpoint() && !same_architecture(arch, ckpt.meta)) {
     throw Error("--fine-tune " + path + " holds a " + ckpt.meta.value("arch", "?") + ", this run trains " + arch.name);
   }
@@ -603,7 +602,9 @@ void update_summary_csv(const TrainingRun& run, std::int64_t epoch, const nlohma
     std::getline(in, line);  // the header
     while (std::getline(in, line)) {
       std::int64_t logged = 0;
-      const auto end = line.data() + line.find(',');
+      const auto comma = line.find(',');
+      if (comma == std::string::npos) continue;
+      const auto end = line.data() + comma;
       const auto [ptr, ec] = std::from_chars(line.data(), end, logged);
       if (ec == std::errc() && ptr == end && logged < epoch) text += line + '\n';
     }
