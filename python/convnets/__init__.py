@@ -149,7 +149,10 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
            calibration: Optional[_StrPath] = None, calibration_images: int = 512,
            calibration_method: Optional[str] = None, int8_activations: Optional[str] = None,
            int8_reduce_range: bool = False, int8_silu: Optional[str] = None, calibration_batch_size: int = 32, device: str = "cpu", workers: int = 2,
-           max_image_pixels: int = _convnets.default_max_image_pixels) -> str:
+           max_image_pixels: int = _convnets.default_max_image_pixels, model_name: Optional[str] = None,
+           max_batch_size: int = 64, preferred_batch_sizes: Sequence[int] = (), max_queue_delay_us: int = 100,
+           engine_count_per_device: int = 1, instance_kind: str = "gpu", backend_accelerator: str = "none",
+           trt_precision: str = "fp16") -> str:
     """Does what ``convnets export`` does; each keyword is its flag (``key_style`` is ``--key-style``).
 
     ``format="safetensors"`` writes the weights with the reference
@@ -161,7 +164,12 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     a QAT checkpoint's own ranges); ``int8_silu`` is ``"ops"`` (a SiLU
     quantized as its Sigmoid and Mul, for ONNX Runtime; the default) or
     ``"float"`` (in float after its conv, quantized once, for OpenVINO). The
-    file is written atomically. Returns the line the command prints.
+    file is written atomically. ``format="triton"`` makes ``output`` a Triton
+    Inference Server model repository and writes the entry
+    ``output/NAME/{config.pbtxt, labels.txt, 1/model.onnx}`` (NAME:
+    ``model_name``, default the arch) for Triton's onnxruntime backend, with
+    dynamic batching up to ``max_batch_size``; an existing entry is never
+    overwritten. Returns the line the command prints.
     """
     o = _convnets.ExportOptions()
     o.checkpoint = os.fspath(checkpoint)
@@ -188,5 +196,14 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     o.device = device
     o.workers = workers
     o.max_image_pixels = max_image_pixels
+    t = o.triton
+    t.name = model_name or ""
+    t.max_batch_size = max_batch_size
+    t.preferred_batch_sizes = list(preferred_batch_sizes)
+    t.max_queue_delay_us = max_queue_delay_us
+    t.instances = engine_count_per_device
+    t.instance_kind = instance_kind
+    t.accelerator = backend_accelerator
+    t.trt_precision = trt_precision
     return _convnets.export(o)
 

@@ -42,6 +42,18 @@ class ExportOptions:
     calibration_batch: int
     max_image_pixels: int
     workers: int
+    triton: TritonSettings
+    def __init__(self) -> None: ...
+
+class TritonSettings:
+    name: str
+    max_batch_size: int
+    preferred_batch_sizes: List[int]
+    max_queue_delay_us: int
+    instances: int
+    instance_kind: str
+    accelerator: str
+    trt_precision: str
     def __init__(self) -> None: ...
 
 class PipelineOptions:

@@ -1,4 +1,4 @@
-// `convnets export`: a checkpoint's network as ONNX, or its weights as safetensors with the reference implementation's key names.
+// `convnets export`: a checkpoint's network as ONNX or as a Triton model repository entry, or its weights as safetensors with the reference implementation's key names.
 #include "cli/commands.h"
 #include "codec/image.h"
 #include "core/options.h"
@@ -13,19 +13,21 @@ namespace convnets::cli {
 
 void add_export_command(CLI::App& app) {
   auto a = std::make_shared<deploy::ExportOptions>();
-  auto* cmd = app.add_subcommand("export", "Export a checkpoint: the network as ONNX, or its weights as safetensors");
+  auto* cmd = app.add_subcommand(
+      "export", "Export a checkpoint: the network as ONNX or as a Triton model repository, or its weights as safetensors");
   cmd->add_option("--checkpoint", a->checkpoint, "a checkpoint written by `convnets train`, or weights with --arch")
       ->required();
-  cmd->add_option("-o,--output", a->output, "the file to write (atomically)")->required();
-  cmd->add_option("--format", a->format, "onnx | safetensors")->check(CLI::IsMember({"onnx", "safetensors"}));
+  cmd->add_option("-o,--output", a->output, "the file to write (atomically); triton: the repository folder")->required();
+  cmd->add_option("--format", a->format, "onnx | safetensors | triton (a Triton Inference Server model repository entry)")
+      ->check(CLI::IsMember({"onnx", "safetensors", "triton"}));
   cmd->add_option("--arch", a->arch, "the arch of a plain weights file");
   add_key_layout_option(cmd, a->key_layout);
   cmd->add_flag("--dynamic-batch", a->dynamic_batch, "onnx: a symbolic batch dimension (default: static)");
   cmd->add_option("--batch-size", a->batch_size, "onnx: the static batch size (default 1)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_flag("--fold-bn", a->fold_bn, "onnx: fold each BatchNorm into the preceding conv");
-  cmd->add_option("--image-size", a->image_size, "onnx: input height and width (default: the checkpoint's)")
+  cmd->add_flag("--fold-bn", a->fold_bn, "onnx, triton: fold each BatchNorm into the preceding conv");
+  cmd->add_option("--image-size", a->image_size, "onnx, triton: input height and width (default: the checkpoint's)")
       ->check(CLI::Range(1, 65536));
-  cmd->add_option("--opset", a->opset, "onnx: opset version (13 or newer; default 13)");
+  cmd->add_option("--opset", a->opset, "onnx, triton: opset version (13 or newer; default 13)");
   cmd->add_option("--key-style", a->key_style,
                   "reference: torchvision's names for ResNets, DLE's for GPUNets | dle: DLE's ResNet names (layers.N)")
       ->check(CLI::IsMember({"reference", "dle"}));
@@ -56,6 +58,28 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--device", a->device, "int8: where calibration runs: cpu (default) or cuda");
   cmd->add_option("--workers", a->workers, "int8: calibration data loader threads (default 2)")->check(CLI::Range(0, 256));
+  // Triton: DLE's deployer's spellings (its triton/ folders' deployer.py).
+  auto& t = a->triton;
+  cmd->add_option("--model-name", t.name, "triton: the model's name and folder (default: the arch)");
+  cmd->add_option("--max-batch-size", t.max_batch_size, "triton: the largest batch Triton forms (default 64)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--preferred-batch-sizes", t.preferred_batch_sizes,
+                  "triton: batch sizes the dynamic batcher aims for (default: none, up to --max-batch-size)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-queue-delay-us", t.max_queue_delay_us,
+                  "triton: how long a request waits for others to batch with (default 100)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--engine-count-per-device,--instances", t.instances,
+                  "triton: model instances per device (instance_group count, default 1)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--instance-kind", t.instance_kind, "triton: gpu (default) | cpu")
+      ->check(CLI::IsMember({"gpu", "cpu"}));
+  cmd->add_option("--backend-accelerator", t.accelerator,
+                  "triton: none (default) | trt: ONNX Runtime's TensorRT execution provider")
+      ->check(CLI::IsMember({"none", "trt"}));
+  cmd->add_option("--trt-precision", t.trt_precision, "triton: TensorRT's precision with trt: fp16 (default) | fp32")
+      ->check(CLI::IsMember({"fp16", "fp32"}));
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->callback([a] {
     const auto say = [](const std::string& line) { std::cout << line << '\n' << std::flush; };

@@ -5,8 +5,10 @@
 #include "core/json.h"
 #include "data/dataset.h"
 #include "export/onnx_export.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
+#include "models/imagenet_classes.h"
 #include "models/registry.h"
 #include "quant/eager.h"
 #include "runtime/checkpoint.h"
@@ -16,6 +18,7 @@
 #include <torch/torch.h>
 
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -82,11 +85,44 @@ std::string export_key(const std::string& key, const std::string& style) {
   return key;
 }
 
+// The entry is made in a hidden folder beside it and renamed into place whole: Triton polling the repository
+// never sees half an entry, and one that exists is never overwritten.
+std::size_t write_triton_entry(const std::string& repo, const TritonSettings& ts, const TritonGraph& g,
+                               const std::vector<std::string>& labels,
+                               const std::function<std::size_t(const std::string&)>& write_onnx) {
+  namespace fs = std::filesystem;
+  const fs::path entry = fs::path(repo) / ts.name;
+  if (fs::exists(entry)) {
+    throw Error("-o " + repo + ": " + entry.string() +
+                " already exists; nothing was overwritten (another --model-name, or remove it first)");
+  }
+  std::error_code ec;
+  fs::create_directories(repo, ec);
+  if (ec || !fs::is_directory(repo)) throw Error("-o " + repo + ": cannot create the repository folder: " + ec.message());
+  const fs::path partial = fs::path(repo) / ("." + ts.name + ".partial");
+  fs::remove_all(partial, ec);
+  fs::create_directories(partial / "1");
+  try {
+    const auto nodes = write_onnx((partial / "1" / "model.onnx").string());
+    write_file_atomically((partial / "config.pbtxt").string(), triton_config_text(ts, g));
+    if (!labels.empty()) {
+      std::string text;
+      for (const auto& l : labels) text += l + "\n";
+      write_file_atomically((partial / "labels.txt").string(), text);
+    }
+    fs::rename(partial, entry);
+    return nodes;
+  } catch (...) {
+    fs::remove_all(partial, ec);
+    throw;
+  }
+}
+
 }  // namespace
 
 std::string export_checkpoint(const ExportOptions& a, const std::function<void(const std::string&)>& say) {
   // The CLI checks these as it parses; a library caller reaches here directly.
-  check_choice("--format", a.format, {"onnx", "safetensors"});
+  check_choice("--format", a.format, {"onnx", "safetensors", "triton"});
   check_choice("--key-style", a.key_style, {"reference", "dle"});
   check_choice("--dtype", a.dtype, {"fp32", "fp16"});
   if (a.calibration_method) options::check(options::calibration_method, *a.calibration_method);
@@ -127,7 +163,17 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
   if (trained && ckpt.meta.contains("class_names")) meta["class_names"] = dump_json(ckpt.meta.at("class_names"));
   if (arch.from_file) meta["arch_definition"] = to_json(*arch.gpunet).dump();
 
-  if (a.format == "onnx") {
+  const bool triton = a.format == "triton";
+  TritonSettings ts = a.triton;
+  if (triton) {
+    if (ts.name.empty()) ts.name = arch.name;
+    check_triton_settings(ts);
+    if (a.batch_size != 1 || a.dynamic_batch) {
+      throw Error("--batch-size and --dynamic-batch apply to --format onnx; a Triton entry's batch is symbolic, "
+                  "up to --max-batch-size");
+    }
+  }
+  if (a.format == "onnx" || triton) {
     if (a.key_style != "reference") throw Error("--key-style applies to --format safetensors");
     std::optional<quant::Plan> plan;
     if (a.int8) {
@@ -141,11 +187,29 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
     o.image_size = a.image_size > 0 ? a.image_size : pre.input_size;
     o.num_classes = mo.num_classes;
     o.batch = a.batch_size;
-    o.dynamic_batch = a.dynamic_batch;
+    o.dynamic_batch = a.dynamic_batch || triton;
     o.fold_bn = a.fold_bn;
     o.fp16 = a.dtype == "fp16";
     o.opset = a.opset;
     o.metadata = meta;
+    if (triton) {
+      std::vector<std::string> labels;
+      if (trained && ckpt.meta.contains("class_names")) {
+        labels = ckpt.meta.at("class_names").get<std::vector<std::string>>();
+      } else if (mo.num_classes == 1000) {
+        labels = imagenet1k_class_names();
+      }
+      if (!labels.empty() && static_cast<std::int64_t>(labels.size()) != mo.num_classes) labels.clear();
+      TritonGraph g{o.fp16, o.image_size, mo.num_classes, !labels.empty(), dump_json(to_json(pre)), arch.name};
+      const auto nodes = write_triton_entry(a.output, ts, g, labels, [&](const std::string& onnx) {
+        return export_onnx(*model, o, onnx);
+      });
+      return "export: " + arch.name + " -> Triton model repository " + a.output + ", model " + ts.name +
+             " (config.pbtxt, 1/model.onnx: ONNX opset " + std::to_string(a.opset) + ", " + std::to_string(nodes) +
+             " nodes, input batch<=" + std::to_string(ts.max_batch_size) + "x3x" + std::to_string(o.image_size) + "x" +
+             std::to_string(o.image_size) + ", " + (plan ? std::string("INT8 QDQ") : a.dtype) +
+             (labels.empty() ? "" : ", labels.txt") + ")";
+    }
     const auto nodes = export_onnx(*model, o, a.output);
     return "export: " + arch.name + " -> " + a.output + " (ONNX opset " + std::to_string(a.opset) + ", " +
            std::to_string(nodes) + " nodes, input " +

@@ -1,7 +1,8 @@
-// `convnets export` as a library call: a checkpoint's network as ONNX (float or INT8 QDQ), or its weights as safetensors with the reference implementation's key names.
+// `convnets export` as a library call: a checkpoint's network as ONNX (float or INT8 QDQ), as a Triton model repository entry, or its weights as safetensors with the reference implementation's key names.
 #pragma once
 
 #include "codec/image.h"
+#include "deploy/triton_repo.h"
 
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,9 @@ struct ExportOptions {
   std::optional<std::string> calibration_method, activations, silu;
   std::int64_t calibration_images = 512, calibration_batch = 32, max_image_pixels = codec::kDefaultMaxImagePixels;
   int workers = 2;
+  // --format triton: -o is the repository folder; the entry is OUTPUT/NAME/{config.pbtxt,labels.txt,1/model.onnx}
+  // (name empty: the arch's).
+  TritonSettings triton;
 };
 
 // Writes `o.output` (atomically) and returns the line that says what was

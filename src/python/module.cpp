@@ -379,7 +379,19 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("calibration_images", &deploy::ExportOptions::calibration_images)
       .def_readwrite("calibration_batch", &deploy::ExportOptions::calibration_batch)
       .def_readwrite("max_image_pixels", &deploy::ExportOptions::max_image_pixels)
-      .def_readwrite("workers", &deploy::ExportOptions::workers);
+      .def_readwrite("workers", &deploy::ExportOptions::workers)
+      .def_readwrite("triton", &deploy::ExportOptions::triton);
+
+  py::class_<deploy::TritonSettings>(m, "TritonSettings")
+      .def(py::init<>())
+      .def_readwrite("name", &deploy::TritonSettings::name)
+      .def_readwrite("max_batch_size", &deploy::TritonSettings::max_batch_size)
+      .def_readwrite("preferred_batch_sizes", &deploy::TritonSettings::preferred_batch_sizes)
+      .def_readwrite("max_queue_delay_us", &deploy::TritonSettings::max_queue_delay_us)
+      .def_readwrite("instances", &deploy::TritonSettings::instances)
+      .def_readwrite("instance_kind", &deploy::TritonSettings::instance_kind)
+      .def_readwrite("accelerator", &deploy::TritonSettings::accelerator)
+      .def_readwrite("trt_precision", &deploy::TritonSettings::trt_precision);
 
   py::class_<data::PipelineOptions>(m, "PipelineOptions")
       .def(py::init<>())

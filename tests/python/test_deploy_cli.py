@@ -4,6 +4,9 @@
 given as PNG files with the accuracy `eval` reports; JSON output; bad images and bad checkpoints.
 `convnets export --format safetensors`: torchvision loads the export and computes the same logits;
 torchvision weights load into convnets and compute the same logits.
+`convnets export --format triton`: a Triton model repository entry whose config.pbtxt parses with Triton's own
+schema (tritonclient's model_config_pb2) and names the graph's inputs and outputs, whose graph gives convnets'
+logits in ONNX Runtime and OpenVINO, and which never overwrites an entry.
 """
 import gzip
 import json
@@ -16,9 +19,14 @@ import unittest
 import fixtures  # the suite's shared trained network (tests/python/fixtures.py)
 
 import numpy as np
+import onnx
+import onnxruntime
+import openvino
 import torch
 import torchvision
+from google.protobuf import text_format
 from PIL import Image
+from tritonclient.grpc import model_config_pb2
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
@@ -240,6 +248,157 @@ class ExportSafetensors(unittest.TestCase):
         b, _ = pth2safetensors.read_safetensors(dle)
         self.assertIn("layer4.1.bn2.weight", a)
         self.assertTrue(torch.equal(a["layer4.1.bn2.weight"], b["layers.3.1.bn2.weight"]))
+
+
+def triton_config(entry):
+    with open(os.path.join(entry, "config.pbtxt")) as f:
+        return text_format.Parse(f.read(), model_config_pb2.ModelConfig())
+
+
+def onnx_io(graph):
+    """{name: (elem_type, dims)} of a graph's inputs and outputs; a symbolic dimension is its name."""
+    return {v.name: (v.type.tensor_type.elem_type, [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim])
+            for v in list(graph.input) + list(graph.output)}
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class TritonRepository(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-triton-")
+        cls.ckpt = fixtures.fashion_resnet8()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def export(self, repo, *flags):
+        return convnets("export", "--checkpoint", self.ckpt, "--format", "triton", "-o", repo, *flags)
+
+    def convnets_logits(self, batch):
+        io = os.path.join(self.tmp, f"io{batch}.safetensors")
+        r = convnets("models", "--arch", "resnet8", "--num-classes", "10", "--weights", self.ckpt, "--forward",
+                     "--batch-size", str(batch), "--input-size", "28", "--seed", str(batch), "--forward-save", io)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        t, _ = pth2safetensors.read_safetensors(io)
+        return t["input"].numpy(), t["logits"].numpy()
+
+    def test_the_entry_parses_with_tritons_schema_and_names_what_the_graph_has(self):
+        repo = os.path.join(self.tmp, "repo")
+        r = self.export(repo, "--model-name", "fashion", "--max-batch-size", "32", "--preferred-batch-sizes", "8,16",
+                        "--max-queue-delay-us", "250", "--engine-count-per-device", "2", "--backend-accelerator", "trt")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Triton model repository " + repo + ", model fashion", r.stdout)
+        entry = os.path.join(repo, "fashion")
+        files = sorted(os.path.relpath(os.path.join(d, f), repo) for d, _, fs in os.walk(repo) for f in fs)
+        self.assertEqual(files, ["fashion/1/model.onnx", "fashion/config.pbtxt", "fashion/labels.txt"])
+        c = triton_config(entry)
+        self.assertEqual((c.name, c.backend, c.max_batch_size), ("fashion", "onnxruntime", 32))
+        self.assertEqual(list(c.dynamic_batching.preferred_batch_size), [8, 16])
+        self.assertEqual(c.dynamic_batching.max_queue_delay_microseconds, 250)
+        self.assertEqual([(g.count, g.kind) for g in c.instance_group],
+                         [(2, model_config_pb2.ModelInstanceGroup.KIND_GPU)])
+        trt = c.optimization.execution_accelerators.gpu_execution_accelerator
+        self.assertEqual([(a.name, dict(a.parameters)["precision_mode"]) for a in trt], [("tensorrt", "FP16")])
+        # Each input and output the config names is the graph's, with its type and (past the batch) its shape.
+        model = onnx.load(os.path.join(entry, "1", "model.onnx"))
+        io = onnx_io(model.graph)
+        self.assertEqual(len(io), len(c.input) + len(c.output))
+        for t in list(c.input) + list(c.output):
+            elem, dims = io[t.name]
+            self.assertEqual(model_config_pb2.DataType.Name(t.data_type), "TYPE_FP32")
+            self.assertEqual(elem, onnx.TensorProto.FLOAT)
+            self.assertEqual(dims, ["batch", *t.dims], t.name)
+        self.assertEqual(list(c.input[0].dims), [3, 28, 28])
+        self.assertEqual(list(c.output[0].dims), [10])
+        with open(os.path.join(entry, c.output[0].label_filename)) as f:
+            self.assertEqual(f.read().splitlines(), [str(i) for i in range(10)])  # the checkpoint's IDX classes
+        pre = json.loads(c.parameters["convnets.preprocessing"].string_value)
+        self.assertEqual((pre["input_size"], pre["crop_ratio"]), (28, 1.0))
+        # The graph carries the same preprocessing for convnets' own runtimes.
+        meta = {p.key: p.value for p in model.metadata_props}
+        self.assertEqual(json.loads(meta["preprocessing"]), pre)
+
+    def test_the_graph_gives_convnets_logits_in_onnx_runtime_openvino_and_classify(self):
+        repo = os.path.join(self.tmp, "repo-logits")
+        r = self.export(repo, "--instance-kind", "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        entry = os.path.join(repo, "resnet8")  # the arch names the entry by default
+        c = triton_config(entry)
+        self.assertEqual(c.instance_group[0].kind, model_config_pb2.ModelInstanceGroup.KIND_CPU)
+        self.assertFalse(c.HasField("optimization"))
+        self.assertEqual(list(c.dynamic_batching.preferred_batch_size), [])
+        self.assertEqual((c.max_batch_size, c.dynamic_batching.max_queue_delay_microseconds), (64, 100))
+        path = os.path.join(entry, "1", "model.onnx")
+        threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+        so = onnxruntime.SessionOptions()
+        so.intra_op_num_threads = threads
+        ort = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        core = openvino.Core()
+        core.set_property("CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"})
+        ov = core.compile_model(path, "CPU")
+        for batch in (1, 5):  # one graph, any batch up to Triton's max_batch_size
+            x, ours = self.convnets_logits(batch)
+            with self.subTest(batch=batch):
+                ours_t = torch.from_numpy(ours)
+                self.assertLess(relative_error(torch.from_numpy(ort.run(["logits"], {"input": x})[0]), ours_t), 1e-5)
+                self.assertLess(relative_error(torch.from_numpy(ov(x)[0]), ours_t), 1e-5)
+        # convnets' own classify reads the entry's graph (its preprocessing travels in the graph's metadata) and
+        # answers as it does from the checkpoint.
+        pngs = []
+        for i, im in enumerate(idx(os.path.join(FASHION, "t10k-images-idx3-ubyte.gz"))[:20]):
+            pngs.append(os.path.join(self.tmp, f"t{i}.png"))
+            Image.fromarray(im, mode="L").save(pngs[-1])
+        answers = []
+        for model in (self.ckpt, path):
+            r = convnets("classify", *pngs, "--checkpoint", model, "--json", "--top-k", "3")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            answers.append(json.loads(r.stdout)["results"])
+        for a, b in zip(*answers):
+            self.assertEqual([t["index"] for t in a["top"]], [t["index"] for t in b["top"]])
+            for ta, tb in zip(a["top"], b["top"]):
+                self.assertAlmostEqual(ta["probability"], tb["probability"], delta=1e-5)
+
+    def test_fp16_graphs_declare_their_type(self):
+        repo = os.path.join(self.tmp, "repo-types")
+        r = self.export(repo, "--dtype", "fp16", "--model-name", "half")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        c = triton_config(os.path.join(repo, "half"))
+        io = onnx_io(onnx.load(os.path.join(repo, "half", "1", "model.onnx")).graph)
+        for t in list(c.input) + list(c.output):
+            self.assertEqual(model_config_pb2.DataType.Name(t.data_type), "TYPE_FP16")
+            self.assertEqual(io[t.name][0], onnx.TensorProto.FLOAT16)
+
+    def test_bad_requests_are_named_and_leave_the_repository_as_it_was(self):
+        repo = os.path.join(self.tmp, "repo-kept")
+        self.assertEqual(self.export(repo, "--model-name", "kept").returncode, 0)
+        config = os.path.join(repo, "kept", "config.pbtxt")
+        with open(config, "rb") as f:
+            before = f.read()
+        listing = sorted(os.listdir(repo))
+        cases = [
+            (["--model-name", "kept", "--max-batch-size", "8"],
+             repo + "/kept already exists; nothing was overwritten"),
+            (["--model-name", "a/b"], "--model-name 'a/b': expected letters, digits"),
+            (["--model-name", ".hidden"], "not starting with '.'"),
+            (["--model-name", "x", "--max-batch-size", "8", "--preferred-batch-sizes", "4,16"],
+             "--preferred-batch-sizes: 16 is outside 1..8 (--max-batch-size)"),
+            (["--model-name", "x", "--backend-accelerator", "trt", "--instance-kind", "cpu"],
+             "--backend-accelerator trt needs --instance-kind gpu"),
+            (["--model-name", "x", "--batch-size", "4"], "--batch-size and --dynamic-batch apply to --format onnx"),
+            (["--model-name", "x", "--key-style", "dle"], "--key-style applies to --format safetensors"),
+        ]
+        for flags, message in cases:
+            with self.subTest(flags=flags):
+                r = self.export(repo, *flags)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn(message, r.stderr)
+        r = self.export(repo, "--model-name", "x", "--instance-kind", "tpu")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--instance-kind", r.stderr)
+        self.assertEqual(sorted(os.listdir(repo)), listing)  # no entry, no partial folder
+        with open(config, "rb") as f:
+            self.assertEqual(f.read(), before)
 
 
 if __name__ == "__main__":

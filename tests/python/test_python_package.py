@@ -757,6 +757,21 @@ class Checkpoints(unittest.TestCase):
                 self.assertIn(b, line)
                 with open(a, "rb") as fa, open(b, "rb") as fb:
                     self.assertEqual(fa.read(), fb.read())
+        # A Triton repository entry: the same three files, byte for byte, from the same settings.
+        flags = dict(model_name="m", max_batch_size=16, preferred_batch_sizes=[4, 8], max_queue_delay_us=50,
+                     engine_count_per_device=2, backend_accelerator="trt", trt_precision="fp32")
+        repos = [os.path.join(self.tmp, "cli-repo"), os.path.join(self.tmp, "py-repo")]
+        cli("export", "--checkpoint", self.ckpt, "-o", repos[0], "--format", "triton", "--model-name", "m",
+            "--max-batch-size", "16", "--preferred-batch-sizes", "4,8", "--max-queue-delay-us", "50",
+            "--engine-count-per-device", "2", "--backend-accelerator", "trt", "--trt-precision", "fp32")
+        self.assertIn(repos[1], convnets.export(self.ckpt, repos[1], format="triton", **flags))
+        for name in ("config.pbtxt", "labels.txt", os.path.join("1", "model.onnx")):
+            with open(os.path.join(repos[0], "m", name), "rb") as fa, open(os.path.join(repos[1], "m", name), "rb") as fb:
+                self.assertEqual(fa.read(), fb.read(), name)
+        with open(os.path.join(repos[1], "m", "config.pbtxt")) as f:
+            self.assertIn('parameters { key: "precision_mode" value: "FP32" }', f.read())
+        with self.assertRaisesRegex(ValueError, "already exists; nothing was overwritten"):
+            convnets.export(self.ckpt, repos[1], format="triton", **flags)
         with self.assertRaisesRegex(ValueError, "--format 'tflite'"):
             convnets.export(self.ckpt, os.path.join(self.tmp, "x"), format="tflite")
         with self.assertRaisesRegex(ValueError, "--int8 needs calibration images"):

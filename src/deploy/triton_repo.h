@@ -1,0 +1,44 @@
+// A Triton Inference Server model repository entry: config.pbtxt for convnets' ONNX graph, its labels file, and the checks on the settings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convnets::deploy {
+
+// The settings of one model in a repository, as `export --format triton` takes
+// them (DLE's Triton deployer spells the flags so: --max-batch-size,
+// --preferred-batch-sizes, --max-queue-delay-us, --engine-count-per-device,
+// --backend-accelerator trt).
+struct TritonSettings {
+  std::string name;                      // the model's folder and name
+  std::int64_t max_batch_size = 64;      // the graph's batch dimension is symbolic; Triton batches up to this
+  std::vector<std::int64_t> preferred_batch_sizes;  // empty: Triton's default (max_batch_size)
+  std::int64_t max_queue_delay_us = 100;
+  int instances = 1;                     // instance_group count per device
+  std::string instance_kind = "gpu";     // gpu | cpu
+  std::string accelerator = "none";      // none | trt (ONNX Runtime's TensorRT execution provider)
+  std::string trt_precision = "fp16";    // fp16 | fp32: TensorRT's precision_mode
+};
+
+// The graph's side of the config: what export_onnx wrote.
+struct TritonGraph {
+  bool fp16 = false;            // input and output in half
+  int image_size = 224;         // input 3 x image_size x image_size
+  std::int64_t num_classes = 1000;
+  bool labels = false;          // labels.txt beside config.pbtxt
+  std::string preprocessing;    // the model's eval preprocessing (JSON), for clients that decode themselves
+  std::string arch;
+};
+
+// Throws Error naming the flag for a setting Triton would refuse or that
+// contradicts another, before anything is written.
+void check_triton_settings(const TritonSettings& s);
+
+// config.pbtxt in protobuf text format (Triton's ModelConfig, model_config.proto):
+// the onnxruntime backend, input "input" and output "logits" as export_onnx
+// names them, the batch dimension left to max_batch_size.
+std::string triton_config_text(const TritonSettings& s, const TritonGraph& g);
+
+}  // namespace convnets::deploy
