@@ -152,7 +152,7 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
            max_image_pixels: int = _convnets.default_max_image_pixels, model_name: Optional[str] = None,
            max_batch_size: int = 64, preferred_batch_sizes: Sequence[int] = (), max_queue_delay_us: int = 100,
            engine_count_per_device: int = 1, instance_kind: str = "gpu", backend_accelerator: str = "none",
-           trt_precision: str = "fp16") -> str:
+           trt_precision: str = "fp16", preprocessing: str = "dali") -> str:
     """Does what ``convnets export`` does; each keyword is its flag (``key_style`` is ``--key-style``).
 
     ``format="safetensors"`` writes the weights with the reference
@@ -169,7 +169,10 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     ``output/NAME/{config.pbtxt, labels.txt, 1/model.onnx}`` (NAME:
     ``model_name``, default the arch) for Triton's onnxruntime backend, with
     dynamic batching up to ``max_batch_size``; an existing entry is never
-    overwritten. Returns the line the command prints.
+    overwritten. With ``preprocessing="dali"`` (the default) it also writes
+    ``NAME_preprocessing`` (the eval transform for Triton's DALI backend, from
+    encoded image bytes) and ``NAME_ensemble`` (bytes in, logits out).
+    Returns the line the command prints.
     """
     o = _convnets.ExportOptions()
     o.checkpoint = os.fspath(checkpoint)
@@ -205,5 +208,6 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     t.instance_kind = instance_kind
     t.accelerator = backend_accelerator
     t.trt_precision = trt_precision
+    t.preprocessing = preprocessing
     return _convnets.export(o)
 

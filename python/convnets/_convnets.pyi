@@ -54,6 +54,7 @@ class TritonSettings:
     instance_kind: str
     accelerator: str
     trt_precision: str
+    preprocessing: str
     def __init__(self) -> None: ...
 
 class PipelineOptions:

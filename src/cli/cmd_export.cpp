@@ -80,6 +80,10 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "trt"}));
   cmd->add_option("--trt-precision", t.trt_precision, "triton: TensorRT's precision with trt: fp16 (default) | fp32")
       ->check(CLI::IsMember({"fp16", "fp32"}));
+  cmd->add_option("--preprocessing", t.preprocessing,
+                  "triton: dali (default): also NAME_preprocessing, the eval transform in Triton's DALI backend, and "
+                  "NAME_ensemble, encoded images in and logits out | none")
+      ->check(CLI::IsMember({"dali", "none"}));
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->callback([a] {
     const auto say = [](const std::string& line) { std::cout << line << '\n' << std::flush; };

@@ -85,35 +85,44 @@ std::string export_key(const std::string& key, const std::string& style) {
   return key;
 }
 
-// The entry is made in a hidden folder beside it and renamed into place whole: Triton polling the repository
+// Each entry is made in a hidden folder beside it and renamed into place whole: Triton polling the repository
 // never sees half an entry, and one that exists is never overwritten.
-std::size_t write_triton_entry(const std::string& repo, const TritonSettings& ts, const TritonGraph& g,
-                               const std::vector<std::string>& labels,
-                               const std::function<std::size_t(const std::string&)>& write_onnx) {
+struct TritonEntry {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> files;  // path in the entry, contents
+  bool graph = false;                                       // 1/model.onnx, from write_onnx
+};
+
+std::size_t write_triton_entries(const std::string& repo, const std::vector<TritonEntry>& entries,
+                                 const std::function<std::size_t(const std::string&)>& write_onnx) {
   namespace fs = std::filesystem;
-  const fs::path entry = fs::path(repo) / ts.name;
-  if (fs::exists(entry)) {
-    throw Error("-o " + repo + ": " + entry.string() +
-                " already exists; nothing was overwritten (another --model-name, or remove it first)");
+  for (const auto& e : entries) {
+    if (fs::exists(fs::path(repo) / e.name)) {
+      throw Error("-o " + repo + ": " + (fs::path(repo) / e.name).string() +
+                  " already exists; nothing was overwritten (another --model-name, or remove it first)");
+    }
   }
   std::error_code ec;
   fs::create_directories(repo, ec);
   if (ec || !fs::is_directory(repo)) throw Error("-o " + repo + ": cannot create the repository folder: " + ec.message());
-  const fs::path partial = fs::path(repo) / ("." + ts.name + ".partial");
-  fs::remove_all(partial, ec);
-  fs::create_directories(partial / "1");
+  std::vector<fs::path> made;
+  const auto partial = [&](const TritonEntry& e) { return fs::path(repo) / ("." + e.name + ".partial"); };
   try {
-    const auto nodes = write_onnx((partial / "1" / "model.onnx").string());
-    write_file_atomically((partial / "config.pbtxt").string(), triton_config_text(ts, g));
-    if (!labels.empty()) {
-      std::string text;
-      for (const auto& l : labels) text += l + "\n";
-      write_file_atomically((partial / "labels.txt").string(), text);
+    std::size_t nodes = 0;
+    for (const auto& e : entries) {
+      fs::remove_all(partial(e), ec);
+      fs::create_directories(partial(e) / "1");
+      if (e.graph) nodes = write_onnx((partial(e) / "1" / "model.onnx").string());
+      for (const auto& [path, text] : e.files) write_file_atomically((partial(e) / path).string(), text);
     }
-    fs::rename(partial, entry);
+    for (const auto& e : entries) {
+      fs::rename(partial(e), fs::path(repo) / e.name);
+      made.push_back(fs::path(repo) / e.name);
+    }
     return nodes;
   } catch (...) {
-    fs::remove_all(partial, ec);
+    for (const auto& e : entries) fs::remove_all(partial(e), ec);
+    for (const auto& m : made) fs::remove_all(m, ec);
     throw;
   }
 }
@@ -200,15 +209,33 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
         labels = imagenet1k_class_names();
       }
       if (!labels.empty() && static_cast<std::int64_t>(labels.size()) != mo.num_classes) labels.clear();
-      TritonGraph g{o.fp16, o.image_size, mo.num_classes, !labels.empty(), dump_json(to_json(pre)), arch.name};
-      const auto nodes = write_triton_entry(a.output, ts, g, labels, [&](const std::string& onnx) {
+      TritonGraph g{o.fp16, o.image_size, mo.num_classes, !labels.empty(), dump_json(to_json(pre)), arch.name,
+                    pre.crop_ratio, pre.mean, pre.std, pre.interpolation};
+      if (g.interpolation != "bilinear" && g.interpolation != "bicubic") {
+        throw Error("--format triton: " + arch.name + "'s interpolation '" + g.interpolation +
+                    "' has no DALI equivalent here (bilinear | bicubic)");
+      }
+      std::string label_text;
+      for (const auto& l : labels) label_text += l + "\n";
+      std::vector<TritonEntry> entries{{ts.name, {{"config.pbtxt", triton_config_text(ts, g)}}, true}};
+      if (!labels.empty()) entries[0].files.emplace_back("labels.txt", label_text);
+      if (ts.preprocessing == "dali") {
+        entries.push_back({triton_preprocessing_name(ts),
+                           {{"config.pbtxt", triton_dali_config_text(ts, g)}, {"1/dali.py", triton_dali_pipeline(ts, g)}}});
+        entries.push_back({triton_ensemble_name(ts), {{"config.pbtxt", triton_ensemble_config_text(ts, g)}}});
+        if (!labels.empty()) entries.back().files.emplace_back("labels.txt", label_text);
+      }
+      const auto nodes = write_triton_entries(a.output, entries, [&](const std::string& onnx) {
         return export_onnx(*model, o, onnx);
       });
       return "export: " + arch.name + " -> Triton model repository " + a.output + ", model " + ts.name +
              " (config.pbtxt, 1/model.onnx: ONNX opset " + std::to_string(a.opset) + ", " + std::to_string(nodes) +
              " nodes, input batch<=" + std::to_string(ts.max_batch_size) + "x3x" + std::to_string(o.image_size) + "x" +
              std::to_string(o.image_size) + ", " + (plan ? std::string("INT8 QDQ") : a.dtype) +
-             (labels.empty() ? "" : ", labels.txt") + ")";
+             (labels.empty() ? "" : ", labels.txt") + ")" +
+             (ts.preprocessing == "dali" ? ", " + triton_preprocessing_name(ts) + " (DALI: encoded images to its input) and " +
+                                                triton_ensemble_name(ts) + " (encoded images in, logits out)"
+                                          : "");
     }
     const auto nodes = export_onnx(*model, o, a.output);
     return "export: " + arch.name + " -> " + a.output + " (ONNX opset " + std::to_string(a.opset) + ", " +

@@ -1,6 +1,7 @@
-// A Triton Inference Server model repository entry: config.pbtxt for convnets' ONNX graph, its labels file, and the checks on the settings.
+// A Triton Inference Server model repository: config.pbtxt for convnets' ONNX graph, the DALI preprocessing model and the ensemble that joins them, and the checks on the settings.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ struct TritonSettings {
   std::string instance_kind = "gpu";     // gpu | cpu
   std::string accelerator = "none";      // none | trt (ONNX Runtime's TensorRT execution provider)
   std::string trt_precision = "fp16";    // fp16 | fp32: TensorRT's precision_mode
+  // dali: also NAME_preprocessing (Triton's DALI backend: the eval transform from
+  // encoded image bytes) and NAME_ensemble (bytes in, logits out) | none
+  std::string preprocessing = "dali";
 };
 
 // The graph's side of the config: what export_onnx wrote.
@@ -30,6 +34,10 @@ struct TritonGraph {
   bool labels = false;          // labels.txt beside config.pbtxt
   std::string preprocessing;    // the model's eval preprocessing (JSON), for clients that decode themselves
   std::string arch;
+  // The eval transform's numbers, for the DALI pipeline.
+  double crop_ratio = 0.875;
+  std::array<double, 3> mean{}, std{};
+  std::string interpolation = "bilinear";  // bilinear | bicubic
 };
 
 // Throws Error naming the flag for a setting Triton would refuse or that
@@ -40,5 +48,14 @@ void check_triton_settings(const TritonSettings& s);
 // the onnxruntime backend, input "input" and output "logits" as export_onnx
 // names them, the batch dimension left to max_batch_size.
 std::string triton_config_text(const TritonSettings& s, const TritonGraph& g);
+
+// With preprocessing "dali": the DALI model's config.pbtxt, its 1/dali.py, and
+// the ensemble's config.pbtxt (input INPUT: one encoded image per batch item,
+// output LOGITS with the labels).
+std::string triton_dali_config_text(const TritonSettings& s, const TritonGraph& g);
+std::string triton_dali_pipeline(const TritonSettings& s, const TritonGraph& g);
+std::string triton_ensemble_config_text(const TritonSettings& s, const TritonGraph& g);
+std::string triton_preprocessing_name(const TritonSettings& s);
+std::string triton_ensemble_name(const TritonSettings& s);
 
 }  // namespace convnets::deploy

@@ -391,7 +391,8 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("instances", &deploy::TritonSettings::instances)
       .def_readwrite("instance_kind", &deploy::TritonSettings::instance_kind)
       .def_readwrite("accelerator", &deploy::TritonSettings::accelerator)
-      .def_readwrite("trt_precision", &deploy::TritonSettings::trt_precision);
+      .def_readwrite("trt_precision", &deploy::TritonSettings::trt_precision)
+      .def_readwrite("preprocessing", &deploy::TritonSettings::preprocessing);
 
   py::class_<data::PipelineOptions>(m, "PipelineOptions")
       .def(py::init<>())

@@ -100,6 +100,22 @@ def _made(name, command):
         return folder, True
 
 
+def randomise_batchnorm(tensors, seed=12):
+    """Gives a state dict's BatchNorms statistics and affine parameters far from 0/1, in place: random weights whose
+    BN folding matters and whose logits tell images apart. gamma ~ 0.8 sqrt(var) rescales every BN, yet a 101-layer
+    network stays well conditioned."""
+    import torch  # only the tests that randomise weights pay for it
+    g = torch.Generator().manual_seed(seed)
+    for k in [k for k in tensors if k.endswith("running_var")]:
+        base = k[: -len("running_var")]
+        var = torch.rand(tensors[k].shape, generator=g) + 0.5
+        tensors[k] = var
+        tensors[base + "running_mean"] = torch.randn(var.shape, generator=g) * 0.2
+        tensors[base + "bias"] = torch.randn(var.shape, generator=g) * 0.1
+        tensors[base + "weight"] = var.sqrt() * (0.7 + 0.2 * torch.rand(var.shape, generator=g))
+    return tensors
+
+
 def fashion_resnet8():
     """The shared Fashion-MNIST ResNet-8 training checkpoint (last.safetensors); unittest.SkipTest without the data."""
     if not os.path.isdir(FASHION):

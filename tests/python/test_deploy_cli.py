@@ -6,9 +6,13 @@ given as PNG files with the accuracy `eval` reports; JSON output; bad images and
 torchvision weights load into convnets and compute the same logits.
 `convnets export --format triton`: a Triton model repository entry whose config.pbtxt parses with Triton's own
 schema (tritonclient's model_config_pb2) and names the graph's inputs and outputs, whose graph gives convnets'
-logits in ONNX Runtime and OpenVINO, and which never overwrites an entry.
+logits in ONNX Runtime and OpenVINO, and which never overwrites an entry; its DALI preprocessing, serialized by
+PyPI's DALI as Triton's DALI backend does and run in DALI's CPU pipeline, gives convnets' eval tensors (CTest
+deploy_accuracy).
 """
+import glob
 import gzip
+import importlib.util
 import json
 import os
 import shutil
@@ -26,6 +30,8 @@ import torch
 import torchvision
 from google.protobuf import text_format
 from PIL import Image
+from nvidia.dali import Pipeline
+from nvidia.dali._utils.autoserialize import invoke_autoserialize
 from tritonclient.grpc import model_config_pb2
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
@@ -291,7 +297,9 @@ class TritonRepository(unittest.TestCase):
         self.assertIn("Triton model repository " + repo + ", model fashion", r.stdout)
         entry = os.path.join(repo, "fashion")
         files = sorted(os.path.relpath(os.path.join(d, f), repo) for d, _, fs in os.walk(repo) for f in fs)
-        self.assertEqual(files, ["fashion/1/model.onnx", "fashion/config.pbtxt", "fashion/labels.txt"])
+        self.assertEqual(files, ["fashion/1/model.onnx", "fashion/config.pbtxt", "fashion/labels.txt",
+                                 "fashion_ensemble/config.pbtxt", "fashion_ensemble/labels.txt",
+                                 "fashion_preprocessing/1/dali.py", "fashion_preprocessing/config.pbtxt"])
         c = triton_config(entry)
         self.assertEqual((c.name, c.backend, c.max_batch_size), ("fashion", "onnxruntime", 32))
         self.assertEqual(list(c.dynamic_batching.preferred_batch_size), [8, 16])
@@ -321,9 +329,10 @@ class TritonRepository(unittest.TestCase):
 
     def test_the_graph_gives_convnets_logits_in_onnx_runtime_openvino_and_classify(self):
         repo = os.path.join(self.tmp, "repo-logits")
-        r = self.export(repo, "--instance-kind", "cpu")
+        r = self.export(repo, "--instance-kind", "cpu", "--preprocessing", "none")
         self.assertEqual(r.returncode, 0, r.stderr)
-        entry = os.path.join(repo, "resnet8")  # the arch names the entry by default
+        self.assertEqual(os.listdir(repo), ["resnet8"])  # the arch names the entry by default; no DALI step
+        entry = os.path.join(repo, "resnet8")
         c = triton_config(entry)
         self.assertEqual(c.instance_group[0].kind, model_config_pb2.ModelInstanceGroup.KIND_CPU)
         self.assertFalse(c.HasField("optimization"))
@@ -387,7 +396,12 @@ class TritonRepository(unittest.TestCase):
              "--backend-accelerator trt needs --instance-kind gpu"),
             (["--model-name", "x", "--batch-size", "4"], "--batch-size and --dynamic-batch apply to --format onnx"),
             (["--model-name", "x", "--key-style", "dle"], "--key-style applies to --format safetensors"),
+            # One of the three entries taken is enough to refuse them all.
+            (["--model-name", "kept_preprocessing", "--preprocessing", "none"], "kept_preprocessing already exists"),
         ]
+        os.makedirs(os.path.join(repo, "y_ensemble"))
+        listing.append("y_ensemble")
+        cases.append((["--model-name", "y"], repo + "/y_ensemble already exists"))
         for flags, message in cases:
             with self.subTest(flags=flags):
                 r = self.export(repo, *flags)
@@ -396,10 +410,111 @@ class TritonRepository(unittest.TestCase):
         r = self.export(repo, "--model-name", "x", "--instance-kind", "tpu")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--instance-kind", r.stderr)
-        self.assertEqual(sorted(os.listdir(repo)), listing)  # no entry, no partial folder
+        self.assertEqual(sorted(os.listdir(repo)), sorted(listing))  # no entry, no partial folder
         with open(config, "rb") as f:
             self.assertEqual(f.read(), before)
 
+
+
+IMAGENET_LIKE = os.environ.get("CONVNETS_IMAGENET_LIKE", "")
+
+
+@unittest.skipUnless(os.path.isdir(IMAGENET_LIKE), "no ImageNet-like JPEG set (CTest's imagenet_like fixture)")
+class TritonEnsemble(unittest.TestCase):
+    """The ensemble's DALI step against convnets' eval transform and classify, on 100 JPEGs of several sizes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-ensemble-")
+        # Random ResNet-18 weights with BatchNorm statistics far from 0/1, so that images get different classes.
+        init = os.path.join(cls.tmp, "init.safetensors")
+        r = convnets("models", "--arch", "resnet18", "--seed", "5", "--save", init)
+        assert r.returncode == 0, r.stderr
+        tensors, meta = pth2safetensors.read_safetensors(init)
+        fixtures.randomise_batchnorm(tensors, seed=12)
+        cls.weights = os.path.join(cls.tmp, "r18.safetensors")
+        pth2safetensors.write_safetensors(cls.weights, tensors, meta)
+        cls.repo = os.path.join(cls.tmp, "repo")
+        r = convnets("export", "--checkpoint", cls.weights, "--arch", "resnet18", "--format", "triton", "-o", cls.repo,
+                     "--instance-kind", "cpu", "--max-batch-size", "64")
+        assert r.returncode == 0, r.stderr
+        cls.files = (sorted(glob.glob(os.path.join(IMAGENET_LIKE, "val", "*", "*.JPEG"))) +
+                     sorted(glob.glob(os.path.join(IMAGENET_LIKE, "train", "*", "*.JPEG"))))[:100]
+        assert len(cls.files) == 100, len(cls.files)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_the_ensemble_joins_its_models_by_their_tensors(self):
+        configs = {name: triton_config(os.path.join(self.repo, name)) for name in os.listdir(self.repo)}
+        self.assertEqual(sorted(configs), ["resnet18", "resnet18_ensemble", "resnet18_preprocessing"])
+        ensemble, dali = configs["resnet18_ensemble"], configs["resnet18_preprocessing"]
+        self.assertEqual((ensemble.platform, dali.backend), ("ensemble", "dali"))
+        tensors = {"INPUT": (ensemble.input[0].data_type, list(ensemble.input[0].dims))}
+        for step in ensemble.ensemble_scheduling.step:
+            model = configs[step.model_name]
+            self.assertEqual(model.max_batch_size, ensemble.max_batch_size)
+            inputs = {t.name: (t.data_type, list(t.dims)) for t in model.input}
+            outputs = {t.name: (t.data_type, list(t.dims)) for t in model.output}
+            self.assertEqual(set(step.input_map), set(inputs), step.model_name)
+            self.assertEqual(set(step.output_map), set(outputs), step.model_name)
+            for name, tensor in step.input_map.items():
+                self.assertEqual(tensors[tensor], inputs[name], (step.model_name, name))  # type and shape flow on
+            for name, tensor in step.output_map.items():
+                tensors[tensor] = outputs[name]
+        self.assertEqual(tensors["LOGITS"], (ensemble.output[0].data_type, list(ensemble.output[0].dims)))
+        with open(os.path.join(self.repo, "resnet18_ensemble", "labels.txt")) as f:
+            labels = f.read().splitlines()
+        self.assertEqual((len(labels), labels[0]), (1000, "tench"))  # ImageNet's, as classify names them
+        with open(os.path.join(self.repo, "resnet18", "labels.txt")) as f:
+            self.assertEqual(f.read().splitlines(), labels)
+
+    def test_the_serialized_dali_step_gives_convnets_eval_tensors_and_classify_top1(self):
+        # As Triton's DALI backend does with 1/dali.py: serialize its @autoserialize pipeline, then load that.
+        source = os.path.join(self.repo, "resnet18_preprocessing", "1", "dali.py")
+        spec = importlib.util.spec_from_file_location("convnets_dali_model", source)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        serialized = os.path.join(self.tmp, "model.dali")
+        invoke_autoserialize(module, serialized)
+        pipe = Pipeline.deserialize(filename=serialized, num_threads=1, device_id=None)
+        pipe.build()
+        batches = []
+        for i in range(0, len(self.files), 64):
+            chunk = self.files[i:i + 64]
+            pipe.feed_input("DALI_INPUT_0", [np.fromfile(f, dtype=np.uint8) for f in chunk])
+            out, = pipe.run()
+            batches += [np.array(out[j]) for j in range(len(chunk))]
+        dali = np.stack(batches)
+        self.assertEqual(dali.shape, (100, 3, 224, 224))
+        # convnets' eval transform of the same files (the package's loader, normalized as the model sees it).
+        listing = os.path.join(self.tmp, "files.txt")
+        with open(listing, "w") as f:
+            f.writelines(f"{path} 0\n" for path in self.files)
+        sys.path.insert(0, os.environ["CONVNETS_PYTHONPATH"])
+        from convnets.data import Loader  # the package; `convnets` here is this module's command runner
+        loader = Loader(listing, train=False, image_size=224, crop_ratio=0.875, batch_size=100,
+                                      workers=1, normalize=True)
+        ours = next(iter(loader))[0].float().numpy()
+        # DALI's resampling against convnets' (PIL's): one level of 255 at most, bilinear (measured 2026-11-26:
+        # mean 0.16, max 1.00; bicubic reaches 5).
+        levels = np.abs(dali - ours) * np.array([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1) * 255
+        self.assertLessEqual(float(levels.max()), 1.0 + 1e-3)
+        self.assertLess(float(levels.mean()), 0.5)
+        # The ensemble's second step on DALI's tensors against classify on the files.
+        so = onnxruntime.SessionOptions()
+        so.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+        sess = onnxruntime.InferenceSession(os.path.join(self.repo, "resnet18", "1", "model.onnx"), so,
+                                            providers=["CPUExecutionProvider"])
+        ensemble = np.concatenate([sess.run(["logits"], {"input": dali[i:i + 25]})[0].argmax(1)
+                                   for i in range(0, 100, 25)])
+        r = convnets("classify", *self.files, "--checkpoint", self.weights, "--arch", "resnet18", "--json",
+                     "--top-k", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        classify = np.array([x["top"][0]["index"] for x in json.loads(r.stdout)["results"]])
+        self.assertGreaterEqual(len(set(classify.tolist())), 5, "the network must tell the images apart")
+        self.assertGreaterEqual(int((ensemble == classify).sum()), 99)
 
 if __name__ == "__main__":
     unittest.main()

@@ -18,6 +18,7 @@ import torch
 from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
+import fixtures  # noqa: E402
 import pth2safetensors  # noqa: E402
 import runner  # noqa: E402
 
@@ -69,15 +70,7 @@ class OnnxCase(unittest.TestCase):
         r = convnets("models", "--arch", arch, "--num-classes", "10", "--seed", "11", "--save", init)
         self.assertEqual(r.returncode, 0, r.stderr)
         tensors, meta = pth2safetensors.read_safetensors(init)
-        g = torch.Generator().manual_seed(12)
-        for k in [k for k in tensors if k.endswith("running_var")]:
-            base = k[: -len("running_var")]
-            var = torch.rand(tensors[k].shape, generator=g) + 0.5
-            tensors[k] = var
-            tensors[base + "running_mean"] = torch.randn(var.shape, generator=g) * 0.2
-            tensors[base + "bias"] = torch.randn(var.shape, generator=g) * 0.1
-            # gamma ~ 0.8 sqrt(var): every BN rescales, yet a 101-layer net stays well conditioned.
-            tensors[base + "weight"] = var.sqrt() * (0.7 + 0.2 * torch.rand(var.shape, generator=g))
+        fixtures.randomise_batchnorm(tensors, seed=12)
         path = self.path(arch + ".safetensors")
         pth2safetensors.write_safetensors(path, tensors, meta)
         return path

@@ -765,8 +765,10 @@ class Checkpoints(unittest.TestCase):
             "--max-batch-size", "16", "--preferred-batch-sizes", "4,8", "--max-queue-delay-us", "50",
             "--engine-count-per-device", "2", "--backend-accelerator", "trt", "--trt-precision", "fp32")
         self.assertIn(repos[1], convnets.export(self.ckpt, repos[1], format="triton", **flags))
-        for name in ("config.pbtxt", "labels.txt", os.path.join("1", "model.onnx")):
-            with open(os.path.join(repos[0], "m", name), "rb") as fa, open(os.path.join(repos[1], "m", name), "rb") as fb:
+        written = sorted(os.path.relpath(os.path.join(d, f), repos[0]) for d, _, fs in os.walk(repos[0]) for f in fs)
+        self.assertEqual(len(written), 7)  # the graph's entry, the DALI step and the ensemble
+        for name in written:
+            with open(os.path.join(repos[0], name), "rb") as fa, open(os.path.join(repos[1], name), "rb") as fb:
                 self.assertEqual(fa.read(), fb.read(), name)
         with open(os.path.join(repos[1], "m", "config.pbtxt")) as f:
             self.assertIn('parameters { key: "precision_mode" value: "FP32" }', f.read())
