@@ -169,6 +169,30 @@ def tar_seeds(rng):
     put("tar", "shard-gnu-3ranks", b"\x02\x03\x01" + gnu)
 
 
+def kserve_seeds():
+    # fuzz_kserve.cpp: a flags byte (bit 0: binary extension), the header length (2 bytes), the body.
+    def request(name, body, header=None):
+        flags = 1 if header is not None else 0
+        put("kserve", name, bytes([flags]) + struct.pack("<H", header or 0) + body)
+
+    request("json-fp32.json", json.dumps({"id": "a", "inputs": [{"name": "input", "shape": [1, 2, 2],
+                                                                   "datatype": "FP32", "data": [[1, 2], [3.5, -4]]}],
+                                          "outputs": [{"name": "logits", "parameters": {"classification": 3}}]}).encode())
+    request("json-types.json", json.dumps({"inputs": [
+        {"name": "b", "shape": [2], "datatype": "BOOL", "data": [True, False]},
+        {"name": "u", "shape": [2], "datatype": "UINT16", "data": [1, 65535]},
+        {"name": "i", "shape": [1], "datatype": "INT64", "data": [-9]},
+        {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["label"]}]}).encode())
+    image = b"\xff\xd8\xff\xe0" + bytes(range(40))
+    items = struct.pack("<I", len(image)) + image + struct.pack("<I", 3) + b"abc"
+    floats = struct.pack("<2f", 0.5, -1.0)
+    head = json.dumps({"inputs": [
+        {"name": "image", "shape": [2, 1], "datatype": "BYTES", "parameters": {"binary_data_size": len(items)}},
+        {"name": "t", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": 8}}],
+        "parameters": {"binary_data_output": True}}).encode()
+    request("binary.bin", head + items + floats, header=len(head))
+
+
 if __name__ == "__main__":
     rng = np.random.default_rng(21)
     image_seeds(rng)
@@ -178,3 +202,4 @@ if __name__ == "__main__":
     safetensors_seeds()
     torch_save_seeds()
     tar_seeds(rng)
+    kserve_seeds()

@@ -20,6 +20,7 @@ FLOORS = {
     "export": 5,                                 # ONNX export of float and quantized graphs
     "deploy": 6,                                 # inference engines, checkpoint and ONNX models, export
     "bench": 7,                                  # bench train is handed the training step (train/bench_step.h)
+    "serve": 7,                                  # the inference server, on deploy/'s engines
     "train": 8,
     "cli": 9, "python": 9,
 }

@@ -1,0 +1,48 @@
+// Fuzz target: the KServe v2 / Triton infer request body (serve/kserve.h), JSON and binary tensors, and the
+// response written from what parsed. First byte: bit 0 set, the next two (little-endian) are the
+// Inference-Header-Content-Length; the rest is the body.
+#include "serve/kserve.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+
+using namespace convnets::serve;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 3) return 0;
+  std::optional<std::size_t> header;
+  if (data[0] & 1) header = static_cast<std::size_t>(data[1] | (data[2] << 8));
+  const std::string_view body(reinterpret_cast<const char*>(data + 3), size - 3);
+  Limits limits;
+  limits.max_elements = 1 << 20;
+  InferRequest r;
+  try {
+    r = parse_infer_request(body, header, limits);
+  } catch (const ProtocolError& e) {
+    if (e.status() != 400 && e.status() != 413) std::abort();
+    return 0;
+  }
+  // Every tensor that parsed holds exactly its shape's elements.
+  for (const auto& t : r.inputs) {
+    const auto n = t.element_count();
+    if (t.datatype == DataType::Bytes ? static_cast<std::int64_t>(t.elements.size()) != n
+                                      : t.data.size() != static_cast<std::size_t>(n) * element_size(t.datatype)) {
+      std::abort();
+    }
+  }
+  // Written back as a response, JSON and binary: the JSON part must parse, and binary sizes must add up.
+  InferResponse out;
+  out.model_name = "fuzz";
+  out.outputs = r.inputs;
+  for (std::size_t i = 0; i < out.outputs.size(); ++i) out.binary.push_back((i + data[0]) % 2 == 0);
+  std::optional<std::size_t> length;
+  const std::string text = write_infer_response(out, length);
+  const auto j = nlohmann::json::parse(length ? text.substr(0, *length) : text);
+  std::size_t binary = 0;
+  for (const auto& o : j["outputs"]) {
+    if (o.contains("parameters")) binary += o["parameters"]["binary_data_size"].get<std::size_t>();
+  }
+  if (binary != (length ? text.size() - *length : 0)) std::abort();
+  return 0;
+}

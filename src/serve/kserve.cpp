@@ -1,0 +1,391 @@
+#include "serve/kserve.h"
+
+#include "core/json.h"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace convnets::serve {
+namespace {
+
+constexpr std::array<std::pair<const char*, DataType>, 13> kTypes{{{"BOOL", DataType::Bool},
+                                                                   {"UINT8", DataType::UInt8},
+                                                                   {"UINT16", DataType::UInt16},
+                                                                   {"UINT32", DataType::UInt32},
+                                                                   {"UINT64", DataType::UInt64},
+                                                                   {"INT8", DataType::Int8},
+                                                                   {"INT16", DataType::Int16},
+                                                                   {"INT32", DataType::Int32},
+                                                                   {"INT64", DataType::Int64},
+                                                                   {"FP16", DataType::Fp16},
+                                                                   {"FP32", DataType::Fp32},
+                                                                   {"FP64", DataType::Fp64},
+                                                                   {"BYTES", DataType::Bytes}}};
+
+[[noreturn]] void bad(const std::string& what) { throw ProtocolError(400, what); }
+[[noreturn]] void too_large(const std::string& what) { throw ProtocolError(413, what); }
+
+std::string in_quotes(const std::string& name) {
+  std::string text = "'";
+  text += utf8_escaped(name);
+  text += '\'';
+  return text;
+}
+
+template <typename T>
+void append(std::string& out, T v) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &v, sizeof(T));  // x86-64 and aarch64 are little-endian, as the protocol is
+  out.append(bytes, sizeof(T));
+}
+
+template <typename T>
+T load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// IEEE half to float, for an FP16 output sent as JSON.
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu;
+  if (exp == 0) return (sign ? -1.0f : 1.0f) * std::ldexp(static_cast<float>(mant), -24);
+  std::uint32_t bits = exp == 31 ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112) << 23) | (mant << 13));
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <typename T>
+void append_integer(std::string& out, const nlohmann::json& v, const std::string& tensor) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) bad(tensor + ": " + v.dump() + " is out of range");
+    append<T>(out, static_cast<T>(u));
+  } else if (v.is_number_integer()) {
+    const auto i = v.get<std::int64_t>();
+    if constexpr (std::is_unsigned_v<T>) {
+      if (i < 0) bad(tensor + ": " + v.dump() + " is out of range");
+      if (static_cast<std::uint64_t>(i) > std::numeric_limits<T>::max()) bad(tensor + ": " + v.dump() + " is out of range");
+    } else {
+      if (i < std::numeric_limits<T>::min() || i > std::numeric_limits<T>::max()) {
+        bad(tensor + ": " + v.dump() + " is out of range");
+      }
+    }
+    append<T>(out, static_cast<T>(i));
+  } else {
+    bad(tensor + ": expected integers, got " + std::string(v.type_name()));
+  }
+}
+
+// One JSON element into the tensor.
+void append_element(Tensor& t, const nlohmann::json& v, const std::string& where) {
+  switch (t.datatype) {
+    case DataType::Bool:
+      if (!v.is_boolean()) bad(where + ": BOOL data must be true or false, got " + std::string(v.type_name()));
+      t.data.push_back(v.get<bool>() ? 1 : 0);
+      return;
+    case DataType::UInt8: return append_integer<std::uint8_t>(t.data, v, where);
+    case DataType::UInt16: return append_integer<std::uint16_t>(t.data, v, where);
+    case DataType::UInt32: return append_integer<std::uint32_t>(t.data, v, where);
+    case DataType::UInt64: return append_integer<std::uint64_t>(t.data, v, where);
+    case DataType::Int8: return append_integer<std::int8_t>(t.data, v, where);
+    case DataType::Int16: return append_integer<std::int16_t>(t.data, v, where);
+    case DataType::Int32: return append_integer<std::int32_t>(t.data, v, where);
+    case DataType::Int64: return append_integer<std::int64_t>(t.data, v, where);
+    case DataType::Fp16:
+      bad(where + ": FP16 data has no JSON form; send it as binary data (Triton's binary tensor extension)");
+    case DataType::Fp32:
+      if (!v.is_number()) bad(where + ": FP32 data must be numbers, got " + std::string(v.type_name()));
+      append<float>(t.data, v.get<float>());
+      return;
+    case DataType::Fp64:
+      if (!v.is_number()) bad(where + ": FP64 data must be numbers, got " + std::string(v.type_name()));
+      append<double>(t.data, v.get<double>());
+      return;
+    case DataType::Bytes:
+      if (!v.is_string()) bad(where + ": BYTES data must be strings, got " + std::string(v.type_name()));
+      t.elements.push_back(v.get<std::string>());
+      return;
+  }
+}
+
+// "data", flat or nested row-major (the protocol allows both), element by element; parse_json bounded the depth.
+void read_json_data(Tensor& t, const nlohmann::json& data, std::int64_t expected, const std::string& where) {
+  std::int64_t count = 0;
+  std::vector<std::pair<const nlohmann::json*, std::size_t>> stack{{&data, 0}};
+  if (!data.is_array()) bad(where + ": \"data\" must be an array");
+  while (!stack.empty()) {
+    auto& [array, next] = stack.back();
+    if (next == array->size()) {
+      stack.pop_back();
+      continue;
+    }
+    const nlohmann::json& v = (*array)[next++];
+    if (v.is_array()) {
+      stack.emplace_back(&v, 0);
+      continue;
+    }
+    if (++count > expected) bad(where + ": \"data\" holds more than the shape's " + std::to_string(expected) + " elements");
+    append_element(t, v, where);
+  }
+  if (count != expected) {
+    bad(where + ": \"data\" holds " + std::to_string(count) + " elements, the shape " + std::to_string(expected));
+  }
+}
+
+void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where) {
+  if (t.datatype != DataType::Bytes) {
+    const auto need = static_cast<std::uint64_t>(expected) * element_size(t.datatype);
+    if (bytes.size() != need) {
+      bad(where + ": binary_data_size " + std::to_string(bytes.size()) + " is not the shape's " + std::to_string(expected) +
+          " elements of " + std::to_string(element_size(t.datatype)) + " bytes (" + std::to_string(need) + ")");
+    }
+    t.data.assign(bytes.data(), bytes.size());
+    return;
+  }
+  // BYTES: each element a 4-byte little-endian length, then that many bytes.
+  std::size_t at = 0;
+  while (at < bytes.size()) {
+    if (static_cast<std::int64_t>(t.elements.size()) == expected) {
+      bad(where + ": the binary data holds more than the shape's " + std::to_string(expected) + " elements");
+    }
+    if (bytes.size() - at < 4) bad(where + ": the binary data ends inside an element's 4-byte length");
+    const std::uint32_t n = load<std::uint32_t>(bytes.data() + at);
+    at += 4;
+    if (n > bytes.size() - at) {
+      bad(where + ": element " + std::to_string(t.elements.size()) + " claims " + std::to_string(n) + " bytes, " +
+          std::to_string(bytes.size() - at) + " remain");
+    }
+    t.elements.emplace_back(bytes.data() + at, n);
+    at += n;
+  }
+  if (static_cast<std::int64_t>(t.elements.size()) != expected) {
+    bad(where + ": the binary data holds " + std::to_string(t.elements.size()) + " elements, the shape " +
+        std::to_string(expected));
+  }
+}
+
+std::string name_of(const nlohmann::json& j, const Limits& limits, const std::string& where) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) bad(where + ": expected an object with a \"name\"");
+  auto name = j["name"].get<std::string>();
+  if (name.empty() || name.size() > limits.max_name_bytes) {
+    bad(where + ": a name of 1.." + std::to_string(limits.max_name_bytes) + " bytes, got " + std::to_string(name.size()));
+  }
+  return name;
+}
+
+// A parameters object's value of one type, or none; anything else under that key is an error naming it.
+template <typename T>
+std::optional<T> parameter(const nlohmann::json& parent, const char* key, const std::string& where) {
+  if (!parent.contains("parameters")) return std::nullopt;
+  const auto& p = parent["parameters"];
+  if (!p.is_object()) bad(where + ": \"parameters\" must be an object");
+  if (!p.contains(key)) return std::nullopt;
+  const auto& v = p[key];
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) bad(where + ": parameter \"" + key + "\" must be true or false");
+  } else {
+    if (!v.is_number_integer()) bad(where + ": parameter \"" + key + "\" must be an integer");
+  }
+  return v.get<T>();
+}
+
+}  // namespace
+
+std::optional<DataType> datatype_of(std::string_view name) {
+  for (const auto& [n, t] : kTypes) {
+    if (name == n) return t;
+  }
+  return std::nullopt;
+}
+
+const char* datatype_name(DataType t) {
+  for (const auto& [n, type] : kTypes) {
+    if (type == t) return n;
+  }
+  return "?";
+}
+
+std::size_t element_size(DataType t) {
+  switch (t) {
+    case DataType::Bool: case DataType::UInt8: case DataType::Int8: return 1;
+    case DataType::UInt16: case DataType::Int16: case DataType::Fp16: return 2;
+    case DataType::UInt32: case DataType::Int32: case DataType::Fp32: return 4;
+    case DataType::UInt64: case DataType::Int64: case DataType::Fp64: return 8;
+    case DataType::Bytes: return 0;
+  }
+  return 0;
+}
+
+std::int64_t Tensor::element_count() const {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+std::size_t parse_header_length(std::string_view value) {
+  if (value.empty() || value.size() > 18) bad("Inference-Header-Content-Length: expected a byte count, got '" + std::string(value) + "'");
+  std::size_t n = 0;
+  for (const char c : value) {
+    if (c < '0' || c > '9') bad("Inference-Header-Content-Length: expected a byte count, got '" + std::string(value) + "'");
+    n = n * 10 + static_cast<std::size_t>(c - '0');
+  }
+  return n;
+}
+
+InferRequest parse_infer_request(std::string_view body, std::optional<std::size_t> header_length, const Limits& limits) {
+  if (body.size() > limits.max_body_bytes) {
+    too_large("the request body is " + std::to_string(body.size()) + " bytes, over the limit of " +
+              std::to_string(limits.max_body_bytes));
+  }
+  if (header_length && *header_length > body.size()) {
+    bad("Inference-Header-Content-Length " + std::to_string(*header_length) + " is past the body's " +
+        std::to_string(body.size()) + " bytes");
+  }
+  const std::string_view header = header_length ? body.substr(0, *header_length) : body;
+  std::string_view binary = header_length ? body.substr(*header_length) : std::string_view{};
+  nlohmann::json j;
+  try {
+    j = parse_json(header, "the request");
+  } catch (const Error& e) {
+    bad(std::string("failed to parse the request JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad("the request must be a JSON object");
+  InferRequest r;
+  if (j.contains("id")) {
+    if (!j["id"].is_string()) bad("\"id\" must be a string");
+    r.id = j["id"].get<std::string>();
+  }
+  r.binary_data_output = parameter<bool>(j, "binary_data_output", "the request").value_or(false);
+  if (auto t = parameter<std::int64_t>(j, "timeout", "the request")) {
+    if (*t < 0) bad("parameter \"timeout\" must be 0 or more microseconds");
+    r.timeout_us = *t;
+  }
+  if (!j.contains("inputs") || !j["inputs"].is_array() || j["inputs"].empty()) bad("\"inputs\" must be a non-empty array");
+  if (j["inputs"].size() > limits.max_inputs) {
+    too_large(std::to_string(j["inputs"].size()) + " inputs, over the limit of " + std::to_string(limits.max_inputs));
+  }
+  for (const auto& in : j["inputs"]) {
+    Tensor t;
+    t.name = name_of(in, limits, "an input");
+    const std::string where = "input " + in_quotes(t.name);
+    for (const auto& other : r.inputs) {
+      if (other.name == t.name) bad(where + " appears twice");
+    }
+    if (!in.contains("datatype") || !in["datatype"].is_string()) bad(where + ": no \"datatype\"");
+    const auto type = datatype_of(in["datatype"].get<std::string>());
+    if (!type) bad(where + ": unknown datatype " + in_quotes(in["datatype"].get<std::string>()) + " (BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BYTES)");
+    t.datatype = *type;
+    if (!in.contains("shape") || !in["shape"].is_array()) bad(where + ": no \"shape\" array");
+    if (static_cast<int>(in["shape"].size()) > limits.max_dims) {
+      too_large(where + ": " + std::to_string(in["shape"].size()) + " dimensions, over the limit of " + std::to_string(limits.max_dims));
+    }
+    std::int64_t elements = 1;
+    for (const auto& d : in["shape"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0) bad(where + ": shape entries must be integers of 0 or more");
+      const auto dim = d.get<std::int64_t>();
+      if (dim > limits.max_elements || (dim > 0 && elements > limits.max_elements / dim)) {
+        too_large(where + ": the shape " + in["shape"].dump() + " holds more than " + std::to_string(limits.max_elements) + " elements");
+      }
+      elements *= dim;
+      t.shape.push_back(dim);
+    }
+    const auto binary_size = parameter<std::int64_t>(in, "binary_data_size", where);
+    if (binary_size) {
+      if (!header_length) bad(where + ": binary_data_size without an Inference-Header-Content-Length header");
+      if (in.contains("data")) bad(where + ": both \"data\" and binary_data_size");
+      if (*binary_size < 0 || static_cast<std::uint64_t>(*binary_size) > binary.size()) {
+        bad(where + ": binary_data_size " + std::to_string(*binary_size) + " is past the " + std::to_string(binary.size()) +
+            " bytes of binary data left");
+      }
+      read_binary_data(t, binary.substr(0, static_cast<std::size_t>(*binary_size)), elements, where);
+      binary.remove_prefix(static_cast<std::size_t>(*binary_size));
+    } else {
+      if (!in.contains("data")) bad(where + ": no \"data\" and no binary_data_size");
+      read_json_data(t, in["data"], elements, where);
+    }
+    r.inputs.push_back(std::move(t));
+  }
+  if (!binary.empty()) bad(std::to_string(binary.size()) + " bytes of binary data after the last input's");
+  if (j.contains("outputs")) {
+    if (!j["outputs"].is_array()) bad("\"outputs\" must be an array");
+    if (j["outputs"].size() > limits.max_outputs) {
+      too_large(std::to_string(j["outputs"].size()) + " outputs requested, over the limit of " + std::to_string(limits.max_outputs));
+    }
+    for (const auto& out : j["outputs"]) {
+      RequestedOutput o;
+      o.name = name_of(out, limits, "a requested output");
+      const std::string where = "output " + in_quotes(o.name);
+      o.binary = parameter<bool>(out, "binary_data", where).value_or(r.binary_data_output);
+      o.classification = parameter<std::int64_t>(out, "classification", where).value_or(0);
+      if (o.classification < 0) bad(where + ": classification must be 0 or more");
+      r.outputs.push_back(std::move(o));
+    }
+  }
+  return r;
+}
+
+std::string write_infer_response(const InferResponse& r, std::optional<std::size_t>& header_length) {
+  nlohmann::json j{{"model_name", r.model_name}, {"model_version", r.model_version}};
+  if (!r.id.empty()) j["id"] = r.id;
+  std::string tail;
+  j["outputs"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.outputs.size(); ++i) {
+    const Tensor& t = r.outputs[i];
+    nlohmann::json o{{"name", t.name}, {"datatype", datatype_name(t.datatype)}, {"shape", t.shape}};
+    if (i < r.binary.size() && r.binary[i]) {
+      std::string bytes;
+      if (t.datatype == DataType::Bytes) {
+        for (const auto& e : t.elements) {
+          append<std::uint32_t>(bytes, static_cast<std::uint32_t>(e.size()));
+          bytes += e;
+        }
+      } else {
+        bytes = t.data;
+      }
+      o["parameters"] = {{"binary_data_size", bytes.size()}};
+      tail += bytes;
+    } else {
+      nlohmann::json data = nlohmann::json::array();
+      const std::size_t size = element_size(t.datatype);
+      const std::size_t n = t.datatype == DataType::Bytes ? t.elements.size() : t.data.size() / size;
+      for (std::size_t k = 0; k < n; ++k) {
+        const char* p = t.data.data() + k * size;
+        switch (t.datatype) {
+          case DataType::Bool: data.push_back(p[0] != 0); break;
+          case DataType::UInt8: data.push_back(load<std::uint8_t>(p)); break;
+          case DataType::UInt16: data.push_back(load<std::uint16_t>(p)); break;
+          case DataType::UInt32: data.push_back(load<std::uint32_t>(p)); break;
+          case DataType::UInt64: data.push_back(load<std::uint64_t>(p)); break;
+          case DataType::Int8: data.push_back(load<std::int8_t>(p)); break;
+          case DataType::Int16: data.push_back(load<std::int16_t>(p)); break;
+          case DataType::Int32: data.push_back(load<std::int32_t>(p)); break;
+          case DataType::Int64: data.push_back(load<std::int64_t>(p)); break;
+          case DataType::Fp16: data.push_back(half_to_float(load<std::uint16_t>(p))); break;
+          case DataType::Fp32: data.push_back(load<float>(p)); break;
+          case DataType::Fp64: data.push_back(load<double>(p)); break;
+          case DataType::Bytes: data.push_back(t.elements[k]); break;
+        }
+      }
+      o["data"] = std::move(data);
+    }
+    j["outputs"].push_back(std::move(o));
+  }
+  std::string text = dump_json(j);
+  if (tail.empty()) {
+    header_length.reset();
+    return text;
+  }
+  header_length = text.size();
+  return text + tail;
+}
+
+std::string error_body(const std::string& message) { return dump_json(nlohmann::json{{"error", message}}); }
+
+}  // namespace convnets::serve

@@ -1,0 +1,89 @@
+// The KServe v2 (Triton) inference protocol's HTTP bodies: infer requests parsed under limits, JSON or Triton's binary tensor extension, and responses written back.
+#pragma once
+
+#include "core/error.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace convnets::serve {
+
+// The protocol's tensor datatypes (KServe v2 "Tensor Data Types").
+enum class DataType { Bool, UInt8, UInt16, UInt32, UInt64, Int8, Int16, Int32, Int64, Fp16, Fp32, Fp64, Bytes };
+std::optional<DataType> datatype_of(std::string_view name);
+const char* datatype_name(DataType t);
+std::size_t element_size(DataType t);  // bytes per element; 0 for BYTES
+
+struct Tensor {
+  std::string name;
+  DataType datatype = DataType::Fp32;
+  std::vector<std::int64_t> shape;
+  std::string data;                   // fixed-size types: the elements little-endian, row-major, packed
+  std::vector<std::string> elements;  // BYTES: one string per element (an encoded image, a label line)
+  std::int64_t element_count() const;
+};
+
+// One entry of a request's "outputs": which output, in what form. `classification` > 0 asks for Triton's
+// classification extension: the top k as "score:index[:label]" strings instead of the tensor.
+struct RequestedOutput {
+  std::string name;
+  bool binary = false;
+  std::int64_t classification = 0;
+};
+
+struct InferRequest {
+  std::string id;
+  std::vector<Tensor> inputs;
+  std::vector<RequestedOutput> outputs;  // empty: every output
+  bool binary_data_output = false;       // parameters.binary_data_output: outputs not named come back binary
+  std::optional<std::int64_t> timeout_us;  // parameters.timeout (Triton's), microseconds
+};
+
+// What one request may hold. The HTTP layer bounds the body before it is read; these bound what it declares.
+struct Limits {
+  std::size_t max_body_bytes = std::size_t{64} << 20;
+  std::size_t max_inputs = 16;
+  std::size_t max_outputs = 16;
+  int max_dims = 8;
+  std::int64_t max_elements = std::int64_t{1} << 26;  // per tensor
+  std::size_t max_name_bytes = 256;
+};
+
+// A request the protocol or the limits refuse. `status` is the HTTP status Triton answers with (400 for a
+// malformed or inconsistent request, 413 for one over a size limit); what() is the error text.
+class ProtocolError : public Error {
+ public:
+  ProtocolError(int status, const std::string& what) : Error(what), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+// `body` is the HTTP body; `header_length` the Inference-Header-Content-Length header when the request carries
+// binary tensors (the JSON is then the body's first header_length bytes, the tensors' bytes follow in the
+// order of the inputs that declare parameters.binary_data_size). Throws ProtocolError.
+InferRequest parse_infer_request(std::string_view body, std::optional<std::size_t> header_length,
+                                 const Limits& limits = {});
+
+// The value of an Inference-Header-Content-Length header: a decimal count, or ProtocolError 400.
+std::size_t parse_header_length(std::string_view value);
+
+struct InferResponse {
+  std::string model_name, model_version, id;
+  std::vector<Tensor> outputs;
+  std::vector<bool> binary;  // per output: its bytes after the JSON instead of "data"
+};
+
+// The response body; `header_length` is set to the JSON's length when any output is binary (the server then
+// sends Inference-Header-Content-Length), and reset otherwise.
+std::string write_infer_response(const InferResponse& r, std::optional<std::size_t>& header_length);
+
+// {"error": MESSAGE}, the protocol's error body.
+std::string error_body(const std::string& message);
+
+}  // namespace convnets::serve

@@ -1,0 +1,188 @@
+// The KServe v2 / Triton HTTP bodies (serve/kserve.h): requests as tritonclient writes them, refusals with their
+// statuses, and responses a client reads back.
+#include "serve/kserve.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <string>
+
+using namespace convnets::serve;
+
+namespace {
+
+// What tritonclient's HTTP client sends: the JSON, then each binary input's bytes in input order.
+std::string with_binary(const std::string& json, const std::string& bytes, std::optional<std::size_t>& header) {
+  header = json.size();
+  return json + bytes;
+}
+
+std::string floats(std::initializer_list<float> values) {
+  std::string out;
+  for (float v : values) out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return out;
+}
+
+std::string bytes_element(const std::string& e) {
+  const auto n = static_cast<std::uint32_t>(e.size());
+  return std::string(reinterpret_cast<const char*>(&n), 4) + e;
+}
+
+int status_of(const std::string& body, std::optional<std::size_t> header = std::nullopt, const Limits& limits = {}) {
+  try {
+    (void)parse_infer_request(body, header, limits);
+  } catch (const ProtocolError& e) {
+    return e.status();
+  }
+  return 200;
+}
+
+std::string message_of(const std::string& body, std::optional<std::size_t> header = std::nullopt) {
+  try {
+    (void)parse_infer_request(body, header);
+  } catch (const ProtocolError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(KServe, JsonTensorsFlatOrNestedGiveThePackedElements) {
+  const auto flat = parse_infer_request(
+      R"({"id":"r1","inputs":[{"name":"input","shape":[2,2],"datatype":"FP32","data":[1,2.5,-3,4]}],)"
+      R"("outputs":[{"name":"logits","parameters":{"classification":3}}]})",
+      std::nullopt);
+  ASSERT_EQ(flat.inputs.size(), 1u);
+  EXPECT_EQ(flat.id, "r1");
+  EXPECT_EQ(flat.inputs[0].shape, (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(flat.inputs[0].data, floats({1, 2.5f, -3, 4}));
+  ASSERT_EQ(flat.outputs.size(), 1u);
+  EXPECT_EQ(flat.outputs[0].classification, 3);
+  EXPECT_FALSE(flat.outputs[0].binary);
+  const auto nested = parse_infer_request(
+      R"({"inputs":[{"name":"input","shape":[2,2],"datatype":"FP32","data":[[1,2.5],[-3,4]]}]})", std::nullopt);
+  EXPECT_EQ(nested.inputs[0].data, flat.inputs[0].data);
+  const auto ints = parse_infer_request(
+      R"({"inputs":[{"name":"x","shape":[3],"datatype":"UINT8","data":[0,128,255]},)"
+      R"({"name":"b","shape":[2],"datatype":"BOOL","data":[true,false]},)"
+      R"({"name":"s","shape":[1],"datatype":"BYTES","data":["hello"]}]})",
+      std::nullopt);
+  EXPECT_EQ(ints.inputs[0].data, std::string("\x00\x80\xff", 3));
+  EXPECT_EQ(ints.inputs[1].data, std::string("\x01\x00", 2));
+  EXPECT_EQ(ints.inputs[2].elements, std::vector<std::string>{"hello"});
+}
+
+TEST(KServe, BinaryTensorsFollowTheJsonInInputOrder) {
+  // Two JPEG-sized BYTES elements (as the encoded-image input carries them), then an FP32 tensor.
+  const std::string image_a(1000, '\xd8'), image_b("\xff\xd8\x00tail", 7);
+  const std::string images = bytes_element(image_a) + bytes_element(image_b);
+  const std::string tensor = floats({0.5f, -1.0f});
+  const std::string json = R"({"inputs":[{"name":"image","shape":[2,1],"datatype":"BYTES","parameters":{"binary_data_size":)" +
+                           std::to_string(images.size()) +
+                           R"(}},{"name":"t","shape":[1,2],"datatype":"FP32","parameters":{"binary_data_size":8}}],)"
+                           R"("parameters":{"binary_data_output":true,"timeout":250000}})";
+  std::optional<std::size_t> header;
+  const std::string body = with_binary(json, images + tensor, header);
+  const auto r = parse_infer_request(body, header);
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_EQ(r.inputs[0].elements, (std::vector<std::string>{image_a, image_b}));
+  EXPECT_EQ(r.inputs[1].data, tensor);
+  EXPECT_TRUE(r.binary_data_output);
+  EXPECT_EQ(r.timeout_us, 250000);
+  // The header length is the JSON's; a byte more or less makes both halves wrong, and that is said.
+  EXPECT_EQ(status_of(body, *header - 1), 400);
+  EXPECT_EQ(status_of(body, *header + 1), 400);
+  EXPECT_EQ(status_of(body + "x", header), 400);
+  EXPECT_NE(message_of(body + "x", header).find("1 bytes of binary data after the last input's"), std::string::npos);
+  EXPECT_NE(message_of(body.substr(0, body.size() - 3), header).find("binary_data_size 8 is past the 5 bytes"),
+            std::string::npos);
+}
+
+TEST(KServe, MalformedAndInconsistentRequestsAreRefusedByName) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"{", "failed to parse the request JSON"},
+      {"[]", "must be a JSON object"},
+      {R"({"inputs":[]})", "\"inputs\" must be a non-empty array"},
+      {R"({"inputs":[{"name":"x","shape":[2],"datatype":"FP33","data":[1,2]}]})", "input 'x': unknown datatype 'FP33'"},
+      {R"({"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[1,2]}]})",
+       "input 'x': \"data\" holds 2 elements, the shape 3"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1,2]}]})", "more than the shape's 1 elements"},
+      {R"({"inputs":[{"name":"x","shape":[2],"datatype":"FP32","data":["a","b"]}]})",
+       "input 'x': FP32 data must be numbers, got string"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"UINT8","data":[256]}]})", "256 is out of range"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"INT8","data":[1.5]}]})", "expected integers, got number"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP16","data":[1]}]})", "FP16 data has no JSON form"},
+      {R"({"inputs":[{"name":"x","shape":[-1],"datatype":"FP32","data":[]}]})", "integers of 0 or more"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}}]})",
+       "binary_data_size without an Inference-Header-Content-Length header"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]},{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})",
+       "input 'x' appears twice"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}],"outputs":[{"name":"y","parameters":{"classification":"3"}}]})",
+       "output 'y': parameter \"classification\" must be an integer"},
+  };
+  for (const auto& [body, message] : cases) {
+    EXPECT_EQ(status_of(body), 400) << body;
+    EXPECT_NE(message_of(body).find(message), std::string::npos) << body << "\n -> " << message_of(body);
+  }
+}
+
+TEST(KServe, SizeLimitsAnswer413BeforeAnythingIsAllocated) {
+  Limits small;
+  small.max_body_bytes = 100;
+  EXPECT_EQ(status_of(std::string(101, ' '), std::nullopt, small), 413);
+  // A shape declaring 2^62 elements is refused from its numbers, with no data behind it.
+  EXPECT_EQ(status_of(R"({"inputs":[{"name":"x","shape":[2147483648,2147483648],"datatype":"FP32","data":[]}]})"), 413);
+  EXPECT_EQ(status_of(R"({"inputs":[{"name":"x","shape":[1,1,1,1,1,1,1,1,1],"datatype":"FP32","data":[1]}]})"), 413);
+  // Nesting is bounded while parsing (core/json.h): a bracket bomb is a 400, not a stack overflow.
+  const std::string bomb = R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":)" + std::string(100000, '[') +
+                           "1" + std::string(100000, ']') + "}]}";
+  EXPECT_EQ(status_of(bomb), 400);
+  // A BYTES element claiming more than the body holds.
+  const std::string json = R"({"inputs":[{"name":"x","shape":[1],"datatype":"BYTES","parameters":{"binary_data_size":8}}]})";
+  std::optional<std::size_t> header;
+  const std::string body = with_binary(json, std::string("\xff\xff\xff\x7f" "abcd", 8), header);
+  EXPECT_NE(message_of(body, header).find("element 0 claims 2147483647 bytes, 4 remain"), std::string::npos);
+  EXPECT_EQ(parse_header_length("123"), 123u);
+  EXPECT_THROW(parse_header_length("12x"), ProtocolError);
+  EXPECT_THROW(parse_header_length(""), ProtocolError);
+}
+
+TEST(KServe, ResponsesReadBackAsJsonOrBinary) {
+  InferResponse r;
+  r.model_name = "resnet50";
+  r.model_version = "1";
+  r.id = "r1";
+  Tensor logits;
+  logits.name = "logits";
+  logits.datatype = DataType::Fp32;
+  logits.shape = {1, 3};
+  logits.data = floats({0.25f, -1.5f, 3.0f});
+  Tensor classes;
+  classes.name = "logits";
+  classes.datatype = DataType::Bytes;
+  classes.shape = {1, 2};
+  classes.elements = {"3.000000:2:tench", "0.250000:0:goldfish"};
+  r.outputs = {logits, classes};
+  r.binary = {false, false};
+  std::optional<std::size_t> header = 7;
+  const auto text = write_infer_response(r, header);
+  EXPECT_FALSE(header);
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["model_name"], "resnet50");
+  EXPECT_EQ(j["id"], "r1");
+  EXPECT_EQ(j["outputs"][0]["data"], (nlohmann::json{0.25, -1.5, 3.0}));
+  EXPECT_EQ(j["outputs"][0]["shape"], (nlohmann::json{1, 3}));
+  EXPECT_EQ(j["outputs"][1]["data"][0], "3.000000:2:tench");
+  // Binary: the JSON says how many bytes follow; they are the tensor's, then the BYTES elements with lengths.
+  r.binary = {true, true};
+  const auto body = write_infer_response(r, header);
+  ASSERT_TRUE(header);
+  const auto head = nlohmann::json::parse(body.substr(0, *header));
+  EXPECT_FALSE(head["outputs"][0].contains("data"));
+  EXPECT_EQ(head["outputs"][0]["parameters"]["binary_data_size"], 12);
+  EXPECT_EQ(body.substr(*header, 12), logits.data);
+  EXPECT_EQ(body.substr(*header + 12), bytes_element(classes.elements[0]) + bytes_element(classes.elements[1]));
+  EXPECT_EQ(nlohmann::json::parse(error_body("model 'x' is not served"))["error"], "model 'x' is not served");
+}
