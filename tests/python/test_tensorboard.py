@@ -67,7 +67,7 @@ class TensorBoard(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-tb-")
         cls.ws = os.path.join(cls.tmp, "run")
-        cls.common = ["--recipe", "fashion-mnist-resnet8", "--workspace", cls.ws, "--max-train-images", "2560",
+        cls.common = ["--recipe", "fashion-mnist-resnet8", "--workspace", cls.ws, "--max-train-images", "1280",
                       "--max-val-images", "500", "--print-freq", "5", "--epochs", "3"]
         cls.first = convnets("train", *cls.common, "--tensorboard", "--save-every", "2")
         cls.tb = os.path.join(cls.ws, "tensorboard")
@@ -140,7 +140,7 @@ class ReportWatch(unittest.TestCase):
         # Started first: it waits for the run's log to appear.
         watch = subprocess.Popen([BIN, "report", ws, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
         train = subprocess.Popen([BIN, "--threads", "1", "train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws,
-                                  "--max-train-images", "2560", "--max-val-images", "500", "--epochs", "3",
+                                  "--max-train-images", "1920", "--max-val-images", "500", "--epochs", "3",
                                   "--print-freq", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         seen = set()
         while train.poll() is None:
@@ -168,7 +168,7 @@ class ReportWatch(unittest.TestCase):
         ws, page = os.path.join(tmp, "run"), os.path.join(tmp, "report.html")
         log = os.path.join(ws, "log.json")
         train = subprocess.Popen([BIN, "--threads", "1", "train", "--recipe", "fashion-mnist-resnet8", "--workspace", ws,
-                                  "--max-train-images", "3840", "--max-val-images", "500", "--epochs", "30",
+                                  "--max-train-images", "1280", "--max-val-images", "500", "--epochs", "60",
                                   "--print-freq", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.addCleanup(train.kill)
         deadline = time.time() + 300
@@ -186,7 +186,7 @@ class ReportWatch(unittest.TestCase):
         self.assertIn("already holds a run", r.stderr)
         watch = subprocess.Popen([BIN, "report", ws, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
         self.addCleanup(watch.kill)
-        time.sleep(3)
+        time.sleep(2.5)  # two of the watch's ticks
         self.assertIsNone(watch.poll(), "the watch stopped while the run was live")
         with open(page, encoding="utf-8") as f:
             self.assertIn('http-equiv="refresh"', f.read())
@@ -263,7 +263,7 @@ class ReportWatch(unittest.TestCase):
             f.write('DLLL {"type": "LOG", "step": [1], "data": {"train.loss": 2.5, "val.top1": 40.0}}\n')
         watch = subprocess.Popen([BIN, "report", log, "-o", page, "--watch", "1"], stdout=subprocess.PIPE, text=True)
         self.addCleanup(watch.kill)
-        time.sleep(5)
+        time.sleep(3)  # three of the watch's ticks
         self.assertIsNone(watch.poll(), "the watch of an unlocked DLE log ended without its summary")
         with open(log, "a") as f:
             f.write('DLLL {"type": "LOG", "step": [2], "data": {"train.loss": 2.0, "val.top1": 50.0}}\n')
