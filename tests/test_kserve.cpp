@@ -121,6 +121,12 @@ TEST(KServe, MalformedAndInconsistentRequestsAreRefusedByName) {
        "input 'x' appears twice"},
       {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}],"outputs":[{"name":"y","parameters":{"classification":"3"}}]})",
        "output 'y': parameter \"classification\" must be an integer"},
+      {R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1e300]}]})", "1e+300 is out of FP32's range"},
+      // Nested data nests as the shape does; four values in rows of 3 and 1 are not a 2 x 2 tensor.
+      {R"({"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2,3],[4]]}]})",
+       "nested \"data\" does not follow the shape [2,2] at depth 1"},
+      {R"({"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],3,4]}]})", "does not follow the shape"},
+      {R"({"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[1,2,[3,4]]}]})", "mixes arrays and values"},
   };
   for (const auto& [body, message] : cases) {
     EXPECT_EQ(status_of(body), 400) << body;
@@ -184,5 +190,17 @@ TEST(KServe, ResponsesReadBackAsJsonOrBinary) {
   EXPECT_EQ(head["outputs"][0]["parameters"]["binary_data_size"], 12);
   EXPECT_EQ(body.substr(*header, 12), logits.data);
   EXPECT_EQ(body.substr(*header + 12), bytes_element(classes.elements[0]) + bytes_element(classes.elements[1]));
+  // A binary output with no elements still makes a binary body: the header length is the whole JSON.
+  InferResponse empty;
+  empty.model_name = "m";
+  Tensor none;
+  none.name = "logits";
+  none.shape = {0, 10};
+  empty.outputs = {none};
+  empty.binary = {true};
+  const auto bare = write_infer_response(empty, header);
+  ASSERT_TRUE(header);
+  EXPECT_EQ(*header, bare.size());
+  EXPECT_EQ(nlohmann::json::parse(bare)["outputs"][0]["parameters"]["binary_data_size"], 0);
   EXPECT_EQ(nlohmann::json::parse(error_body("model 'x' is not served"))["error"], "model 'x' is not served");
 }

@@ -65,6 +65,8 @@ struct Request {
 };
 
 bool parse(const Header& h, const std::vector<char>& blob, Request& r) {
+  // Every entry takes at least its NUL: counts the blob cannot hold are refused before anything is sized by them.
+  if (h.argc == 0 || std::uint64_t{h.argc} + h.envc + 1 > blob.size()) return false;
   std::size_t at = 0;
   const auto next = [&](std::string& out) {
     const void* end = std::memchr(blob.data() + at, '\0', blob.size() - at);
@@ -83,7 +85,7 @@ bool parse(const Header& h, const std::vector<char>& blob, Request& r) {
   for (auto& e : r.env) {
     if (!next(e)) return false;
   }
-  return at == blob.size() && h.argc > 0;
+  return at == blob.size();
 }
 
 void refuse(int conn, const std::string& reason) {
@@ -191,10 +193,11 @@ int serve_zygote(const std::string& socket_path, int (*run)(int, char**), int id
         if (h.kind == kStop) break;
         continue;
       }
-      std::vector<char> blob(h.length);
+      // The declared size is checked before a buffer of that size exists.
+      const bool sane = h.kind == kRun && passed.size() == 3 && h.length <= kMaxRequest;
+      std::vector<char> blob(sane ? h.length : 0);
       Request r;
-      if (h.kind != kRun || passed.size() != 3 || h.length > kMaxRequest || !read_all(conn, blob.data(), blob.size()) ||
-          !parse(h, blob, r)) {
+      if (!sane || !read_all(conn, blob.data(), blob.size()) || !parse(h, blob, r)) {
         refuse(conn, "malformed request");
         drop();
         continue;

@@ -88,8 +88,13 @@ bool tell(const std::string& path, Kind kind) {
   }
   if (WIFEXITED(status)) std::exit(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
-    // CTest reports a crash by the signal it sees: this process dies of the child's.
+    // CTest reports a crash by the signal it sees: this process dies of the child's (unblocked, should the
+    // client have inherited it blocked).
     std::signal(WTERMSIG(status), SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, WTERMSIG(status));
+    sigprocmask(SIG_UNBLOCK, &only, nullptr);
     std::raise(WTERMSIG(status));
   }
   std::exit(1);

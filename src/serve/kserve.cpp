@@ -100,10 +100,13 @@ void append_element(Tensor& t, const nlohmann::json& v, const std::string& where
     case DataType::Int64: return append_integer<std::int64_t>(t.data, v, where);
     case DataType::Fp16:
       bad(where + ": FP16 data has no JSON form; send it as binary data (Triton's binary tensor extension)");
-    case DataType::Fp32:
+    case DataType::Fp32: {
       if (!v.is_number()) bad(where + ": FP32 data must be numbers, got " + std::string(v.type_name()));
-      append<float>(t.data, v.get<float>());
+      const double d = v.get<double>();
+      if (std::abs(d) > std::numeric_limits<float>::max()) bad(where + ": " + v.dump() + " is out of FP32's range");
+      append<float>(t.data, static_cast<float>(d));
       return;
+    }
     case DataType::Fp64:
       if (!v.is_number()) bad(where + ": FP64 data must be numbers, got " + std::string(v.type_name()));
       append<double>(t.data, v.get<double>());
@@ -116,10 +119,21 @@ void append_element(Tensor& t, const nlohmann::json& v, const std::string& where
 }
 
 // "data", flat or nested row-major (the protocol allows both), element by element; parse_json bounded the depth.
+// Nested data must nest as the shape does: each array at depth d holds shape[d] items, scalars only at the last.
 void read_json_data(Tensor& t, const nlohmann::json& data, std::int64_t expected, const std::string& where) {
   std::int64_t count = 0;
-  std::vector<std::pair<const nlohmann::json*, std::size_t>> stack{{&data, 0}};
   if (!data.is_array()) bad(where + ": \"data\" must be an array");
+  const bool nested = !data.empty() && data.front().is_array();
+  const auto rank = t.shape.size();
+  const auto check = [&](const nlohmann::json& array, std::size_t depth) {
+    if (!nested) return;
+    if (depth >= rank || static_cast<std::int64_t>(array.size()) != t.shape[depth]) {
+      bad(where + ": nested \"data\" does not follow the shape " + nlohmann::json(t.shape).dump() + " at depth " +
+          std::to_string(depth));
+    }
+  };
+  check(data, 0);
+  std::vector<std::pair<const nlohmann::json*, std::size_t>> stack{{&data, 0}};
   while (!stack.empty()) {
     auto& [array, next] = stack.back();
     if (next == array->size()) {
@@ -127,9 +141,16 @@ void read_json_data(Tensor& t, const nlohmann::json& data, std::int64_t expected
       continue;
     }
     const nlohmann::json& v = (*array)[next++];
+    const std::size_t depth = stack.size();  // v's depth, when it is an array
     if (v.is_array()) {
+      if (!nested) bad(where + ": \"data\" mixes arrays and values");
+      check(v, depth);
       stack.emplace_back(&v, 0);
       continue;
+    }
+    if (nested && depth != rank) {
+      bad(where + ": nested \"data\" does not follow the shape " + nlohmann::json(t.shape).dump() + " at depth " +
+          std::to_string(depth - 1));
     }
     if (++count > expected) bad(where + ": \"data\" holds more than the shape's " + std::to_string(expected) + " elements");
     append_element(t, v, where);
@@ -335,6 +356,7 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
   nlohmann::json j{{"model_name", r.model_name}, {"model_version", r.model_version}};
   if (!r.id.empty()) j["id"] = r.id;
   std::string tail;
+  bool any_binary = false;  // a binary output of no elements still makes the body binary, header length and all
   j["outputs"] = nlohmann::json::array();
   for (std::size_t i = 0; i < r.outputs.size(); ++i) {
     const Tensor& t = r.outputs[i];
@@ -351,6 +373,7 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
       }
       o["parameters"] = {{"binary_data_size", bytes.size()}};
       tail += bytes;
+      any_binary = true;
     } else {
       nlohmann::json data = nlohmann::json::array();
       const std::size_t size = element_size(t.datatype);
@@ -378,7 +401,7 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
     j["outputs"].push_back(std::move(o));
   }
   std::string text = dump_json(j);
-  if (tail.empty()) {
+  if (!any_binary) {
     header_length.reset();
     return text;
   }

@@ -10,6 +10,8 @@ import os
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -30,6 +32,11 @@ def probe_line(out):
     m = re.search(r"probe pid=(\d+) ppid=(\d+) cwd=(.*) stdin=(.*) mark=(.*)", out)
     assert m, out
     return int(m.group(1)), int(m.group(2)), m.group(3), m.group(4), m.group(5)
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
 
 
 def gone(pid):
@@ -113,10 +120,11 @@ class Zygote(unittest.TestCase):
         client = subprocess.Popen([CLIENT, self.socket, self.exe, *PROBE], stdout=subprocess.DEVNULL,
                                   stdin=subprocess.DEVNULL, env=probe_env("sleep", CONVNETS_ZYGOTE_PID_FILE=pid_file))
         deadline = time.monotonic() + 30
-        while not os.path.exists(pid_file) or not open(pid_file).read().endswith("\n"):
+        while not os.path.exists(pid_file) or not read_text(pid_file).endswith("\n"):
             self.assertLess(time.monotonic(), deadline, "the probe never started")
             time.sleep(0.05)
-        case = int(open(pid_file).read())
+        with open(pid_file) as f:
+            case = int(f.read())
         self.assertFalse(gone(case))
         client.kill()
         client.wait()
@@ -143,6 +151,24 @@ class Zygote(unittest.TestCase):
         self.assertIn("rebuilt since the zygote started", r.stderr)
         self.assertEqual(probe_line(r.stdout)[1], os.getpid())
         self.assertFalse(gone(server))
+
+    def test_requests_that_declare_more_than_they_hold_are_refused_and_the_zygote_goes_on(self):
+        server = self.zygote_pid()
+        magic, run = 0x7a79676f, 1  # tests/zygote_protocol.h
+        # (argc, envc, length, body): 2^32-1 arguments in 2 bytes, a 4 GiB blob, an argument without its NUL.
+        for argc, envc, length, body in [(0xFFFFFFFF, 0, 2, b"a\0"), (1, 0, 0xFFFFFFFF, b""), (1, 0, 3, b"abc")]:
+            with self.subTest(argc=argc, length=length), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(30)
+                sock.connect(self.socket)
+                socket.send_fds(sock, [struct.pack("=5I", magic, run, argc, envc, length)], [0, 1, 2])
+                sock.sendall(body)
+                sock.shutdown(socket.SHUT_WR)
+                reply = b""
+                while chunk := sock.recv(4096):
+                    reply += chunk
+                self.assertEqual(reply, b"Fmalformed request")
+        self.assertFalse(gone(server))
+        self.assertEqual(probe_line(self.run_probe("pass").stdout)[1], server)
 
     def test_stop_ends_the_zygote_and_cases_then_run_fresh(self):
         server = self.zygote_pid()
