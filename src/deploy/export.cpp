@@ -4,11 +4,11 @@
 #include "core/options.h"
 #include "core/json.h"
 #include "data/dataset.h"
+#include "deploy/inference.h"
 #include "export/onnx_export.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
-#include "models/imagenet_classes.h"
 #include "models/registry.h"
 #include "quant/eager.h"
 #include "runtime/checkpoint.h"
@@ -202,19 +202,11 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
     o.opset = a.opset;
     o.metadata = meta;
     if (triton) {
-      std::vector<std::string> labels;
-      if (trained && ckpt.meta.contains("class_names")) {
-        labels = ckpt.meta.at("class_names").get<std::vector<std::string>>();
-      } else if (mo.num_classes == 1000) {
-        labels = imagenet1k_class_names();
-      }
-      if (!labels.empty() && static_cast<std::int64_t>(labels.size()) != mo.num_classes) labels.clear();
+      const auto labels = class_names_or_imagenet(
+          trained ? ckpt.meta.value("class_names", std::vector<std::string>{}) : std::vector<std::string>{},
+          mo.num_classes);
       TritonGraph g{o.fp16, o.image_size, mo.num_classes, !labels.empty(), dump_json(to_json(pre)), arch.name,
                     pre.crop_ratio, pre.mean, pre.std, pre.interpolation};
-      if (g.interpolation != "bilinear" && g.interpolation != "bicubic") {
-        throw Error("--format triton: " + arch.name + "'s interpolation '" + g.interpolation +
-                    "' has no DALI equivalent here (bilinear | bicubic)");
-      }
       std::string label_text;
       for (const auto& l : labels) label_text += l + "\n";
       std::vector<TritonEntry> entries{{ts.name, {{"config.pbtxt", triton_config_text(ts, g)}}, true}};

@@ -140,10 +140,16 @@ void InferenceModel::open_onnx() {
   engine_ = make_engine(engine_name_, std::move(spec));
 }
 
-void InferenceModel::name_classes() {
+std::vector<std::string> class_names_or_imagenet(std::vector<std::string> own, std::int64_t num_classes) {
   // 1000 classes and no names of its own: ImageNet-1k's, in the order every published ImageNet model uses.
-  if (names_.empty() && num_classes_ == 1000) names_ = imagenet1k_class_names();
-  named_ = names_.size() == static_cast<std::size_t>(num_classes_);
+  if (own.empty() && num_classes == 1000) own = imagenet1k_class_names();
+  if (own.size() != static_cast<std::size_t>(num_classes)) own.clear();
+  return own;
+}
+
+void InferenceModel::name_classes() {
+  names_ = class_names_or_imagenet(std::move(names_), num_classes_);
+  named_ = !names_.empty();
   if (named_) return;
   names_.clear();
   for (std::int64_t i = 0; i < num_classes_; ++i) names_.push_back(std::to_string(i));

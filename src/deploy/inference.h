@@ -46,6 +46,10 @@ struct Prediction {
   std::vector<std::pair<std::int64_t, double>> top;  // class index, probability (softmax), best first
 };
 
+// A model's class names: its own, or ImageNet-1k's for 1000 classes without names of its own; empty when
+// neither fits num_classes. classify, eval and the Triton export's labels agree by calling this.
+std::vector<std::string> class_names_or_imagenet(std::vector<std::string> own, std::int64_t num_classes);
+
 class InferenceModel {
  public:
   // `checkpoint`: a training checkpoint or weights file (safetensors), or an

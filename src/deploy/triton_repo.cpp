@@ -171,6 +171,10 @@ std::string triton_ensemble_config_text(const TritonSettings& s, const TritonGra
 // side to floor(size / crop_ratio), the long side to floor(short target * long / short), the crop's offset the
 // margin / 2 rounded half to even; DALI's resampling then differs by at most one level of 255 (bilinear).
 std::string triton_dali_pipeline(const TritonSettings& s, const TritonGraph& g) {
+  if (g.interpolation != "bilinear" && g.interpolation != "bicubic") {
+    throw Error("--preprocessing dali: " + g.arch + "'s interpolation '" + g.interpolation +
+                "' has no DALI equivalent here (bilinear | bicubic)");
+  }
   const int short_side = static_cast<int>(std::floor(g.image_size / g.crop_ratio + 1e-9));
   std::ostringstream o;
   o << "\"\"\"" << g.arch << "'s eval preprocessing for Triton's DALI backend, written by `convnets export --format triton`.\n"
