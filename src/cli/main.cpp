@@ -44,6 +44,7 @@ int run(int argc, char** argv) {
   convnets::cli::add_pack_command(app);
   convnets::cli::add_report_command(app);
   convnets::cli::add_bench_command(app);
+  convnets::cli::add_serve_command(app);
 
   try {
     app.parse(argc, argv);

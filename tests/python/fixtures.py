@@ -116,6 +116,25 @@ def randomise_batchnorm(tensors, seed=12):
     return tensors
 
 
+def random_weights(arch, folder, num_classes=None, seed=5, bn_seed=12):
+    """FOLDER/ARCH.safetensors: `convnets models --seed` weights with randomise_batchnorm's statistics, so that BN
+    folding matters and images get different classes. Its path."""
+    sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
+    import pth2safetensors
+    import runner
+    init = os.path.join(folder, arch + ".init.safetensors")
+    classes = ["--num-classes", str(num_classes)] if num_classes else []
+    r = runner.run([os.environ["CONVNETS_BIN"], "models", "--arch", arch, *classes, "--seed", str(seed), "--save",
+                    init], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise AssertionError(r.stderr)
+    tensors, meta = pth2safetensors.read_safetensors(init)
+    randomise_batchnorm(tensors, seed=bn_seed)
+    path = os.path.join(folder, arch + ".safetensors")
+    pth2safetensors.write_safetensors(path, tensors, meta)
+    return path
+
+
 def fashion_resnet8():
     """The shared Fashion-MNIST ResNet-8 training checkpoint (last.safetensors); unittest.SkipTest without the data."""
     if not os.path.isdir(FASHION):

@@ -427,13 +427,7 @@ class TritonEnsemble(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="convnets-ensemble-")
         # Random ResNet-18 weights with BatchNorm statistics far from 0/1, so that images get different classes.
-        init = os.path.join(cls.tmp, "init.safetensors")
-        r = convnets("models", "--arch", "resnet18", "--seed", "5", "--save", init)
-        assert r.returncode == 0, r.stderr
-        tensors, meta = pth2safetensors.read_safetensors(init)
-        fixtures.randomise_batchnorm(tensors, seed=12)
-        cls.weights = os.path.join(cls.tmp, "r18.safetensors")
-        pth2safetensors.write_safetensors(cls.weights, tensors, meta)
+        cls.weights = fixtures.random_weights("resnet18", cls.tmp)
         cls.repo = os.path.join(cls.tmp, "repo")
         r = convnets("export", "--checkpoint", cls.weights, "--arch", "resnet18", "--format", "triton", "-o", cls.repo,
                      "--instance-kind", "cpu", "--max-batch-size", "64")

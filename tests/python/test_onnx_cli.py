@@ -66,14 +66,7 @@ class OnnxCase(unittest.TestCase):
 
     def weights_with_real_bn(self, arch):
         """Random weights whose BN statistics and affine parameters are far from 0/1, so folding matters."""
-        init = self.path(arch + ".init.safetensors")
-        r = convnets("models", "--arch", arch, "--num-classes", "10", "--seed", "11", "--save", init)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        tensors, meta = pth2safetensors.read_safetensors(init)
-        fixtures.randomise_batchnorm(tensors, seed=12)
-        path = self.path(arch + ".safetensors")
-        pth2safetensors.write_safetensors(path, tensors, meta)
-        return path
+        return fixtures.random_weights(arch, self.tmp, num_classes=10, seed=11)
 
     def reference(self, arch, weights, batch):
         io = self.path(arch + ".io.safetensors")

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""`convnets serve` under load on the loopback interface, against `convnets bench infer` in the same run (issue 47).
+
+The load generator is Triton's own HTTP client (PyPI's tritonclient), not part of convnets: CONCURRENCY threads,
+each with its own connection, each sending one image per request as Triton's binary FP32 tensor (random data, as
+perf_analyzer sends by default) and waiting for the answer before sending the next. Per concurrency: inferences/s
+and p50/p90/p95/p99/avg latency over --seconds after --warmup-seconds, shaped like DLE's Triton tables.
+The server runs with dynamic batching up to --batch-size, the batch `convnets bench infer` is timed at.
+
+Then, above saturation: --overload-concurrency clients against a queue of --overload-queue requests; the
+overflow must be answered 503 at once and the server stay up. Then the soak: --soak requests to a small model
+(--soak-checkpoint; the suite's Fashion-MNIST ResNet-8) at concurrency 4, with zero errors and the server's
+resident memory sampled every tenth of the run (flat within 10 % from the first tenth to the last). Last,
+SIGTERM during load: every answer counted, the exit status 0.
+
+    .venv/bin/python bench/serve_load.py --convnets build/convnets --soak-checkpoint CKPT [--json out.json]
+"""
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+
+def percentile(values, p):
+    return float(np.percentile(np.asarray(values), p)) if values else float("nan")
+
+
+class Server:
+    def __init__(self, convnets, *args):
+        self.proc = subprocess.Popen([convnets, "serve", *args, "--host", "127.0.0.1", "--port", "0",
+                                      "--metrics-port", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        lines = []
+        for line in self.proc.stdout:
+            lines.append(line)
+            if " HTTP on " in line:
+                break
+        else:
+            raise SystemExit("convnets serve did not start:\n" + "".join(lines) + self.proc.stderr.read())
+        self.startup = "".join(lines)
+        self.url = line.split(" HTTP on ")[1].split()[0].removeprefix("http://")
+
+    def rss_mib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=120)
+        return rc, self.proc.stderr.read()
+
+
+def load(url, model, make_input, concurrency, seconds=None, requests=None, warmup=0.0, on_sample=None):
+    """CONCURRENCY closed-loop clients for SECONDS (after WARMUP) or REQUESTS in all. Returns the latencies of the
+    timed successes, the timed span, and counts by outcome."""
+    lock = threading.Lock()
+    latencies, counts = [], {"ok": 0, "503": 0, "other": 0, "connection": 0, "refused": 0}
+    kinds = {}
+    sent = [0]
+    start = time.perf_counter()
+    t_begin, t_end = start + warmup, (start + warmup + seconds) if seconds else float("inf")
+
+    def client():
+        c = triton.InferenceServerClient(url, network_timeout=300)
+        inputs = make_input()
+        try:
+            while True:
+                with lock:
+                    if requests is not None and sent[0] >= requests:
+                        return
+                    sent[0] += 1
+                    n = sent[0]
+                t0 = time.perf_counter()
+                if t0 >= t_end:
+                    return
+                try:
+                    c.infer(model, inputs)
+                    outcome = "ok"
+                except InferenceServerException as e:
+                    outcome = "503" if str(e.status()) == "503" else "other"
+                except ConnectionRefusedError:
+                    outcome = "refused"  # nothing listens: the request was never accepted
+                except Exception as e:  # noqa: BLE001 - a reset connection is an outcome to count, not a crash
+                    outcome = "connection"
+                    with lock:
+                        kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+                t1 = time.perf_counter()
+                with lock:
+                    if t0 >= t_begin or requests is not None:
+                        counts[outcome] += 1
+                        if outcome == "ok":
+                            latencies.append(t1 - t0)
+                if outcome == "refused":
+                    return
+                if on_sample and requests and n % (requests // 10) == 0:
+                    on_sample(n)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    span = (min(time.perf_counter(), t_end) - t_begin) if seconds else (time.perf_counter() - start)
+    if kinds:
+        counts["connection_errors"] = kinds
+    return latencies, span, counts
+
+
+def tensor_maker(side, seed=0):
+    def make():
+        x = np.random.default_rng(seed).standard_normal((1, 3, side, side)).astype(np.float32)
+        t = triton.InferInput("input", list(x.shape), "FP32")
+        t.set_data_from_numpy(x, binary_data=True)
+        return [t]
+    return make
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--convnets", required=True)
+    ap.add_argument("--arch", default="resnet50")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--warmup-seconds", type=float, default=5)
+    ap.add_argument("--max-queue-delay-us", type=int, default=2000)
+    ap.add_argument("--overload-concurrency", type=int, default=48)
+    ap.add_argument("--overload-queue", type=int, default=16)
+    ap.add_argument("--soak", type=int, default=100000)
+    ap.add_argument("--soak-checkpoint")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.node()} ({os.cpu_count()} CPUs)",
+              "arch": a.arch, "batch_size": a.batch_size}
+    with tempfile.TemporaryDirectory() as d:
+        weights = os.path.join(d, a.arch + ".safetensors")
+        subprocess.run([a.convnets, "models", "--arch", a.arch, "--seed", "5", "--save", weights], check=True,
+                       capture_output=True)
+        bench_json = os.path.join(d, "bench.json")
+        subprocess.run([a.convnets, "bench", "infer", "--checkpoint", weights, "--arch", a.arch, "--batch-sizes",
+                        f"1,{a.batch_size}", "--device", "cpu", "--json", bench_json, "--iterations", "10",
+                        "--warmup", "3"], check=True, capture_output=True)
+        with open(bench_json) as f:
+            result["bench_infer"] = json.load(f)
+        side = 224
+        server = Server(a.convnets, weights, "--arch", a.arch, "--max-batch-size", str(a.batch_size),
+                        "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size", "256")
+        result["server"] = server.startup
+        rows = []
+        for c in (int(x) for x in a.concurrency.split(",")):
+            lat, span, counts = load(server.url, a.arch, tensor_maker(side), c, seconds=a.seconds,
+                                     warmup=a.warmup_seconds)
+            row = {"concurrency": c, "client_batch": 1, "inferences_per_s": counts["ok"] / span,
+                   "p50_ms": 1e3 * percentile(lat, 50), "p90_ms": 1e3 * percentile(lat, 90),
+                   "p95_ms": 1e3 * percentile(lat, 95), "p99_ms": 1e3 * percentile(lat, 99),
+                   "avg_ms": 1e3 * statistics.fmean(lat) if lat else float("nan"), "counts": counts}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        result["load"] = rows
+        rc, err = server.stop()
+        result["load_server_exit"] = rc
+
+        # Above saturation: a short queue, many clients.
+        server = Server(a.convnets, weights, "--arch", a.arch, "--max-batch-size", str(a.batch_size),
+                        "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size",
+                        str(a.overload_queue))
+        lat, span, counts = load(server.url, a.arch, tensor_maker(side), a.overload_concurrency, seconds=a.seconds / 2)
+        live = triton.InferenceServerClient(server.url).is_server_live()
+        result["overload"] = {"concurrency": a.overload_concurrency, "max_queue_size": a.overload_queue,
+                              "counts": counts, "ok_p50_ms": 1e3 * percentile(lat, 50), "live_after": live}
+        print(json.dumps(result["overload"]), flush=True)
+        rc, _ = server.stop()
+        result["overload_server_exit"] = rc
+
+    if a.soak and a.soak_checkpoint:
+        server = Server(a.convnets, "soak=" + a.soak_checkpoint, "--max-batch-size", "8")
+        samples = []
+        side = int(json.loads(triton.InferenceServerClient(server.url).get_model_config("soak")["parameters"]
+                              ["preprocessing"]["string_value"])["input_size"])
+        samples.append((0, server.rss_mib()))
+        lat, span, counts = load(server.url, "soak", tensor_maker(side), 4, requests=a.soak,
+                                 on_sample=lambda n: samples.append((n, server.rss_mib())))
+        first = next((r for n, r in samples if n >= a.soak // 10), samples[0][1])
+        last = samples[-1][1]
+        result["soak"] = {"requests": a.soak, "counts": counts, "seconds": span, "rss_mib": samples,
+                          "rss_change": (last - first) / first, "p99_ms": 1e3 * percentile(lat, 99)}
+        print(json.dumps({k: v for k, v in result["soak"].items() if k != "rss_mib"}), flush=True)
+        # SIGTERM during load: the clients run until the server is gone; every request they sent is counted.
+        outcome = {}
+        t = threading.Thread(target=lambda: outcome.update(
+            zip(("lat", "span", "counts"), load(server.url, "soak", tensor_maker(side), 8, seconds=6))))
+        t.start()
+        time.sleep(3)
+        rc, err = server.stop()
+        t.join()
+        result["sigterm"] = {"exit": rc, "counts": outcome["counts"], "stderr": err.strip().splitlines()}
+        print(json.dumps(result["sigterm"]), flush=True)
+
+    bench = next(r for r in result["bench_infer"]["rows"] if r["batch"] == a.batch_size)
+    top = max(result["load"], key=lambda r: r["concurrency"])
+    result["ratio"] = {"bench_infer_images_per_s": bench["images_per_s"], "serve_inferences_per_s":
+                       top["inferences_per_s"], "concurrency": top["concurrency"],
+                       "serve_over_bench": top["inferences_per_s"] / bench["images_per_s"]}
+    print(json.dumps(result["ratio"]), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+// `convnets serve`: checkpoints, weights and exported ONNX files behind Triton's KServe v2 HTTP protocol.
+#include "cli/commands.h"
+#include "codec/image.h"
+#include "core/error.h"
+#include "core/options.h"
+#include "deploy/engine.h"
+#include "serve/server.h"
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+
+namespace convnets::cli {
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<serve::ServerOptions>();
+  auto max_body = std::make_shared<std::int64_t>(static_cast<std::int64_t>(o->limits.max_body_bytes));
+  auto* cmd = app.add_subcommand(
+      "serve", "Serve models over the KServe v2 / Triton HTTP protocol, with dynamic batching and /metrics");
+  cmd->add_option("MODEL", o->models,
+                  "NAME=PATH or PATH (named after the file): a checkpoint, plain weights with --arch, an exported "
+                  "ONNX file, or a Triton model repository folder (`convnets export --format triton`)")
+      ->required();
+  cmd->add_option("--host", o->host, "the address to listen on (default loopback; 0.0.0.0 or :: for every interface)");
+  cmd->add_option("--port,--http-port", o->http_port, "HTTP port (Triton's 8000; 0: a free one, named at startup)");
+  cmd->add_option("--metrics-port", o->metrics_port,
+                  "Prometheus /metrics port (Triton's 8002; 0: a free one; -1: /metrics on the HTTP port)");
+  // Dynamic batching, in Triton's model-configuration terms and DLE's deployer spellings.
+  cmd->add_option("--max-batch-size", o->batching.max_batch_size, "rows per forward pass; a request may hold no more");
+  cmd->add_option("--max-queue-delay-us", o->batching.max_queue_delay_us,
+                  "how long the oldest queued request waits for others to fill its batch");
+  cmd->add_option("--preferred-batch-sizes", o->batching.preferred_batch_sizes,
+                  "batch sizes that run without waiting for the delay")
+      ->delimiter(',');
+  cmd->add_option("--instances,--engine-count-per-device", o->batching.instances, "forward passes run at once");
+  cmd->add_option("--max-queue-size", o->batching.max_queue_size,
+                  "requests that may wait; one more is answered 503 at once");
+  // Request and connection limits.
+  cmd->add_option("--max-request-bytes", *max_body, "the largest HTTP body accepted (larger: 413, unread)")
+      ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 34));
+  cmd->add_option("--max-image-pixels", o->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-connections", o->max_connections, "connections served at once (a thread each)");
+  cmd->add_option("--idle-timeout-s", o->idle_timeout_s, "a connection silent this long is closed");
+  cmd->add_option("--body-timeout-s", o->body_timeout_s, "a request body not received in full this long gets 408");
+  cmd->add_option("--drain-timeout-s", o->drain_timeout_s,
+                  "on SIGTERM, how long requests in flight may take before the server stops");
+  // The model, as classify loads it.
+  auto& io = o->inference;
+  cmd->add_option("-a,--arch", io.arch, "the architecture of plain weights (checked against a checkpoint's)");
+  cmd->add_option("--num-classes", io.num_classes, "plain weights: the class count (default: the classifier's width)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--image-size", io.image_size, "crop size (default: the checkpoint's or the arch's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", io.device, options::device.listed())->check(CLI::IsMember(options::device.values));
+  add_precision_option(cmd, io.precision);
+  add_key_layout_option(cmd, io.key_layout);
+  cmd->add_option("--memory-format", io.memory_format, options::memory_format.listed())
+      ->check(CLI::IsMember(options::memory_format.values));
+  cmd->add_option("--engine", io.engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
+  cmd->add_flag("--ema", io.ema, "use the checkpoints' EMA weights");
+  cmd->add_flag("--fold-bn", io.fold_bn, "fold each BatchNorm into the preceding conv");
+  cmd->add_flag("--float", io.as_float, "a QAT checkpoint: its float weights (default: the INT8 network)");
+  cmd->callback([o, max_body] {
+    o->limits.max_body_bytes = static_cast<std::size_t>(*max_body);
+#if CONVNETS_SERVE
+    serve::run_server(*o);
+#else
+    throw Error("convnets serve is not in this build: cpp-httplib was not found when it was configured",
+                "install Debian's libcpp-httplib-dev (scripts/setup.sh does) and rebuild");
+#endif
+  });
+  cmd->footer(
+      "Endpoints (KServe v2 and Triton's extensions): GET /v2/health/live, /v2/health/ready, /v2, "
+      "/v2/models/NAME[/versions/1][/ready|/config]; POST /v2/models/NAME[/versions/1]/infer (JSON tensors or "
+      "Triton's binary tensors; outputs as tensors or classification), POST /v2/repository/index. Each model takes "
+      "one of INPUT (BYTES: encoded JPEG/PNG images, preprocessed as the model was evaluated), input (FP32 "
+      "[B,3,S,S], normalised) or PIXELS (UINT8 [B,S,S,3]) and answers logits. SIGTERM or SIGINT: new requests get "
+      "503, those accepted are answered, and the exit status is 0.");
+}
+
+}  // namespace convnets::cli

@@ -1,0 +1,208 @@
+#include "serve/batcher.h"
+
+#include "core/error.h"
+
+#include <ATen/ops/cat.h>
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+namespace convnets::serve {
+namespace {
+
+std::int64_t micros(Batcher::Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+bool same_kind(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes().slice(1) == b.sizes().slice(1);
+}
+
+std::future<Outcome> answered(int status, std::string error) {
+  std::promise<Outcome> p;
+  Outcome o;
+  o.status = status;
+  o.error = std::move(error);
+  p.set_value(std::move(o));
+  return p.get_future();
+}
+
+}  // namespace
+
+void BatchingOptions::validate() const {
+  if (max_batch_size < 1) throw Error("--max-batch-size must be at least 1, got " + std::to_string(max_batch_size));
+  if (max_queue_delay_us < 0) {
+    throw Error("--max-queue-delay-us must be 0 or more, got " + std::to_string(max_queue_delay_us));
+  }
+  for (auto s : preferred_batch_sizes) {
+    if (s < 1 || s > max_batch_size) {
+      throw Error("--preferred-batch-sizes: " + std::to_string(s) + " is outside 1.." + std::to_string(max_batch_size) +
+                  " (--max-batch-size)");
+    }
+  }
+  if (instances < 1) throw Error("--instances must be at least 1, got " + std::to_string(instances));
+  if (max_queue_size < 1) throw Error("--max-queue-size must be at least 1, got " + std::to_string(max_queue_size));
+}
+
+Batcher::Batcher(BatchingOptions options, Run run) : options_(std::move(options)), run_(std::move(run)) {
+  options_.validate();
+  for (int i = 0; i < options_.instances; ++i) instances_.emplace_back([this] { instance_loop(); });
+}
+
+Batcher::~Batcher() {
+  finish();
+  for (auto& t : instances_) t.join();
+}
+
+std::future<Outcome> Batcher::submit(at::Tensor rows, std::optional<std::int64_t> timeout_us) {
+  if (!rows.defined() || rows.dim() < 1 || rows.size(0) < 1) return answered(400, "the request holds no rows");
+  if (rows.size(0) > options_.max_batch_size) {
+    return answered(400, "the request's batch of " + std::to_string(rows.size(0)) + " exceeds the model's " +
+                             "max_batch_size of " + std::to_string(options_.max_batch_size));
+  }
+  Job job;
+  job.rows = std::move(rows);
+  job.queued = Clock::now();
+  job.deadline = timeout_us && *timeout_us > 0 ? job.queued + std::chrono::microseconds(*timeout_us)
+                                               : Clock::time_point::max();
+  auto future = job.promise.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (finishing_) return answered(503, "the server is shutting down: no new requests are taken");
+    if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queue_size) {
+      ++stats_.refused_full;
+      return answered(503, "Exceeds maximum queue size: " + std::to_string(options_.max_queue_size) +
+                               " requests are waiting (--max-queue-size)");
+    }
+    queue_.push_back(std::move(job));
+  }
+  changed_.notify_all();
+  return future;
+}
+
+void Batcher::finish() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  finishing_ = true;
+  changed_.notify_all();
+  changed_.wait(lock, [this] { return queue_.empty() && busy_ == 0; });
+}
+
+BatcherStats Batcher::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  BatcherStats s = stats_;
+  s.pending = static_cast<std::int64_t>(queue_.size());
+  return s;
+}
+
+bool Batcher::is_preferred(std::int64_t rows) const {
+  const auto& p = options_.preferred_batch_sizes;
+  return std::find(p.begin(), p.end(), rows) != p.end();
+}
+
+std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock) {
+  const auto delay = std::chrono::microseconds(options_.max_queue_delay_us);
+  for (;;) {
+    changed_.wait(lock, [this] { return !queue_.empty() || finishing_; });
+    if (queue_.empty()) return {};
+    const auto& first = queue_.front().rows;
+    std::int64_t rows = 0;
+    for (const auto& j : queue_) {
+      if (same_kind(j.rows, first) && rows + j.rows.size(0) <= options_.max_batch_size) rows += j.rows.size(0);
+    }
+    const auto until = queue_.front().queued + delay;
+    if (rows >= options_.max_batch_size || is_preferred(rows) || finishing_ || Clock::now() >= until) break;
+    changed_.wait_until(lock, until);
+  }
+  // The oldest request decides the kind; later ones of that kind join while they fit, and requests whose
+  // timeout has passed are answered instead of run.
+  std::vector<Job> batch;
+  std::int64_t rows = 0;
+  const auto now = Clock::now();
+  const at::Tensor kind = queue_.front().rows;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->deadline <= now) {
+      ++stats_.timed_out;
+      Outcome o;
+      o.status = 503;
+      o.error = "Request timeout expired: no batch took it within its timeout";
+      o.queue_us = micros(now - it->queued);
+      it->promise.set_value(std::move(o));
+      it = queue_.erase(it);
+      continue;
+    }
+    if (same_kind(it->rows, kind) && rows + it->rows.size(0) <= options_.max_batch_size) {
+      rows += it->rows.size(0);
+      batch.push_back(std::move(*it));
+      it = queue_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  return batch;
+}
+
+void Batcher::instance_loop() {
+  for (;;) {
+    std::vector<Job> batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      batch = next_batch(lock);
+      if (batch.empty()) {
+        if (finishing_ && queue_.empty()) {
+          changed_.notify_all();  // finish() waits for this
+          return;
+        }
+        continue;  // every queued request had timed out
+      }
+      ++busy_;
+    }
+    const auto start = Clock::now();
+    std::vector<at::Tensor> parts;
+    for (const auto& j : batch) parts.push_back(j.rows);
+    Outcome shared;
+    try {
+      shared.logits = run_(parts.size() == 1 ? parts[0] : at::cat(parts, 0));
+    } catch (const std::exception& e) {
+      shared.status = 500;
+      shared.error = e.what();
+    }
+    const auto end = Clock::now();
+    std::int64_t total = 0;
+    for (const auto& j : batch) total += j.rows.size(0);
+    if (shared.status == 200 && (!shared.logits.defined() || shared.logits.dim() < 1 || shared.logits.size(0) != total)) {
+      shared.status = 500;
+      shared.error = "the engine gave " + std::to_string(shared.logits.defined() ? shared.logits.size(0) : 0) +
+                     " rows of logits for a batch of " + std::to_string(total);
+    }
+    std::int64_t row = 0, queue_us = 0;
+    for (auto& j : batch) {
+      Outcome o;
+      o.status = shared.status;
+      o.error = shared.error;
+      o.queue_us = micros(start - j.queued);
+      o.compute_us = micros(end - start);
+      o.batch_rows = total;
+      queue_us += o.queue_us;
+      if (shared.status == 200) o.logits = shared.logits.narrow(0, row, j.rows.size(0));
+      row += j.rows.size(0);
+      j.promise.set_value(std::move(o));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --busy_;
+      ++stats_.executions;
+      stats_.queue_us += queue_us;
+      stats_.compute_us += micros(end - start) * static_cast<std::int64_t>(batch.size());
+      if (shared.status == 200) {
+        stats_.inferences += row;
+        ++stats_.batch_sizes[row];
+      } else {
+        stats_.failed += static_cast<std::int64_t>(batch.size());
+      }
+    }
+    changed_.notify_all();
+  }
+}
+
+}  // namespace convnets::serve

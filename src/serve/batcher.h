@@ -1,0 +1,96 @@
+// Triton's dynamic batching for one model: requests queued under a bound, gathered into batches up to a size, a preferred size or a delay, run by a number of instances, each request answered with its own rows.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace convnets::serve {
+
+// The settings of Triton's model configuration that shape batching (dynamic_batching, instance_group,
+// max_batch_size), with the same meanings.
+struct BatchingOptions {
+  std::int64_t max_batch_size = 8;      // rows per forward pass; a request may not hold more
+  std::int64_t max_queue_delay_us = 0;  // how long the oldest request waits for others to join its batch
+  std::vector<std::int64_t> preferred_batch_sizes;  // a batch of one of these sizes leaves without waiting
+  int instances = 1;                   // forward passes that may run at once
+  std::int64_t max_queue_size = 64;    // requests waiting; one more is refused at once (no unbounded memory)
+  void validate() const;               // throws Error naming the flag
+};
+
+// How one request ended. status 200 with its rows of the logits, or the HTTP status Triton answers with: 503
+// for a full queue, an expired timeout or a server shutting down, 500 for a failed forward pass.
+struct Outcome {
+  int status = 200;
+  std::string error;
+  at::Tensor logits;  // float32 [rows, classes] on the CPU
+  std::int64_t queue_us = 0, compute_us = 0, batch_rows = 0;
+};
+
+// What the batcher has done since it started, for /metrics.
+struct BatcherStats {
+  std::int64_t executions = 0, inferences = 0;  // forward passes, rows through them
+  std::int64_t queue_us = 0, compute_us = 0;    // summed over requests (Triton's queue and compute durations)
+  std::int64_t refused_full = 0, timed_out = 0, failed = 0;
+  std::int64_t pending = 0;                     // requests waiting now
+  std::map<std::int64_t, std::int64_t> batch_sizes;  // rows per forward pass -> passes
+};
+
+class Batcher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `run` takes a batch (rows of one kind stacked on dim 0) and gives its float logits, one row per row. It is
+  // called from `instances` threads at once.
+  using Run = std::function<at::Tensor(const at::Tensor&)>;
+
+  Batcher(BatchingOptions options, Run run);
+  ~Batcher();  // finish(), then joins
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // Queues `rows` (dim 0 the batch; the other dims and dtype say which requests it may share a pass with).
+  // Answers at once (ready future) when the queue is full or the batcher is finishing. `timeout_us`: the
+  // request fails with 503 if no pass has taken it by then, as Triton's request timeout does.
+  std::future<Outcome> submit(at::Tensor rows, std::optional<std::int64_t> timeout_us = std::nullopt);
+
+  // Refuses new requests, runs every queued one, and returns when the instances are idle.
+  void finish();
+  BatcherStats stats() const;
+  const BatchingOptions& options() const { return options_; }
+
+ private:
+  struct Job {
+    at::Tensor rows;
+    Clock::time_point queued, deadline;
+    std::promise<Outcome> promise;
+  };
+  void instance_loop();
+  // Under the lock: takes the jobs of the next batch off the queue, waiting for the batch to fill as the
+  // options allow. Empty when finishing with nothing queued.
+  std::vector<Job> next_batch(std::unique_lock<std::mutex>& lock);
+  bool is_preferred(std::int64_t rows) const;
+
+  BatchingOptions options_;
+  Run run_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Job> queue_;
+  bool finishing_ = false;
+  int busy_ = 0;
+  BatcherStats stats_;
+  std::vector<std::thread> instances_;
+};
+
+}  // namespace convnets::serve

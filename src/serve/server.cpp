@@ -1,0 +1,846 @@
+#include "serve/server.h"
+
+#include "codec/image.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "data/rng.h"
+#include "data/transforms.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/topk.h>
+#include <ATen/ops/zeros.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+namespace convnets::serve {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+std::int64_t micros_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
+}
+
+// The three inputs a served model takes; a request carries exactly one of them.
+constexpr const char* kImages = "INPUT";   // encoded JPEG/PNG bytes, the exported ensemble's input name
+constexpr const char* kTensor = "input";   // normalised float [B, 3, S, S], the exported ONNX graph's
+constexpr const char* kPixels = "PIXELS";  // uint8 [B, S, S, 3], decoded, resized and cropped, not normalised
+constexpr const char* kLogits = "logits";  // the exported ONNX graph's output name
+constexpr const char* kLogitsAlias = "LOGITS";  // the exported ensemble's: the same tensor under its name
+
+// --------------------------------------------------------------------------------------------- one model
+
+struct ModelCounters {
+  std::atomic<std::int64_t> success{0}, failure{0}, request_us{0}, input_us{0}, output_us{0};
+};
+
+class ServedModel {
+ public:
+  ServedModel(std::string name, std::string path, const ServerOptions& o)
+      : name_(std::move(name)), path_(std::move(path)), model_(path_, o.inference), limits_(o.limits) {
+    const auto& pre = model_.preprocessing();
+    auto topts = data::TransformOptions::eval(pre.input_size, pre.crop_ratio,
+                                              data::parse_filter(pre.interpolation, "interpolation"));
+    if (o.max_image_pixels > 0) topts.max_pixels = o.max_image_pixels;
+    transform_ = std::make_unique<data::Transform>(topts);
+    // One pass before the port opens: a model that cannot run fails at startup, and the first request does not
+    // pay for the engine's first allocation.
+    model_.logits(at::zeros({1, side(), side(), 3}, at::kByte));
+    batcher_ = std::make_unique<Batcher>(o.batching, [this](const at::Tensor& rows) {
+      return model_.logits(rows).to(at::kFloat).cpu().contiguous();
+    });
+  }
+
+  const std::string& name() const { return name_; }
+  const std::string& path() const { return path_; }
+  const deploy::InferenceModel& model() const { return model_; }
+  Batcher& batcher() { return *batcher_; }
+  ModelCounters& counters() { return counters_; }
+  std::int64_t side() const { return model_.preprocessing().input_size; }
+
+  // The rows a request's one input gives: decoded and transformed images, or its tensor checked against the
+  // model's shape. Throws ProtocolError (400) naming the input.
+  at::Tensor rows_of(const InferRequest& r) const {
+    if (r.inputs.size() != 1) {
+      throw ProtocolError(400, "model '" + name_ + "' takes one input per request: " + std::string(kImages) +
+                                   " (BYTES, encoded JPEG/PNG images), " + kTensor + " (FP32 [B, 3, " +
+                                   std::to_string(side()) + ", " + std::to_string(side()) + "], normalised) or " +
+                                   kPixels + " (UINT8 [B, " + std::to_string(side()) + ", " + std::to_string(side()) +
+                                   ", 3]); the request has " + std::to_string(r.inputs.size()));
+    }
+    for (const auto& out : r.outputs) {
+      if (out.name != kLogits && out.name != kLogitsAlias) {
+        throw ProtocolError(400, "unknown output '" + utf8_escaped(out.name) + "' for model '" + name_ +
+                                     "': it has one, " + kLogits + " (or " + kLogitsAlias + ")");
+      }
+      if (out.classification < 0) throw ProtocolError(400, "output " + out.name + ": classification must be >= 0");
+    }
+    const Tensor& t = r.inputs[0];
+    const std::int64_t s = side();
+    if (t.name == kImages) return decode_images(t);
+    if (t.name == kTensor) {
+      expect(t, DataType::Fp32, {-1, 3, s, s});
+      auto rows = at::empty({t.shape[0], 3, s, s}, at::kFloat);
+      std::memcpy(rows.data_ptr(), t.data.data(), t.data.size());
+      return rows;
+    }
+    if (t.name == kPixels) {
+      expect(t, DataType::UInt8, {-1, s, s, 3});
+      auto rows = at::empty({t.shape[0], s, s, 3}, at::kByte);
+      std::memcpy(rows.data_ptr(), t.data.data(), t.data.size());
+      return rows;
+    }
+    throw ProtocolError(400, "unknown input '" + utf8_escaped(t.name) + "' for model '" + name_ + "': expected " +
+                                 kImages + ", " + kTensor + " or " + kPixels);
+  }
+
+  // The response to `r` given its logits: the logits tensor, or Triton's classification strings.
+  InferResponse respond(const InferRequest& r, const at::Tensor& logits) const {
+    InferResponse resp;
+    resp.model_name = name_;
+    resp.model_version = "1";
+    resp.id = r.id;
+    std::vector<RequestedOutput> outs = r.outputs;
+    if (outs.empty()) outs.push_back({kLogits, r.binary_data_output, 0});
+    for (const auto& want : outs) {
+      resp.outputs.push_back(want.classification > 0 ? classification(want.name, logits, want.classification)
+                                                     : logits_tensor(want.name, logits));
+      resp.binary.push_back(want.binary || r.binary_data_output);
+    }
+    return resp;
+  }
+
+  Json metadata() const {
+    const std::int64_t s = side();
+    return {{"name", name_},
+            {"versions", {"1"}},
+            {"platform", "convnets_" + model_.engine_name()},
+            {"inputs",
+             {{{"name", kImages}, {"datatype", "BYTES"}, {"shape", {-1, 1}}},
+              {{"name", kTensor}, {"datatype", "FP32"}, {"shape", {-1, 3, s, s}}},
+              {{"name", kPixels}, {"datatype", "UINT8"}, {"shape", {-1, s, s, 3}}}}},
+            {"outputs", {{{"name", kLogits}, {"datatype", "FP32"}, {"shape", {-1, model_.num_classes()}}}}}};
+  }
+
+  // Triton's model configuration, as its HTTP model-configuration extension gives it (JSON).
+  Json config() const {
+    const auto& b = batcher_->options();
+    const std::int64_t s = side();
+    Json dynamic{{"preferred_batch_size", b.preferred_batch_sizes},
+                 {"max_queue_delay_microseconds", b.max_queue_delay_us},
+                 {"default_queue_policy", {{"max_queue_size", b.max_queue_size}}}};
+    const bool cuda = model_.runtime().device.is_cuda();
+    return {{"name", name_},
+            {"platform", "convnets_" + model_.engine_name()},
+            {"max_batch_size", b.max_batch_size},
+            {"input",
+             {{{"name", kImages}, {"data_type", "TYPE_STRING"}, {"dims", {1}}},
+              {{"name", kTensor}, {"data_type", "TYPE_FP32"}, {"dims", {3, s, s}}},
+              {{"name", kPixels}, {"data_type", "TYPE_UINT8"}, {"dims", {s, s, 3}}}}},
+            {"output",
+             {{{"name", kLogits},
+               {"data_type", "TYPE_FP32"},
+               {"dims", {model_.num_classes()}},
+               {"label_filename", model_.has_class_names() ? "labels.txt" : ""}}}},
+            {"dynamic_batching", dynamic},
+            {"instance_group", {{{"count", b.instances}, {"kind", cuda ? "KIND_GPU" : "KIND_CPU"}}}},
+            {"parameters",
+             {{"arch", {{"string_value", model_.arch().name}}},
+              {"engine", {{"string_value", model_.describe_engine()}}},
+              {"preprocessing", {{"string_value", dump_json(convnets::to_json(model_.preprocessing()))}}}}}};
+  }
+
+ private:
+  static std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
+  // `want`: -1 for the batch dimension.
+  void expect(const Tensor& t, DataType type, const std::vector<std::int64_t>& want) const {
+    if (t.datatype != type) {
+      throw ProtocolError(400, "input '" + t.name + "': expected datatype " + datatype_name(type) + ", got " +
+                                   datatype_name(t.datatype));
+    }
+    bool ok = t.shape.size() == want.size();
+    for (std::size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 ? t.shape[i] >= 1 : t.shape[i] == want[i];
+    if (!ok) {
+      auto shown = want;
+      shown[0] = -1;
+      throw ProtocolError(400, "input '" + t.name + "': expected shape " + shape_text(shown) + " (-1: the batch), got " +
+                                   shape_text(t.shape));
+    }
+  }
+
+  at::Tensor decode_images(const Tensor& t) const {
+    std::vector<std::string_view> images;
+    if (t.datatype == DataType::Bytes) {
+      const bool ok = (t.shape.size() == 1 || (t.shape.size() == 2 && t.shape[1] == 1)) && !t.elements.empty();
+      if (!ok) {
+        throw ProtocolError(400, "input '" + t.name + "': expected BYTES of shape [-1, 1] or [-1] (one encoded image "
+                                     "per element), got " + shape_text(t.shape));
+      }
+      for (const auto& e : t.elements) images.emplace_back(e);
+    } else if (t.datatype == DataType::UInt8) {
+      // The exported ensemble's form: one image's bytes as a UINT8 vector.
+      if (!(t.shape.size() == 1 || (t.shape.size() == 2 && t.shape[0] == 1)) || t.data.empty()) {
+        throw ProtocolError(400, "input '" + t.name + "': UINT8 carries one encoded image, shape [1, -1] or [-1]; got " +
+                                     shape_text(t.shape));
+      }
+      images.emplace_back(t.data);
+    } else {
+      throw ProtocolError(400, "input '" + t.name + "': expected datatype BYTES (encoded images), got " +
+                                   datatype_name(t.datatype));
+    }
+    const auto n = static_cast<std::int64_t>(images.size());
+    if (n > batcher_->options().max_batch_size) {
+      throw ProtocolError(400, "input '" + t.name + "': a batch of " + std::to_string(n) + " images exceeds the "
+                                   "model's max_batch_size of " + std::to_string(batcher_->options().max_batch_size));
+    }
+    const std::int64_t s = side(), pixels = s * s * 3;
+    auto rows = at::empty({n, s, s, 3}, at::kByte);
+    thread_local data::Workspace ws;
+    data::Rng rng(0);  // eval transforms draw nothing
+    for (std::int64_t i = 0; i < n; ++i) {
+      data::SampleData sample;
+      sample.name = t.name + "[" + std::to_string(i) + "]";
+      const auto& img = images[static_cast<std::size_t>(i)];
+      sample.bytes.assign(img.begin(), img.end());
+      try {
+        transform_->apply(sample, rng, ws, rows.data_ptr<std::uint8_t>() + i * pixels, nullptr);
+      } catch (const std::bad_alloc&) {
+        throw ProtocolError(413, sample.name + ": out of memory while decoding it");
+      } catch (const std::exception& e) {
+        throw ProtocolError(400, e.what());
+      }
+    }
+    return rows;
+  }
+
+  static Tensor logits_tensor(const std::string& name, const at::Tensor& logits) {
+    Tensor t;
+    t.name = name;
+    t.datatype = DataType::Fp32;
+    t.shape = {logits.size(0), logits.size(1)};
+    t.data.assign(static_cast<const char*>(logits.data_ptr()), static_cast<std::size_t>(logits.numel()) * sizeof(float));
+    return t;
+  }
+
+  // Triton's classification extension: per row the top k as "value:index[:label]", the value the output's own
+  // (here a logit), best first.
+  Tensor classification(const std::string& name, const at::Tensor& logits, std::int64_t k) const {
+    k = std::min(k, logits.size(1));
+    const auto [values, indices] = at::topk(logits, k, 1);
+    Tensor t;
+    t.name = name;
+    t.datatype = DataType::Bytes;
+    t.shape = {logits.size(0), k};
+    const auto v = values.accessor<float, 2>();
+    const auto idx = indices.accessor<std::int64_t, 2>();
+    for (std::int64_t i = 0; i < logits.size(0); ++i) {
+      for (std::int64_t j = 0; j < k; ++j) {
+        std::string s = std::to_string(v[i][j]) + ":" + std::to_string(idx[i][j]);
+        if (model_.has_class_names()) s += ":" + model_.class_names()[static_cast<std::size_t>(idx[i][j])];
+        t.elements.push_back(std::move(s));
+      }
+    }
+    return t;
+  }
+
+  std::string name_, path_;
+  deploy::InferenceModel model_;
+  Limits limits_;
+  std::unique_ptr<data::Transform> transform_;
+  std::unique_ptr<Batcher> batcher_;
+  ModelCounters counters_;
+};
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+// NAME=PATH or PATH, a Triton repository folder expanded into its models: (name, path) pairs.
+std::vector<std::pair<std::string, std::string>> model_list(const std::vector<std::string>& specs) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& spec : specs) {
+    std::string name, path = spec;
+    const auto eq = spec.find('=');
+    if (eq != std::string::npos && !fs::exists(spec)) {
+      name = spec.substr(0, eq);
+      path = spec.substr(eq + 1);
+    }
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw Error(path + ": no such file or folder (serve MODEL)", {}, ErrorKind::NotFound);
+    if (fs::is_directory(path, ec)) {
+      if (!name.empty()) throw Error(spec + ": a Triton model repository folder names its own models; give its path alone");
+      std::size_t found = 0;
+      std::vector<fs::path> entries;
+      for (const auto& e : fs::directory_iterator(path)) entries.push_back(e.path());
+      std::sort(entries.begin(), entries.end());
+      for (const auto& dir : entries) {
+        if (!fs::is_directory(dir)) continue;
+        // The highest numeric version folder holding model.onnx, as Triton's default version policy serves.
+        long best = -1;
+        for (const auto& v : fs::directory_iterator(dir)) {
+          const auto vn = v.path().filename().string();
+          if (vn.empty() || !std::all_of(vn.begin(), vn.end(), ::isdigit) || vn.size() > 9) continue;
+          if (fs::exists(v.path() / "model.onnx")) best = std::max(best, std::stol(vn));
+        }
+        if (best < 0) continue;  // the DALI step and the ensemble: convnets' own pipeline does their work
+        out.emplace_back(dir.filename().string(), (dir / std::to_string(best) / "model.onnx").string());
+        ++found;
+      }
+      if (found == 0) {
+        throw Error(path + ": a folder with no NAME/VERSION/model.onnx in it; serve takes checkpoints, weights and "
+                           "ONNX files, or a Triton model repository that `convnets export --format triton` wrote");
+      }
+      continue;
+    }
+    if (name.empty()) name = fs::path(path).stem().string();
+    out.emplace_back(name, path);
+  }
+  std::map<std::string, int> seen;
+  for (const auto& [name, path] : out) {
+    if (!valid_name(name)) {
+      throw Error("serve: model name '" + utf8_escaped(name) + "' (for " + path + ") must be 1-128 letters, digits, "
+                  "'_', '-' or '.'", "name it with NAME=PATH");
+    }
+    if (seen[name]++) throw Error("serve: two models are named '" + name + "'", "name them apart with NAME=PATH");
+  }
+  return out;
+}
+
+// --------------------------------------------------------------------------------------------- connections
+
+// A thread per connection, as httplib serves them, made on demand up to a bound and kept a while for reuse:
+// a thousand idle keep-alive connections then hold a thousand idle threads (a few KiB each) instead of
+// queueing every new request behind them, and no more than the bound are ever made.
+class ConnectionPool : public httplib::TaskQueue {
+ public:
+  explicit ConnectionPool(int max_threads) : max_(std::max(1, max_threads)) {}
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(fn));
+    if (static_cast<int>(jobs_.size()) > idle_ && live_ < max_) {
+      ++live_;
+      std::thread([this] { work(); }).detach();
+    }
+    wake_.notify_one();
+  }
+
+  void shutdown() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stopping_ = true;
+    wake_.notify_all();
+    gone_.wait(lock, [this] { return live_ == 0; });
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ++idle_;
+      const bool got = wake_.wait_for(lock, std::chrono::seconds(10), [this] { return stopping_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty() && (stopping_ || !got)) break;
+      if (jobs_.empty()) continue;
+      auto fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+    --live_;
+    gone_.notify_all();
+  }
+
+  const int max_;
+  std::mutex mutex_;
+  std::condition_variable wake_, gone_;
+  std::deque<std::function<void()>> jobs_;
+  int idle_ = 0, live_ = 0;
+  bool stopping_ = false;
+};
+
+// Requests in flight, and the drain that waits for them.
+class Drain {
+ public:
+  bool enter() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (draining_) return false;
+    ++in_flight_;
+    return true;
+  }
+  void leave() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --in_flight_;
+    done_.notify_all();
+  }
+  bool draining() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return draining_;
+  }
+  // Refuses new requests and waits up to `timeout` for those in flight; returns how many were still running.
+  int start_and_wait(std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    draining_ = true;
+    done_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
+    return in_flight_;
+  }
+  int in_flight() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return in_flight_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable done_;
+  int in_flight_ = 0;
+  bool draining_ = false;
+};
+
+// --------------------------------------------------------------------------------------------- the server
+
+std::int64_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  long long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+std::string url(const std::string& host, int port) {
+  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+class Server {
+ public:
+  Server(const ServerOptions& o) : o_(o) {
+    for (const auto& [name, path] : model_list(o.models)) {
+      models_.emplace(name, std::make_unique<ServedModel>(name, path, o));
+    }
+    configure(http_, o.max_connections);
+    routes();
+    if (o.metrics_port >= 0) {
+      configure(metrics_, 8);
+      metrics_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+    }
+  }
+
+  int serve() {
+    const int port = bind(http_, o_.http_port, "--port");
+    const int mport = o_.metrics_port >= 0 ? bind(metrics_, o_.metrics_port, "--metrics-port") : -1;
+    for (const auto& [name, m] : models_) {
+      const auto& im = m->model();
+      std::printf("convnets serve: model %s from %s: %s, %lld classes, %lldx%lld input; %s\n", name.c_str(),
+                  m->path().c_str(), im.arch().name.c_str(), static_cast<long long>(im.num_classes()),
+                  static_cast<long long>(m->side()), static_cast<long long>(m->side()), im.describe_engine().c_str());
+    }
+    const auto& b = o_.batching;
+    std::string preferred;
+    for (auto s : b.preferred_batch_sizes) preferred += (preferred.empty() ? "" : ",") + std::to_string(s);
+    std::printf("convnets serve: dynamic batching: max batch %lld, max queue delay %lld us, preferred sizes %s, "
+                "%d instance(s), max queue %lld requests\n",
+                static_cast<long long>(b.max_batch_size), static_cast<long long>(b.max_queue_delay_us),
+                preferred.empty() ? "none" : preferred.c_str(), b.instances, static_cast<long long>(b.max_queue_size));
+    std::printf("convnets serve: HTTP on %s (KServe v2), metrics on %s/metrics\n", url(o_.host, port).c_str(),
+                (mport >= 0 ? url(o_.host, mport) : url(o_.host, port)).c_str());
+    std::fflush(stdout);
+    std::thread metrics_thread;
+    if (mport >= 0) metrics_thread = std::thread([this] { metrics_.listen_after_bind(); });
+    const bool ok = http_.listen_after_bind();
+    metrics_.stop();
+    if (metrics_thread.joinable()) metrics_thread.join();
+    for (auto& [name, m] : models_) m->batcher().finish();
+    if (!ok && !stopped_) throw Error("serve: the HTTP server on " + url(o_.host, port) + " stopped unexpectedly");
+    return 0;
+  }
+
+  // From the signal thread: refuse new requests, let those in flight finish, then stop listening.
+  void drain(const char* why) {
+    std::fprintf(stderr, "convnets serve: %s: draining %d request(s) in flight; new requests get 503\n", why,
+                 drain_.in_flight());
+    const int left = drain_.start_and_wait(std::chrono::seconds(o_.drain_timeout_s));
+    if (left > 0) {
+      std::fprintf(stderr, "convnets serve: %d request(s) still running after --drain-timeout-s %d; stopping\n", left,
+                   o_.drain_timeout_s);
+    }
+    stopped_ = true;
+    http_.stop();
+    metrics_.stop();
+  }
+
+ private:
+  void configure(httplib::Server& s, int threads) {
+    s.new_task_queue = [threads] { return new ConnectionPool(threads); };
+    // httplib listens with a backlog of 5: a burst of connections (a thousand clients at once) would see SYNs
+    // dropped and retried a second later. The listening socket is noted here and given a deeper backlog in bind().
+    s.set_socket_options([this](int fd) {
+      httplib::default_socket_options(fd);
+      listening_.push_back(fd);
+    });
+    s.set_keep_alive_timeout(o_.idle_timeout_s);
+    s.set_keep_alive_max_count(100000);
+    s.set_read_timeout(o_.idle_timeout_s, 0);
+    s.set_write_timeout(o_.idle_timeout_s, 0);
+    s.set_payload_max_length(o_.limits.max_body_bytes);
+    s.set_tcp_nodelay(true);
+    s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      error(res, 500, what);
+    });
+    s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string why = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+                              : res.status == 413 ? "the request body exceeds --max-request-bytes"
+                                                  : "the request could not be served";
+      error(res, res.status, utf8_escaped(why));
+    });
+  }
+
+  int bind(httplib::Server& s, int port, const char* flag) {
+    listening_.clear();
+    if (port == 0) {
+      port = s.bind_to_any_port(o_.host);
+      if (port <= 0) throw Error(std::string(flag) + " 0: no free port on " + o_.host + " (--host)");
+    } else if (!s.bind_to_port(o_.host, port)) {
+      throw Error(std::string(flag) + " " + std::to_string(port) + ": cannot listen on " + url(o_.host, port) +
+                      " (in use, or --host is not an address of this machine)",
+                  "pick another port, or 0 for a free one");
+    }
+    // The last socket httplib made is the one it bound (it tries each of getaddrinfo's answers in turn).
+    if (!listening_.empty()) ::listen(listening_.back(), std::max(SOMAXCONN, o_.max_connections));
+    return port;
+  }
+
+  static void error(httplib::Response& res, int status, const std::string& message) {
+    res.status = status;
+    res.set_content(error_body(message), "application/json");
+  }
+
+  static void json(httplib::Response& res, const Json& j) { res.set_content(dump_json(j), "application/json"); }
+
+  ServedModel* find(const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1];
+    const auto it = models_.find(name);
+    if (it == models_.end()) {
+      error(res, 404, "Request for unknown model: '" + utf8_escaped(name) + "' is not found");
+      return nullptr;
+    }
+    if (req.matches.size() > 2 && req.matches[2].matched && req.matches[2].str() != "1") {
+      error(res, 404, "Request for unknown model: '" + name + "' version " + utf8_escaped(req.matches[2].str()) +
+                          " is not found (version 1 is served)");
+      return nullptr;
+    }
+    return it->second.get();
+  }
+
+  void routes() {
+    const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // Refused from the headers alone, before any of the body is read: the connection closes after the answer.
+      const auto encoding = req.get_header_value("Content-Encoding");
+      if (!encoding.empty() && encoding != "identity") {
+        error(res, 415, "Content-Encoding " + utf8_escaped(encoding) + " is not accepted: send the body uncompressed");
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.has_header("Content-Length")) {
+        const auto length = req.get_header_value("Content-Length");
+        const bool digits = !length.empty() && length.size() <= 19 &&
+                            std::all_of(length.begin(), length.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits || std::stoull(length) > o_.limits.max_body_bytes) {
+          error(res, 413, "the request body of " + utf8_escaped(length) + " bytes exceeds the limit of " +
+                              std::to_string(o_.limits.max_body_bytes) + " (--max-request-bytes)");
+          res.set_header("Connection", "close");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http_.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+    http_.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = drain_.draining() ? 503 : 200;
+    });
+    http_.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
+      json(res, {{"name", "convnets"},
+                 {"version", CONVNETS_VERSION},
+                 {"extensions", {"classification", "binary_tensor_data", "model_configuration", "model_repository"}}});
+    });
+    http_.Get(model + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
+      if (find(req, res)) res.status = drain_.draining() ? 503 : 200;
+    });
+    http_.Get(model + "/config", [this](const httplib::Request& req, httplib::Response& res) {
+      if (auto* m = find(req, res)) json(res, m->config());
+    });
+    http_.Get(model, [this](const httplib::Request& req, httplib::Response& res) {
+      if (auto* m = find(req, res)) json(res, m->metadata());
+    });
+    http_.Post("/v2/repository/index", [this](const httplib::Request&, httplib::Response& res) {
+      Json list = Json::array();
+      for (const auto& [name, m] : models_) list.push_back({{"name", name}, {"version", "1"}, {"state", "READY"}});
+      json(res, list);
+    });
+    http_.Post(model + "/infer", [this](const httplib::Request& req, httplib::Response& res,
+                                         const httplib::ContentReader& reader) { infer(req, res, reader); });
+    if (o_.metrics_port < 0) {
+      http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+    }
+  }
+
+  void infer(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    const auto start = Clock::now();
+    if (!drain_.enter()) {
+      error(res, 503, "the server is shutting down: no new requests are taken");
+      res.set_header("Connection", "close");
+      return;
+    }
+    struct Leave {
+      Drain& d;
+      ~Leave() { d.leave(); }
+    } leave{drain_};
+    ServedModel* m = find(req, res);
+    if (!m) {
+      res.set_header("Connection", "close");  // its body is not read
+      return;
+    }
+    auto& c = m->counters();
+    std::string body;
+    bool too_big = false, too_slow = false;
+    const auto deadline = start + std::chrono::seconds(o_.body_timeout_s);
+    const bool read = reader([&](const char* data, std::size_t n) {
+      if (body.size() + n > o_.limits.max_body_bytes) return !(too_big = true);
+      if (Clock::now() > deadline) return !(too_slow = true);
+      body.append(data, n);
+      return true;
+    });
+    if (!read || too_big || too_slow) {
+      ++c.failure;
+      res.set_header("Connection", "close");
+      if (too_big) return error(res, 413, "the request body exceeds the limit of " +
+                                              std::to_string(o_.limits.max_body_bytes) + " bytes (--max-request-bytes)");
+      if (too_slow) return error(res, 408, "the request body was not received within " +
+                                               std::to_string(o_.body_timeout_s) + " s (--body-timeout-s)");
+      return error(res, 400, "the request body could not be read in full (the connection ended or stalled)");
+    }
+    try {
+      std::optional<std::size_t> header_length;
+      if (req.has_header("Inference-Header-Content-Length")) {
+        header_length = parse_header_length(req.get_header_value("Inference-Header-Content-Length"));
+      }
+      const InferRequest request = parse_infer_request(body, header_length, o_.limits);
+      body.clear();
+      body.shrink_to_fit();
+      at::Tensor rows = m->rows_of(request);
+      c.input_us += micros_since(start);
+      Outcome outcome = m->batcher().submit(std::move(rows), request.timeout_us).get();
+      if (outcome.status != 200) {
+        ++c.failure;
+        return error(res, outcome.status, "model '" + m->name() + "': " + outcome.error);
+      }
+      const auto out_start = Clock::now();
+      std::optional<std::size_t> out_header;
+      const std::string text = write_infer_response(m->respond(request, outcome.logits), out_header);
+      if (out_header) {
+        res.set_header("Inference-Header-Content-Length", std::to_string(*out_header));
+        res.set_content(text, "application/octet-stream");
+      } else {
+        res.set_content(text, "application/json");
+      }
+      c.output_us += micros_since(out_start);
+      ++c.success;
+      c.request_us += micros_since(start);
+    } catch (const ProtocolError& e) {
+      ++c.failure;
+      error(res, e.status(), e.what());
+    } catch (const Error& e) {
+      ++c.failure;
+      error(res, 400, e.what());
+    }
+  }
+
+  void metrics(httplib::Response& res) {
+    std::ostringstream out;
+    struct Family {
+      const char *name, *type, *help;
+    };
+    auto family = [&](const Family& f) { out << "# HELP " << f.name << ' ' << f.help << "\n# TYPE " << f.name << ' ' << f.type << '\n'; };
+    auto labels = [](const std::string& model) { return "{model=\"" + model + "\",version=\"1\"}"; };
+    std::map<std::string, BatcherStats> stats;
+    for (const auto& [name, m] : models_) stats[name] = m->batcher().stats();
+    auto each = [&](const Family& f, auto value) {
+      family(f);
+      for (const auto& [name, m] : models_) out << f.name << labels(name) << ' ' << value(*m, stats[name]) << '\n';
+    };
+    // Triton's metric names and meanings (docs/user_guide/metrics.md), then convnets' own.
+    each({"nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes"},
+         [](ServedModel& m, const BatcherStats&) { return m.counters().success.load(); });
+    each({"nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes"},
+         [](ServedModel& m, const BatcherStats&) { return m.counters().failure.load(); });
+    each({"nv_inference_count", "counter", "Number of inferences performed (a batch of n counts n)"},
+         [](ServedModel&, const BatcherStats& s) { return s.inferences; });
+    each({"nv_inference_exec_count", "counter", "Number of model executions performed (batches)"},
+         [](ServedModel&, const BatcherStats& s) { return s.executions; });
+    each({"nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting execution"},
+         [](ServedModel&, const BatcherStats& s) { return s.pending; });
+    each({"nv_inference_request_duration_us", "counter", "Cumulative end-to-end inference request handling time"},
+         [](ServedModel& m, const BatcherStats&) { return m.counters().request_us.load(); });
+    each({"nv_inference_queue_duration_us", "counter", "Cumulative time requests spend waiting in the scheduling queue"},
+         [](ServedModel&, const BatcherStats& s) { return s.queue_us; });
+    each({"nv_inference_compute_input_duration_us", "counter",
+          "Cumulative compute input duration (reading the body, decoding and preprocessing images)"},
+         [](ServedModel& m, const BatcherStats&) { return m.counters().input_us.load(); });
+    each({"nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration"},
+         [](ServedModel&, const BatcherStats& s) { return s.compute_us; });
+    each({"nv_inference_compute_output_duration_us", "counter", "Cumulative inference compute output duration"},
+         [](ServedModel& m, const BatcherStats&) { return m.counters().output_us.load(); });
+    each({"convnets_inference_queue_full_count", "counter", "Requests refused at once because the queue was full"},
+         [](ServedModel&, const BatcherStats& s) { return s.refused_full; });
+    each({"convnets_inference_timeout_count", "counter", "Requests whose timeout passed before a batch took them"},
+         [](ServedModel&, const BatcherStats& s) { return s.timed_out; });
+    family({"convnets_inference_batch_size_count", "counter", "Model executions by the number of rows batched"});
+    for (const auto& [name, s] : stats) {
+      for (const auto& [size, n] : s.batch_sizes) {
+        out << "convnets_inference_batch_size_count{model=\"" << name << "\",version=\"1\",batch_size=\"" << size
+            << "\"} " << n << '\n';
+      }
+    }
+    family({"process_resident_memory_bytes", "gauge", "Resident memory size in bytes"});
+    out << "process_resident_memory_bytes " << resident_bytes() << '\n';
+    res.set_content(out.str(), "text/plain; version=0.0.4; charset=utf-8");
+  }
+
+  const ServerOptions& o_;
+  std::map<std::string, std::unique_ptr<ServedModel>> models_;
+  httplib::Server http_, metrics_;
+  Drain drain_;
+  std::atomic<bool> stopped_{false};
+  std::vector<int> listening_;
+};
+
+// SIGTERM and SIGINT write their number to a pipe that one thread reads: the drain they start locks and waits,
+// which no handler may do. A handler, not a blocked mask and sigwait: threads made before `serve` runs (LibTorch's,
+// OpenVINO's) would not have the mask, and a signal the kernel gave one of them would end the process.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const char c = static_cast<char>(sig);
+  const int saved = errno;
+  (void)!::write(g_signal_pipe[1], &c, 1);
+  errno = saved;
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(std::string("serve: pipe2: ") + std::strerror(errno));
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
+  }
+  // The handlers stay: the process ends after the server, and a second SIGTERM during the drain must not end it
+  // with status 143 before every accepted request is answered.
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  // The signal taken, or 0 when `timeout_ms` passed without one.
+  int wait(int timeout_ms) const {
+    pollfd p{g_signal_pipe[0], POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return 0;
+    char c = 0;
+    return ::read(g_signal_pipe[0], &c, 1) == 1 ? c : 0;
+  }
+
+ private:
+  struct sigaction old_term_ {}, old_int_ {};
+};
+
+// A thousand connections need a thousand descriptors: the soft limit goes up to the hard one.
+void raise_descriptor_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+}  // namespace
+
+int run_server(const ServerOptions& options) {
+  options.batching.validate();
+  if (options.http_port < 0 || options.http_port > 65535) throw Error("--port must be 0..65535, got " + std::to_string(options.http_port));
+  if (options.metrics_port < -1 || options.metrics_port > 65535) {
+    throw Error("--metrics-port must be -1 (off: /metrics on the HTTP port) or 0..65535, got " +
+                std::to_string(options.metrics_port));
+  }
+  if (options.max_connections < 1) throw Error("--max-connections must be at least 1");
+  if (options.idle_timeout_s < 1 || options.body_timeout_s < 1 || options.drain_timeout_s < 0) {
+    throw Error("--idle-timeout-s and --body-timeout-s must be at least 1 and --drain-timeout-s at least 0");
+  }
+  // Before the models load: a SIGTERM while they do still ends in an orderly stop once the server is up.
+  const StopSignals signals;
+  raise_descriptor_limit();
+  Server server(options);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      const int sig = signals.wait(200);
+      if (sig == SIGTERM || sig == SIGINT) {
+        server.drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        return;
+      }
+    }
+  });
+  int rc = 0;
+  try {
+    rc = server.serve();
+  } catch (...) {
+    done = true;
+    watcher.join();
+    throw;
+  }
+  done = true;
+  watcher.join();
+  std::fprintf(stderr, "convnets serve: stopped\n");
+  return rc;
+}
+
+}  // namespace convnets::serve

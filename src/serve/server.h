@@ -1,0 +1,38 @@
+// `convnets serve`: models behind the KServe v2 / Triton HTTP protocol with dynamic batching, Prometheus metrics, bounded connections and requests, and a drain on SIGTERM.
+#pragma once
+
+#include "deploy/inference.h"
+#include "serve/batcher.h"
+#include "serve/kserve.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace convnets::serve {
+
+struct ServerOptions {
+  // Each NAME=PATH or PATH (named after the file, less its extension). PATH: a checkpoint, a weights file or an
+  // exported ONNX file, as `classify` takes them; or a folder laid out as a Triton model repository, whose
+  // NAME/VERSION/model.onnx models are served under their folders' names (the highest version of each).
+  std::vector<std::string> models;
+  deploy::InferenceOptions inference;
+  BatchingOptions batching;
+  Limits limits;  // per request; limits.max_body_bytes also bounds the HTTP body before it is read
+  std::int64_t max_image_pixels = 0;  // an encoded image larger than this is refused (codec's default when 0)
+
+  std::string host = "127.0.0.1";  // loopback unless asked: a server is reachable only where it is meant to be
+  int http_port = 8000;            // 0: a free port (the startup line names it)
+  int metrics_port = 8002;         // Triton's; 0: a free port; -1: /metrics on the HTTP port only
+  int max_connections = 1024;      // connections served at once (a thread each); more wait to be accepted
+  int idle_timeout_s = 5;          // a keep-alive connection with no request for this long is closed
+  int body_timeout_s = 30;         // a body not received in full this long after its headers gets 408
+  int drain_timeout_s = 30;        // SIGTERM: how long requests in flight may take before the server stops
+};
+
+// Loads the models, binds the ports, prints the startup line (models, engine, precision, ports) to stdout and
+// serves until SIGTERM or SIGINT; then refuses new requests (503), answers every one already accepted, and
+// returns 0. Throws Error for a model that does not load or a port that cannot be bound, before serving.
+int run_server(const ServerOptions& options);
+
+}  // namespace convnets::serve

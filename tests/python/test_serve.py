@@ -1,0 +1,596 @@
+"""`convnets serve` through Triton's own, unmodified HTTP client (PyPI's tritonclient) and raw sockets.
+
+Protocol: health, server and model metadata, model config, the repository index, and infer with JSON and binary
+tensors and the classification extension, for the suite's Fashion-MNIST ResNet-8, a ResNet-50, and a Triton
+repository that `convnets export --format triton` wrote. Answers: encoded JPEGs give classify's top-1 and
+probabilities; float tensors give the package's logits (classify's engine) within 1e-5. Batching: concurrent
+requests share a forward pass; a full queue is answered 503 at once; a request timeout expires. Hostile requests
+(malformed JSON, shapes over the limits, a datatype mismatch, a truncated and a bomb image, a body over the limit,
+a client that sends a byte a second, a thousand idle connections) each get a clear status and the next good
+request succeeds. SIGTERM: every request accepted is answered, new ones get 503, and the exit status is 0.
+
+Every server listens on 127.0.0.1 only, on a port it picks, and is stopped by the test that started it.
+"""
+import glob
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+import zlib
+
+import fixtures  # the suite's shared trained network (tests/python/fixtures.py)
+
+import numpy as np
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
+import runner  # noqa: E402
+
+BIN = os.environ["CONVNETS_BIN"]
+IMAGENET_LIKE = os.environ.get("CONVNETS_IMAGENET_LIKE", "")
+HOST = "127.0.0.1"
+
+
+def convnets(*args, timeout=600):
+    return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def jpegs(n):
+    files = (sorted(glob.glob(os.path.join(IMAGENET_LIKE, "val", "*", "*.JPEG"))) +
+             sorted(glob.glob(os.path.join(IMAGENET_LIKE, "train", "*", "*.JPEG"))))[:n]
+    assert len(files) == n, f"{IMAGENET_LIKE}: {len(files)} JPEGs, {n} wanted"
+    return files
+
+
+class Serve:
+    """A `convnets serve` process on free loopback ports; stop() sends SIGTERM and gives its exit status."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([BIN, "serve", *args, "--host", HOST, "--port", "0", "--metrics-port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.startup = []
+        for line in self.proc.stdout:
+            self.startup.append(line)
+            if " HTTP on " in line:
+                break
+        else:
+            self.proc.wait(timeout=30)
+            raise AssertionError("convnets serve did not start: " + "".join(self.startup) + self.proc.stderr.read())
+        words = line.split()
+        self.url = words[words.index("on") + 1].removeprefix("http://")
+        self.metrics_url = words[-1]
+        self.port = int(self.url.rsplit(":", 1)[1])
+        self.client = triton.InferenceServerClient(self.url, connection_timeout=60, network_timeout=120)
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.metrics_url, timeout=30).read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, value = line.rsplit(" ", 1)
+                values[key] = float(value)
+        return values
+
+    def stop(self, timeout=60):
+        self.client.close()  # its keep-alive connection would hold the drain until --idle-timeout-s
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        self.stderr = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rc
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def image_input(paths):
+    data = np.array([[read(p)] for p in paths], dtype=np.object_)
+    x = triton.InferInput("INPUT", list(data.shape), "BYTES")
+    x.set_data_from_numpy(data, binary_data=True)
+    return x
+
+
+def tensor_input(x, binary=True):
+    t = triton.InferInput("input", list(x.shape), "FP32")
+    t.set_data_from_numpy(x, binary_data=binary)
+    return t
+
+
+def raw(port, payload, read_timeout=30):
+    """Sends bytes on a fresh connection; gives (status, body) of the answer, or (None, b"") if none came."""
+    with socket.create_connection((HOST, port), timeout=read_timeout) as s:
+        s.sendall(payload)
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if b"\r\n\r\n" in data:
+                    head, _, body = data.partition(b"\r\n\r\n")
+                    length = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")]
+                    if length and len(body) >= length[0]:
+                        break
+        except socket.timeout:
+            pass
+    if not data.startswith(b"HTTP/1.1 "):
+        return None, b""
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")]
+    # The first answer only: after refusing a body it did not read, httplib 0.11.4 keeps the connection and
+    # answers what follows as another request.
+    return int(head.split(b" ")[1]), body[:length[0]] if length else body
+
+
+def post(port, path, body, headers=()):
+    head = f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers)
+    return raw(port, head.encode() + b"\r\n" + body)
+
+
+def infer_json(inputs):
+    return json.dumps({"inputs": inputs}).encode()
+
+
+def png_header_bomb(width, height):
+    """A PNG that declares width x height pixels and holds almost none of them."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) +
+            chunk(b"IEND", b""))
+
+
+class FashionModel(unittest.TestCase):
+    """The protocol and the answers, with the suite's Fashion-MNIST checkpoint."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ckpt = fixtures.fashion_resnet8()
+        cls.files = jpegs(100)
+        cls.server = Serve(f"fashion={cls.ckpt}", "--max-batch-size", "16")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_health_metadata_config_and_index(self):
+        c = self.server.client
+        self.assertTrue(c.is_server_live())
+        self.assertTrue(c.is_server_ready())
+        self.assertTrue(c.is_model_ready("fashion"))
+        self.assertFalse(c.is_model_ready("absent"))
+        meta = c.get_server_metadata()
+        self.assertEqual(meta["name"], "convnets")
+        self.assertIn("binary_tensor_data", meta["extensions"])
+        model = c.get_model_metadata("fashion")
+        self.assertEqual(model["versions"], ["1"])
+        self.assertEqual({i["name"]: (i["datatype"], i["shape"]) for i in model["inputs"]},
+                         {"INPUT": ("BYTES", [-1, 1]), "input": ("FP32", [-1, 3, 28, 28]),
+                          "PIXELS": ("UINT8", [-1, 28, 28, 3])})
+        self.assertEqual(model["outputs"], [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}])
+        self.assertEqual(c.get_model_metadata("fashion", model_version="1")["name"], "fashion")
+        with self.assertRaisesRegex(InferenceServerException, "version 2 is not found"):
+            c.get_model_metadata("fashion", model_version="2")
+        config = c.get_model_config("fashion")
+        self.assertEqual(config["max_batch_size"], 16)
+        self.assertEqual(config["dynamic_batching"]["default_queue_policy"]["max_queue_size"], 64)
+        self.assertEqual(json.loads(config["parameters"]["preprocessing"]["string_value"])["input_size"], 28)
+        self.assertEqual(c.get_model_repository_index(), [{"name": "fashion", "version": "1", "state": "READY"}])
+        with self.assertRaisesRegex(InferenceServerException, "unknown model: 'absent'"):
+            c.get_model_metadata("absent")
+        self.assertIn("fashion from " + self.ckpt, "".join(self.server.startup))
+        self.assertRegex("".join(self.server.startup), r"resnet8, 10 classes, 28x28 input; (openvino|torch)")
+
+    def test_jpeg_bytes_give_classify_top1_and_probabilities(self):
+        r = convnets("classify", *self.files, "--checkpoint", self.ckpt, "--json", "--top-k", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = [(x["top"][0]["index"], x["top"][0]["probability"]) for x in json.loads(r.stdout)["results"]]
+        got = []
+        for begin in range(0, 100, 16):  # batches of up to 16, as a client sends them
+            out = self.server.client.infer("fashion", [image_input(self.files[begin:begin + 16])])
+            got.extend(out.as_numpy("logits"))
+        logits = np.stack(got)
+        probabilities = np.exp(logits - logits.max(1, keepdims=True))
+        probabilities /= probabilities.sum(1, keepdims=True)
+        top1 = logits.argmax(1)
+        self.assertEqual(sum(int(t) == e for t, (e, _) in zip(top1, expected)), 100)
+        self.assertGreaterEqual(len(set(top1.tolist())), 3, "a constant answer would pass a top-1 comparison")
+        np.testing.assert_allclose([probabilities[i, e] for i, (e, _) in enumerate(expected)],
+                                   [p for _, p in expected], rtol=0, atol=1e-5)
+
+    def test_float_tensors_give_the_package_logits(self):
+        import convnets  # the package: classify's InferenceModel, its engine chosen as classify chooses it
+        x = np.random.default_rng(3).standard_normal((5, 3, 28, 28)).astype(np.float32)
+        expected = convnets.load(self.ckpt, device="cpu")(__import__("torch").from_numpy(x)).numpy()
+        for binary in (True, False):  # Triton's binary tensor extension and JSON "data"
+            out = self.server.client.infer("fashion", [tensor_input(x, binary)],
+                                           outputs=[triton.InferRequestedOutput("logits", binary_data=binary)])
+            np.testing.assert_allclose(out.as_numpy("logits"), expected, rtol=0, atol=1e-5)
+        pixels = np.random.default_rng(4).integers(0, 256, (2, 28, 28, 3), dtype=np.uint8)
+        p = triton.InferInput("PIXELS", list(pixels.shape), "UINT8")
+        p.set_data_from_numpy(pixels)
+        expected = convnets.load(self.ckpt, device="cpu")(__import__("torch").from_numpy(pixels)).numpy()
+        np.testing.assert_allclose(self.server.client.infer("fashion", [p]).as_numpy("logits"), expected, rtol=0,
+                                   atol=1e-5)
+
+    def test_classification_extension_and_the_ensemble_output_name(self):
+        x = np.random.default_rng(5).standard_normal((3, 3, 28, 28)).astype(np.float32)
+        logits = self.server.client.infer("fashion", [tensor_input(x)]).as_numpy("logits")
+        out = self.server.client.infer("fashion", [tensor_input(x)],
+                                       outputs=[triton.InferRequestedOutput("logits", class_count=3)])
+        rows = out.as_numpy("logits")
+        self.assertEqual(rows.shape, (3, 3))
+        for i in range(3):
+            fields = [r.decode().split(":") for r in rows[i]]
+            self.assertEqual([int(f[1]) for f in fields], np.argsort(-logits[i])[:3].tolist())
+            np.testing.assert_allclose([float(f[0]) for f in fields], np.sort(logits[i])[::-1][:3], atol=1e-5)
+            self.assertTrue(all(len(f) == 3 and f[2] for f in fields), fields)  # the checkpoint's class names
+        alias = self.server.client.infer("fashion", [tensor_input(x)], outputs=[triton.InferRequestedOutput("LOGITS")])
+        np.testing.assert_allclose(alias.as_numpy("LOGITS"), logits, atol=1e-6)
+
+    def test_metrics_count_what_was_served(self):
+        before = self.server.metrics()
+        key = '{model="fashion",version="1"}'
+        x = np.zeros((2, 3, 28, 28), np.float32)
+        self.server.client.infer("fashion", [tensor_input(x)])
+        with self.assertRaises(InferenceServerException):
+            self.server.client.infer("fashion", [tensor_input(np.zeros((1, 3, 27, 27), np.float32))])
+        after = self.server.metrics()
+        self.assertEqual(after["nv_inference_request_success" + key] - before["nv_inference_request_success" + key], 1)
+        self.assertEqual(after["nv_inference_request_failure" + key] - before["nv_inference_request_failure" + key], 1)
+        self.assertEqual(after["nv_inference_count" + key] - before["nv_inference_count" + key], 2)
+        self.assertEqual(after["nv_inference_exec_count" + key] - before["nv_inference_exec_count" + key], 1)
+        self.assertGreater(after["nv_inference_compute_infer_duration_us" + key],
+                           before["nv_inference_compute_infer_duration_us" + key])
+        self.assertGreater(after["process_resident_memory_bytes"], 0)
+
+
+class HostileRequests(unittest.TestCase):
+    """Each hostile request gets a clear status, and a good request right after it succeeds."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ckpt = fixtures.fashion_resnet8()
+        cls.server = Serve(f"fashion={cls.ckpt}", "--max-request-bytes", "1048576", "--body-timeout-s", "2",
+                           "--max-image-pixels", "1000000", "--idle-timeout-s", "60")
+        cls.good = infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28],
+                                "data": [0.5] * (3 * 28 * 28)}])
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        assert rc == 0, (rc, cls.server.stderr)
+
+    def expect(self, status, body, text):
+        self.assertIn(text, json.loads(body)["error"])
+        good_status, good_body = post(self.server.port, "/v2/models/fashion/infer", self.good)
+        self.assertEqual(good_status, 200, good_body)
+        self.assertEqual(len(json.loads(good_body)["outputs"][0]["data"]), 10)
+
+    def test_malformed_json(self):
+        status, body = post(self.server.port, "/v2/models/fashion/infer", b'{"inputs": [')
+        self.assertEqual(status, 400)
+        self.expect(status, body, "not valid JSON")
+
+    def test_shapes_over_the_limits(self):
+        status, body = post(self.server.port, "/v2/models/fashion/infer",
+                            infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 100000, 100000],
+                                         "data": [0.0]}]))
+        self.assertEqual(status, 413)
+        self.expect(status, body, "elements")
+        status, body = post(self.server.port, "/v2/models/fashion/infer",
+                            infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 27, 27],
+                                         "data": [0.0] * (3 * 27 * 27)}]))
+        self.assertEqual(status, 400)
+        self.expect(status, body, "expected shape [-1, 3, 28, 28]")
+
+    def test_datatype_mismatch(self):
+        status, body = post(self.server.port, "/v2/models/fashion/infer",
+                            infer_json([{"name": "input", "datatype": "INT32", "shape": [1, 3, 28, 28],
+                                         "data": [0] * (3 * 28 * 28)}]))
+        self.assertEqual(status, 400)
+        self.expect(status, body, "expected datatype FP32, got INT32")
+
+    def test_truncated_and_bomb_images(self):
+        jpeg = read(jpegs(1)[0])
+        for payload, text in ((jpeg[:len(jpeg) // 3], "INPUT[0]"), (png_header_bomb(100000, 100000), "INPUT[0]"),
+                              (b"not an image at all", "INPUT[0]")):
+            status, body = post(self.server.port, "/v2/models/fashion/infer",
+                                infer_json([{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
+                                             "data": [payload.decode("latin-1")]}]))
+            # JSON BYTES are strings; a binary body carries the same bytes unchanged (the next request does).
+            self.assertIn(status, (400,), body)
+            self.expect(status, body, text)
+        header = json.dumps({"inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
+                                         "parameters": {"binary_data_size": 4 + 16}}]}).encode()
+        bomb = png_header_bomb(100000, 100000)[:16]
+        status, body = post(self.server.port, "/v2/models/fashion/infer", header + struct.pack("<I", 16) + bomb,
+                            headers=[("Inference-Header-Content-Length", len(header))])
+        self.assertEqual(status, 400, body)
+        self.expect(status, body, "INPUT[0]")
+        full = png_header_bomb(100000, 100000)
+        header = json.dumps({"inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
+                                         "parameters": {"binary_data_size": 4 + len(full)}}]}).encode()
+        status, body = post(self.server.port, "/v2/models/fashion/infer", header + struct.pack("<I", len(full)) + full,
+                            headers=[("Inference-Header-Content-Length", len(header))])
+        self.assertEqual(status, 400, body)
+        self.expect(status, body, "--max-image-pixels")
+
+    def test_a_body_over_the_limit(self):
+        # Declared too large: refused from the headers, before a byte of the body is sent.
+        status, body = raw(self.server.port, b"POST /v2/models/fashion/infer HTTP/1.1\r\nHost: x\r\n"
+                                             b"Content-Length: 5000000\r\n\r\n")
+        self.assertEqual(status, 413)
+        self.expect(status, body, "--max-request-bytes")
+        # Chunked, so its length is not declared: refused once the limit is passed.
+        chunk = b"x" * 65536
+        stream = b"".join(b"%x\r\n" % len(chunk) + chunk + b"\r\n" for _ in range(20)) + b"0\r\n\r\n"
+        status, body = raw(self.server.port, b"POST /v2/models/fashion/infer HTTP/1.1\r\nHost: x\r\n"
+                                             b"Transfer-Encoding: chunked\r\n\r\n" + stream)
+        self.assertEqual(status, 413)
+        self.expect(status, body, "--max-request-bytes")
+
+    def test_a_client_that_sends_a_byte_a_second(self):
+        start = time.monotonic()
+        with socket.create_connection((HOST, self.server.port), timeout=30) as s:
+            s.sendall(b"POST /v2/models/fashion/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" %
+                      len(self.good))
+            answer = b""
+            for i in range(10):  # --body-timeout-s 2 ends it after 2-3 bytes; 10 bounds the loop if it does not
+                try:
+                    s.sendall(self.good[i:i + 1])
+                except OSError:
+                    break
+                s.settimeout(1.0)
+                try:
+                    answer = s.recv(65536)
+                except socket.timeout:
+                    continue
+                if answer:
+                    s.settimeout(10)
+                    while not answer.endswith(b"}"):  # the JSON body may come in a segment of its own
+                        answer += s.recv(65536)
+                    break
+        self.assertTrue(answer.startswith(b"HTTP/1.1 408"), answer)
+        self.assertLess(time.monotonic() - start, 9)
+        self.expect(408, answer.partition(b"\r\n\r\n")[2], "--body-timeout-s")
+
+    def test_a_thousand_idle_connections(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 1100:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+        idle = []
+        try:
+            for _ in range(1000):
+                idle.append(socket.create_connection((HOST, self.server.port), timeout=30))
+            status, body = post(self.server.port, "/v2/models/fashion/infer", self.good)
+            self.assertEqual(status, 200, body)
+            # Served beside a thousand silent connections, not after them: each is still open (no EOF waiting),
+            # where a server that reached the good request only by timing them out would have closed them.
+            open_now = 0
+            for s in idle:
+                s.setblocking(False)
+                try:
+                    open_now += s.recv(1) != b""
+                except BlockingIOError:
+                    open_now += 1
+            self.assertEqual(open_now, 1000)
+        finally:
+            for s in idle:
+                s.close()
+        self.assertTrue(self.server.client.is_server_live())
+
+    def test_unknown_paths_models_and_encodings(self):
+        status, body = raw(self.server.port, b"GET /v3/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertEqual(status, 404)
+        self.expect(status, body, "no such endpoint")
+        status, body = post(self.server.port, "/v2/models/nobody/infer", self.good)
+        self.assertEqual(status, 404)
+        self.expect(status, body, "unknown model: 'nobody'")
+        status, body = post(self.server.port, "/v2/models/fashion/infer", zlib.compress(self.good),
+                            headers=[("Content-Encoding", "deflate")])
+        self.assertEqual(status, 415)
+        self.expect(status, body, "Content-Encoding deflate")
+        status, body = post(self.server.port, "/v2/models/fashion/infer",
+                            infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28],
+                                         "data": [0.0] * (3 * 28 * 28)},
+                                        {"name": "PIXELS", "datatype": "UINT8", "shape": [1, 28, 28, 3],
+                                         "data": [0] * (3 * 28 * 28)}]))
+        self.assertEqual(status, 400)
+        self.expect(status, body, "takes one input per request")
+
+
+class Batching(unittest.TestCase):
+    """Dynamic batching, the bounded queue, request timeouts and the drain on SIGTERM."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ckpt = fixtures.fashion_resnet8()
+        cls.x = np.random.default_rng(6).standard_normal((1, 3, 28, 28)).astype(np.float32)
+
+    def concurrently(self, server, n, **kwargs):
+        results = [None] * n
+
+        def one(i):
+            start = time.monotonic()
+            client = triton.InferenceServerClient(server.url, network_timeout=120)
+            try:
+                out = client.infer("fashion", [tensor_input(self.x)], **kwargs)
+                results[i] = (200, out.as_numpy("logits"), time.monotonic() - start)
+            except InferenceServerException as e:
+                results[i] = (int(e.status() or 0), str(e), time.monotonic() - start)
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        return threads, results
+
+    def test_concurrent_requests_share_one_forward_pass(self):
+        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "4", "--max-queue-delay-us", "5000000")
+        try:
+            threads, results = self.concurrently(server, 4)
+            for t in threads:
+                t.join(60)
+            self.assertEqual([r[0] for r in results], [200] * 4, results)
+            for r in results[1:]:
+                np.testing.assert_allclose(r[1], results[0][1], atol=1e-6)
+            m = server.metrics()
+            key = 'model="fashion",version="1"'
+            # One pass of 4 rows, taken as soon as it was full, not after the 5 s delay.
+            self.assertEqual(m["nv_inference_exec_count{%s}" % key], 1)
+            self.assertEqual(m['convnets_inference_batch_size_count{%s,batch_size="4"}' % key], 1)
+            self.assertLess(max(r[2] for r in results), 4.0)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_a_full_queue_is_answered_at_once_and_timeouts_expire(self):
+        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000",
+                       "--max-queue-size", "2")
+        try:
+            threads, results = self.concurrently(server, 2)
+            deadline = time.monotonic() + 2
+            while server.metrics()['nv_inference_pending_request_count{model="fashion",version="1"}'] < 2:
+                self.assertLess(time.monotonic(), deadline, "the two requests never queued")
+                time.sleep(0.05)
+            more, refused = self.concurrently(server, 2)
+            for t in more:
+                t.join(60)
+            for status, text, seconds in refused:
+                self.assertEqual(status, 503, text)
+                self.assertIn("Exceeds maximum queue size", text)
+                self.assertLess(seconds, 2.5, "refused at once, not after the 3 s batching delay")
+            for t in threads:
+                t.join(60)
+            self.assertEqual([r[0] for r in results], [200, 200], results)
+            self.assertGreater(min(r[2] for r in results), 2.0, "the queued pair waited for the delay")
+            # A request whose timeout passes while it waits for its batch.
+            late, answer = self.concurrently(server, 1, timeout=300000)
+            late[0].join(60)
+            self.assertEqual(answer[0][0], 503, answer)
+            self.assertIn("Request timeout expired", answer[0][1])
+            self.assertTrue(server.client.is_server_live())
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_sigterm_answers_every_accepted_request(self):
+        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000")
+        threads, results = self.concurrently(server, 6)
+        deadline = time.monotonic() + 2.5
+        while server.metrics()['nv_inference_pending_request_count{model="fashion",version="1"}'] < 6:
+            self.assertLess(time.monotonic(), deadline, "the six requests never queued")
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        status, body = post(server.port, "/v2/models/fashion/infer", infer_json(
+            [{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28], "data": [0.0] * (3 * 28 * 28)}]))
+        for t in threads:
+            t.join(60)
+        self.assertEqual(server.stop(), 0, server.stderr)
+        self.assertEqual([r[0] for r in results], [200] * 6, results)
+        self.assertEqual(status, 503, body)
+        self.assertIn("shutting down", json.loads(body)["error"])
+        self.assertIn("SIGTERM: draining", server.stderr)
+
+
+class OtherModels(unittest.TestCase):
+    """A ResNet-50 from plain weights, and the models of a Triton repository that `export --format triton` wrote."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="convnets-serve-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_resnet50_answers_as_classify(self):
+        weights = fixtures.random_weights("resnet50", self.tmp)
+        files = jpegs(8)
+        r = convnets("classify", *files, "--checkpoint", weights, "--arch", "resnet50", "--json", "--top-k", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = [x["top"][0]["index"] for x in json.loads(r.stdout)["results"]]
+        server = Serve(weights, "--arch", "resnet50", "--max-batch-size", "8")
+        try:
+            c = server.client
+            self.assertTrue(c.is_model_ready("resnet50"))
+            meta = c.get_model_metadata("resnet50")
+            self.assertEqual(meta["outputs"][0]["shape"], [-1, 1000])
+            out = c.infer("resnet50", [image_input(files)], outputs=[triton.InferRequestedOutput("logits", class_count=1)])
+            got = [int(row[0].decode().split(":")[1]) for row in out.as_numpy("logits")]
+            self.assertEqual(got, expected)
+            self.assertGreater(len(set(got)), 1)
+            # ImageNet's names for a 1000-class model without names of its own, as classify gives them.
+            self.assertEqual(len(out.as_numpy("logits")[0][0].decode().split(":")), 3)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_a_triton_repository(self):
+        ckpt = fixtures.fashion_resnet8()
+        repo = os.path.join(self.tmp, "repo")
+        r = convnets("export", "--checkpoint", ckpt, "--format", "triton", "-o", repo, "--model-name", "fm",
+                     "--instance-kind", "cpu")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        server = Serve(repo, "--engine", "openvino")
+        try:
+            c = server.client
+            self.assertEqual(c.get_model_repository_index(), [{"name": "fm", "version": "1", "state": "READY"}])
+            import convnets as package
+            x = np.random.default_rng(7).standard_normal((3, 3, 28, 28)).astype(np.float32)
+            expected = package.load(ckpt, device="cpu")(__import__("torch").from_numpy(x)).numpy()
+            np.testing.assert_allclose(c.infer("fm", [tensor_input(x)]).as_numpy("logits"), expected, atol=1e-4)
+            # The ensemble's own input form: one encoded image as a UINT8 vector.
+            jpeg = np.frombuffer(read(jpegs(1)[0]), np.uint8)[None]
+            t = triton.InferInput("INPUT", list(jpeg.shape), "UINT8")
+            t.set_data_from_numpy(jpeg)
+            self.assertEqual(c.infer("fm", [t]).as_numpy("logits").shape, (1, 10))
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_bad_models_and_ports_are_named(self):
+        r = convnets("serve", os.path.join(self.tmp, "absent.safetensors"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("absent.safetensors: no such file or folder", r.stderr)
+        ckpt = fixtures.fashion_resnet8()
+        r = convnets("serve", f"a={ckpt}", f"a={ckpt}")
+        self.assertIn("two models are named 'a'", r.stderr)
+        r = convnets("serve", f"a/b={ckpt}")
+        self.assertIn("model name 'a/b'", r.stderr)
+        r = convnets("serve", f"bad name={ckpt}")
+        self.assertIn("model name 'bad name'", r.stderr)
+        with socket.socket() as busy:
+            busy.bind((HOST, 0))
+            busy.listen(1)
+            port = busy.getsockname()[1]
+            r = convnets("serve", ckpt, "--port", str(port), "--metrics-port", "-1")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--port %d: cannot listen" % port, r.stderr)
+        r = convnets("serve", ckpt, "--preferred-batch-sizes", "4,99", "--max-batch-size", "8")
+        self.assertIn("--preferred-batch-sizes: 99 is outside 1..8", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
