@@ -151,7 +151,8 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
            int8_reduce_range: bool = False, int8_silu: Optional[str] = None, calibration_batch_size: int = 32, device: str = "cpu", workers: int = 2,
            max_image_pixels: int = _convnets.default_max_image_pixels, model_name: Optional[str] = None,
            max_batch_size: int = 64, preferred_batch_sizes: Sequence[int] = (), max_queue_delay_us: int = 100,
-           engine_count_per_device: int = 1, instance_kind: str = "gpu", backend_accelerator: str = "none",
+           engine_count_per_device: int = 1, instance_kind: str = "gpu", backend: str = "onnxruntime",
+           backend_accelerator: str = "none",
            trt_precision: str = "fp16", preprocessing: str = "dali") -> str:
     """Does what ``convnets export`` does; each keyword is its flag (``key_style`` is ``--key-style``).
 
@@ -167,7 +168,8 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     file is written atomically. ``format="triton"`` makes ``output`` a Triton
     Inference Server model repository and writes the entry
     ``output/NAME/{config.pbtxt, labels.txt, 1/model.onnx}`` (NAME:
-    ``model_name``, default the arch) for Triton's onnxruntime backend, with
+    ``model_name``, default the arch) for Triton's onnxruntime backend (or
+    ``backend="openvino"``, CPU instances), with
     dynamic batching up to ``max_batch_size``; an existing entry is never
     overwritten. With ``preprocessing="dali"`` (the default) it also writes
     ``NAME_preprocessing`` (the eval transform for Triton's DALI backend, from
@@ -206,6 +208,7 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     t.max_queue_delay_us = max_queue_delay_us
     t.instances = engine_count_per_device
     t.instance_kind = instance_kind
+    t.backend = backend
     t.accelerator = backend_accelerator
     t.trt_precision = trt_precision
     t.preprocessing = preprocessing

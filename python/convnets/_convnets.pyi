@@ -52,6 +52,7 @@ class TritonSettings:
     max_queue_delay_us: int
     instances: int
     instance_kind: str
+    backend: str
     accelerator: str
     trt_precision: str
     preprocessing: str

@@ -75,6 +75,10 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--instance-kind", t.instance_kind, "triton: gpu (default) | cpu")
       ->check(CLI::IsMember({"gpu", "cpu"}));
+  cmd->add_option("--backend", t.backend,
+                  "triton: onnxruntime (default) | openvino: the Triton backend that runs 1/model.onnx (openvino: "
+                  "--instance-kind cpu)")
+      ->check(CLI::IsMember({"onnxruntime", "openvino"}));
   cmd->add_option("--backend-accelerator", t.accelerator,
                   "triton: none (default) | trt: ONNX Runtime's TensorRT execution provider")
       ->check(CLI::IsMember({"none", "trt"}));

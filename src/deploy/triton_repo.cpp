@@ -88,6 +88,15 @@ void check_triton_settings(const TritonSettings& s) {
   if (s.preprocessing != "dali" && s.preprocessing != "none") {
     throw Error("--preprocessing '" + s.preprocessing + "': expected dali | none");
   }
+  if (s.backend != "onnxruntime" && s.backend != "openvino") {
+    throw Error("--backend '" + s.backend + "': expected onnxruntime | openvino");
+  }
+  if (s.backend == "openvino" && s.instance_kind != "cpu") {
+    throw Error("--backend openvino needs --instance-kind cpu: Triton's OpenVINO backend runs on the CPU");
+  }
+  if (s.backend == "openvino" && s.accelerator != "none") {
+    throw Error("--backend-accelerator " + s.accelerator + " is ONNX Runtime's; --backend openvino takes none");
+  }
   if (s.accelerator == "trt" && s.instance_kind == "cpu") {
     throw Error("--backend-accelerator trt needs --instance-kind gpu: TensorRT runs on the GPU");
   }
@@ -100,8 +109,10 @@ std::string triton_config_text(const TritonSettings& s, const TritonGraph& g) {
        "triton\n"
     << "# for " << g.arch << ". The graph is 1/model.onnx; input and output names are the graph's.\n"
     << "name: " << quoted(s.name) << "\n"
-    << "backend: \"onnxruntime\"\n"
-    << "max_batch_size: " << s.max_batch_size << "\n"
+    << "backend: " << quoted(s.backend) << "\n";
+  // OpenVINO's backend looks for model.xml unless told; it reads the ONNX graph itself.
+  if (s.backend == "openvino") o << "default_model_filename: \"model.onnx\"\n";
+  o << "max_batch_size: " << s.max_batch_size << "\n"
     << "input [\n  {\n    name: \"input\"\n    data_type: " << type << "\n    format: FORMAT_NCHW\n"
     << "    dims: [ 3, " << g.image_size << ", " << g.image_size << " ]\n  }\n]\n"
     << "output [\n  {\n    name: \"logits\"\n    data_type: " << type << "\n    dims: [ " << g.num_classes << " ]\n";

@@ -19,6 +19,8 @@ struct TritonSettings {
   std::int64_t max_queue_delay_us = 100;
   int instances = 1;                     // instance_group count per device
   std::string instance_kind = "gpu";     // gpu | cpu
+  // onnxruntime | openvino: the Triton backend that runs 1/model.onnx (OpenVINO's reads ONNX as it is; CPU only).
+  std::string backend = "onnxruntime";
   std::string accelerator = "none";      // none | trt (ONNX Runtime's TensorRT execution provider)
   std::string trt_precision = "fp16";    // fp16 | fp32: TensorRT's precision_mode
   // dali: also NAME_preprocessing (Triton's DALI backend: the eval transform from
@@ -45,8 +47,8 @@ struct TritonGraph {
 void check_triton_settings(const TritonSettings& s);
 
 // config.pbtxt in protobuf text format (Triton's ModelConfig, model_config.proto):
-// the onnxruntime backend, input "input" and output "logits" as export_onnx
-// names them, the batch dimension left to max_batch_size.
+// the onnxruntime or openvino backend, input "input" and output "logits" as
+// export_onnx names them, the batch dimension left to max_batch_size.
 std::string triton_config_text(const TritonSettings& s, const TritonGraph& g);
 
 // With preprocessing "dali": the DALI model's config.pbtxt, its 1/dali.py, and

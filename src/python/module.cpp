@@ -390,6 +390,7 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("max_queue_delay_us", &deploy::TritonSettings::max_queue_delay_us)
       .def_readwrite("instances", &deploy::TritonSettings::instances)
       .def_readwrite("instance_kind", &deploy::TritonSettings::instance_kind)
+      .def_readwrite("backend", &deploy::TritonSettings::backend)
       .def_readwrite("accelerator", &deploy::TritonSettings::accelerator)
       .def_readwrite("trt_precision", &deploy::TritonSettings::trt_precision)
       .def_readwrite("preprocessing", &deploy::TritonSettings::preprocessing);

@@ -4,9 +4,9 @@
 given as PNG files with the accuracy `eval` reports; JSON output; bad images and bad checkpoints.
 `convnets export --format safetensors`: torchvision loads the export and computes the same logits;
 torchvision weights load into convnets and compute the same logits.
-`convnets export --format triton`: a Triton model repository entry whose config.pbtxt parses with Triton's own
-schema (tritonclient's model_config_pb2) and names the graph's inputs and outputs, whose graph gives convnets'
-logits in ONNX Runtime and OpenVINO, and which never overwrites an entry; its DALI preprocessing, serialized by
+`convnets export --format triton`: a Triton model repository entry (onnxruntime or openvino backend) whose
+config.pbtxt parses with Triton's own schema (tritonclient's model_config_pb2) and names the graph's inputs and
+outputs, whose graph gives convnets' logits in ONNX Runtime and OpenVINO, and which never overwrites an entry; its DALI preprocessing, serialized by
 PyPI's DALI as Triton's DALI backend does and run in DALI's CPU pipeline, gives convnets' eval tensors (CTest
 deploy_accuracy).
 """
@@ -367,6 +367,31 @@ class TritonRepository(unittest.TestCase):
             self.assertEqual([t["index"] for t in a["top"]], [t["index"] for t in b["top"]])
             for ta, tb in zip(a["top"], b["top"]):
                 self.assertAlmostEqual(ta["probability"], tb["probability"], delta=1e-5)
+
+    def test_the_openvino_backend_variant(self):
+        repo = os.path.join(self.tmp, "repo-openvino")
+        r = self.export(repo, "--model-name", "ov", "--backend", "openvino", "--instance-kind", "cpu",
+                        "--preprocessing", "none", "--engine-count-per-device", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        c = triton_config(os.path.join(repo, "ov"))
+        self.assertEqual((c.backend, c.default_model_filename), ("openvino", "model.onnx"))
+        self.assertEqual([(g.count, g.kind) for g in c.instance_group],
+                         [(2, model_config_pb2.ModelInstanceGroup.KIND_CPU)])
+        self.assertFalse(c.optimization.execution_accelerators.gpu_execution_accelerator)
+        self.assertEqual(sorted(os.listdir(repo)), ["ov"])
+        # The file the config names, compiled by OpenVINO as its backend does, gives convnets' logits.
+        x, expected = self.convnets_logits(3)
+        core = openvino.Core()
+        core.set_property("CPU", {"INFERENCE_PRECISION_HINT": "f32"})  # a bf16 CPU would default to bf16
+        compiled = core.compile_model(os.path.join(repo, "ov", "1", c.default_model_filename), "CPU")
+        np.testing.assert_allclose(compiled(x)[0], expected, rtol=0, atol=1e-4)
+        for flags, message in ((["--backend", "openvino"], "--backend openvino needs --instance-kind cpu"),
+                               (["--backend", "openvino", "--instance-kind", "cpu", "--backend-accelerator", "trt"],
+                                "--backend openvino takes none")):
+            r = self.export(os.path.join(self.tmp, "repo-refused"), "--model-name", "ov2", *flags)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(message, r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "repo-refused", "ov2")))
 
     def test_fp16_graphs_declare_their_type(self):
         repo = os.path.join(self.tmp, "repo-types")

@@ -774,6 +774,17 @@ class Checkpoints(unittest.TestCase):
             self.assertIn('parameters { key: "precision_mode" value: "FP32" }', f.read())
         with self.assertRaisesRegex(ValueError, "already exists; nothing was overwritten"):
             convnets.export(self.ckpt, repos[1], format="triton", **flags)
+        # Triton's OpenVINO backend: the same config from the keyword as from the flag.
+        cli("export", "--checkpoint", self.ckpt, "-o", repos[0], "--format", "triton", "--model-name", "ov",
+            "--backend", "openvino", "--instance-kind", "cpu", "--preprocessing", "none")
+        convnets.export(self.ckpt, repos[1], format="triton", model_name="ov", backend="openvino", instance_kind="cpu",
+                        preprocessing="none")
+        with open(os.path.join(repos[0], "ov", "config.pbtxt")) as fa, open(os.path.join(repos[1], "ov", "config.pbtxt")) as fb:
+            text = fa.read()
+            self.assertEqual(text, fb.read())
+        self.assertIn('backend: "openvino"', text)
+        with self.assertRaisesRegex(ValueError, "--backend openvino needs --instance-kind cpu"):
+            convnets.export(self.ckpt, os.path.join(self.tmp, "ov-gpu"), format="triton", backend="openvino")
         with self.assertRaisesRegex(ValueError, "--format 'tflite'"):
             convnets.export(self.ckpt, os.path.join(self.tmp, "x"), format="tflite")
         with self.assertRaisesRegex(ValueError, "--int8 needs calibration images"):
