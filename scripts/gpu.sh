@@ -159,7 +159,8 @@ free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 
 # ---------------------------------------------------------------------------------------------------- stages
 # native_build TARGET...: the GPU build, what CI builds with the kernels for Hopper (9.0) only, against the machine's
-# own PyTorch; configured once per build folder. Without ONNX and OpenVINO: the GPU machine has neither and no stage
+# own PyTorch; configured once per build folder. Without ONNX, OpenVINO and serve (cpp-httplib): the GPU machine has
+# none of them and no stage
 # needs them. No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
 # (run sets it), the same way here and there, so the preflight's binaries can travel. Debian's jconfig.h sits in the
 # multiarch folder that CMake's FindJPEG does not add.
@@ -170,6 +171,7 @@ native_build() {
     "-DCMAKE_PREFIX_PATH=$deps_prefix;$torch_prefix" -DTORCH_CUDA_ARCH_LIST=9.0
     "-DCMAKE_CUDA_COMPILER=$nvcc" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc")")"
     "-DCONVNETS_PYTHON=$(command -v "$py")" -DCONVNETS_WITH_OPENVINO=OFF -DCMAKE_DISABLE_FIND_PACKAGE_ONNX=ON
+    -DCONVNETS_WITH_SERVE=OFF
     -DCMAKE_SKIP_BUILD_RPATH=ON "-DCMAKE_CXX_FLAGS=-isystem $deps_prefix/include/x86_64-linux-gnu")
   local line="${configure[*]}"
   if ((!do_build)); then
