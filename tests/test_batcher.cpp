@@ -74,13 +74,41 @@ TEST(Batcher, APreferredSizeLeavesAtOnceAndTheDelayEndsASmallerOne) {
   Batcher b(o, [&](const at::Tensor& r) { return rec(r); });
   const auto start = std::chrono::steady_clock::now();
   auto f1 = b.submit(rows_of(1, 1));
-  auto f2 = b.submit(rows_of(2, 1));
+  auto f2 = b.submit(rows_of(2, 1));  // 2 rows: preferred, they leave together at once
   EXPECT_EQ(f1.get().status, 200);
   EXPECT_EQ(f2.get().status, 200);
   auto f3 = b.submit(rows_of(3, 1));  // alone: waits out the 0.3 s delay, then runs as a batch of 1
   EXPECT_EQ(f3.get().batch_rows, 1);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(290));
   EXPECT_EQ(rec.passes, (std::vector<std::int64_t>{2, 1}));
+}
+
+TEST(Batcher, TheLargestPreferredSizeTheQueueFillsLeavesAtOnce) {
+  Recorder rec;
+  std::atomic<bool> release{false};
+  auto o = delayed(8, 5'000'000);
+  o.preferred_batch_sizes = {2, 4};
+  // The first pass blocks until five requests wait behind it; then 4 of them (preferred) leave without the 5 s wait.
+  bool first = true;
+  Batcher b(o, [&](const at::Tensor& r) {
+    if (first) {
+      first = false;
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return rec(r);
+  });
+  std::vector<std::future<Outcome>> f;
+  f.push_back(b.submit(rows_of(0, 1)));
+  f.push_back(b.submit(rows_of(0, 1)));  // with the first: 2 rows, preferred, so both go
+  while (b.stats().pending > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5; ++i) f.push_back(b.submit(rows_of(static_cast<float>(i + 1), 1)));
+  const auto start = std::chrono::steady_clock::now();
+  release = true;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(f[static_cast<std::size_t>(i)].get().status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  b.finish();  // the fifth waits for company no longer
+  EXPECT_EQ(f[6].get().status, 200);
+  EXPECT_EQ(rec.passes, (std::vector<std::int64_t>{2, 4, 1}));
 }
 
 TEST(Batcher, RowsOfDifferentKindsNeverShareAPass) {

@@ -38,6 +38,8 @@ void add_serve_command(CLI::App& app) {
   // Request and connection limits.
   cmd->add_option("--max-request-bytes", *max_body, "the largest HTTP body accepted (larger: 413, unread)")
       ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 34));
+  cmd->add_option("--max-json-bytes", o->max_json_bytes,
+                  "the largest JSON part of a request (larger: 413; tensors beyond it come as binary data)");
   cmd->add_option("--max-image-pixels", o->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-connections", o->max_connections, "connections served at once (a thread each)");
   cmd->add_option("--idle-timeout-s", o->idle_timeout_s, "a connection silent this long is closed");

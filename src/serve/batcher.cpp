@@ -32,8 +32,8 @@ std::future<Outcome> answered(int status, std::string error) {
 
 void BatchingOptions::validate() const {
   if (max_batch_size < 1) throw Error("--max-batch-size must be at least 1, got " + std::to_string(max_batch_size));
-  if (max_queue_delay_us < 0) {
-    throw Error("--max-queue-delay-us must be 0 or more, got " + std::to_string(max_queue_delay_us));
+  if (max_queue_delay_us < 0 || max_queue_delay_us > 60'000'000) {
+    throw Error("--max-queue-delay-us must be 0 .. 60000000 (a minute), got " + std::to_string(max_queue_delay_us));
   }
   for (auto s : preferred_batch_sizes) {
     if (s < 1 || s > max_batch_size) {
@@ -41,13 +41,19 @@ void BatchingOptions::validate() const {
                   " (--max-batch-size)");
     }
   }
-  if (instances < 1) throw Error("--instances must be at least 1, got " + std::to_string(instances));
+  if (instances < 1 || instances > 64) throw Error("--instances must be 1 .. 64, got " + std::to_string(instances));
   if (max_queue_size < 1) throw Error("--max-queue-size must be at least 1, got " + std::to_string(max_queue_size));
 }
 
 Batcher::Batcher(BatchingOptions options, Run run) : options_(std::move(options)), run_(std::move(run)) {
   options_.validate();
-  for (int i = 0; i < options_.instances; ++i) instances_.emplace_back([this] { instance_loop(); });
+  try {
+    for (int i = 0; i < options_.instances; ++i) instances_.emplace_back([this] { instance_loop(); });
+  } catch (...) {
+    finish();
+    for (auto& t : instances_) t.join();
+    throw;
+  }
 }
 
 Batcher::~Batcher() {
@@ -64,8 +70,11 @@ std::future<Outcome> Batcher::submit(at::Tensor rows, std::optional<std::int64_t
   Job job;
   job.rows = std::move(rows);
   job.queued = Clock::now();
-  job.deadline = timeout_us && *timeout_us > 0 ? job.queued + std::chrono::microseconds(*timeout_us)
-                                               : Clock::time_point::max();
+  // Beyond a day a timeout means none; the cap also keeps a client's 2^63-1 from overflowing the clock.
+  constexpr std::int64_t kDayUs = std::int64_t{86'400} * 1'000'000;
+  job.deadline = timeout_us && *timeout_us > 0 && *timeout_us <= kDayUs
+                     ? job.queued + std::chrono::microseconds(*timeout_us)
+                     : Clock::time_point::max();
   auto future = job.promise.get_future();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -95,14 +104,19 @@ BatcherStats Batcher::stats() const {
   return s;
 }
 
-bool Batcher::is_preferred(std::int64_t rows) const {
-  const auto& p = options_.preferred_batch_sizes;
-  return std::find(p.begin(), p.end(), rows) != p.end();
+std::int64_t Batcher::preferred_within(std::int64_t rows) const {
+  std::int64_t best = 0;
+  for (auto p : options_.preferred_batch_sizes) {
+    if (p <= rows) best = std::max(best, p);
+  }
+  return best;
 }
 
 std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock) {
   const auto delay = std::chrono::microseconds(options_.max_queue_delay_us);
+  std::int64_t limit = options_.max_batch_size;
   for (;;) {
+    limit = options_.max_batch_size;
     changed_.wait(lock, [this] { return !queue_.empty() || finishing_; });
     if (queue_.empty()) return {};
     const auto& first = queue_.front().rows;
@@ -111,7 +125,12 @@ std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock
       if (same_kind(j.rows, first) && rows + j.rows.size(0) <= options_.max_batch_size) rows += j.rows.size(0);
     }
     const auto until = queue_.front().queued + delay;
-    if (rows >= options_.max_batch_size || is_preferred(rows) || finishing_ || Clock::now() >= until) break;
+    // As Triton: the largest preferred size that the queue can fill leaves at once, cut to that size.
+    if (const auto p = preferred_within(rows)) {
+      limit = p;
+      break;
+    }
+    if (rows >= options_.max_batch_size || finishing_ || Clock::now() >= until) break;
     changed_.wait_until(lock, until);
   }
   // The oldest request decides the kind; later ones of that kind join while they fit, and requests whose
@@ -131,7 +150,7 @@ std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock
       it = queue_.erase(it);
       continue;
     }
-    if (same_kind(it->rows, kind) && rows + it->rows.size(0) <= options_.max_batch_size) {
+    if (same_kind(it->rows, kind) && rows + it->rows.size(0) <= limit) {
       rows += it->rows.size(0);
       batch.push_back(std::move(*it));
       it = queue_.erase(it);
@@ -166,6 +185,9 @@ void Batcher::instance_loop() {
     } catch (const std::exception& e) {
       shared.status = 500;
       shared.error = e.what();
+    } catch (...) {
+      shared.status = 500;
+      shared.error = "the forward pass failed with an exception that is not a std::exception";
     }
     const auto end = Clock::now();
     std::int64_t total = 0;
@@ -175,9 +197,11 @@ void Batcher::instance_loop() {
       shared.error = "the engine gave " + std::to_string(shared.logits.defined() ? shared.logits.size(0) : 0) +
                      " rows of logits for a batch of " + std::to_string(total);
     }
+    std::vector<Outcome> outcomes(batch.size());
     std::int64_t row = 0, queue_us = 0;
-    for (auto& j : batch) {
-      Outcome o;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      Outcome& o = outcomes[i];
+      const auto& j = batch[i];
       o.status = shared.status;
       o.error = shared.error;
       o.queue_us = micros(start - j.queued);
@@ -186,11 +210,10 @@ void Batcher::instance_loop() {
       queue_us += o.queue_us;
       if (shared.status == 200) o.logits = shared.logits.narrow(0, row, j.rows.size(0));
       row += j.rows.size(0);
-      j.promise.set_value(std::move(o));
     }
+    // The statistics first: a client that has its answer finds its pass counted (in /metrics, in stats()).
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      --busy_;
       ++stats_.executions;
       stats_.queue_us += queue_us;
       stats_.compute_us += micros(end - start) * static_cast<std::int64_t>(batch.size());
@@ -200,6 +223,11 @@ void Batcher::instance_loop() {
       } else {
         stats_.failed += static_cast<std::int64_t>(batch.size());
       }
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) batch[i].promise.set_value(std::move(outcomes[i]));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --busy_;
     }
     changed_.notify_all();
   }

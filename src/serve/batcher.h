@@ -24,7 +24,8 @@ namespace convnets::serve {
 struct BatchingOptions {
   std::int64_t max_batch_size = 8;      // rows per forward pass; a request may not hold more
   std::int64_t max_queue_delay_us = 0;  // how long the oldest request waits for others to join its batch
-  std::vector<std::int64_t> preferred_batch_sizes;  // a batch of one of these sizes leaves without waiting
+  // As Triton: when the queue holds enough rows for one of these sizes, the largest such batch leaves at once.
+  std::vector<std::int64_t> preferred_batch_sizes;
   int instances = 1;                   // forward passes that may run at once
   std::int64_t max_queue_size = 64;    // requests waiting; one more is refused at once (no unbounded memory)
   void validate() const;               // throws Error naming the flag
@@ -62,7 +63,8 @@ class Batcher {
 
   // Queues `rows` (dim 0 the batch; the other dims and dtype say which requests it may share a pass with).
   // Answers at once (ready future) when the queue is full or the batcher is finishing. `timeout_us`: the
-  // request fails with 503 if no pass has taken it by then, as Triton's request timeout does.
+  // request fails with 503 if no pass has taken it by then, as Triton's request timeout does (answered when the
+  // next batch is formed; a timeout over a day is none).
   std::future<Outcome> submit(at::Tensor rows, std::optional<std::int64_t> timeout_us = std::nullopt);
 
   // Refuses new requests, runs every queued one, and returns when the instances are idle.
@@ -80,7 +82,8 @@ class Batcher {
   // Under the lock: takes the jobs of the next batch off the queue, waiting for the batch to fill as the
   // options allow. Empty when finishing with nothing queued.
   std::vector<Job> next_batch(std::unique_lock<std::mutex>& lock);
-  bool is_preferred(std::int64_t rows) const;
+  // The largest preferred batch size that `rows` queued rows can fill; 0 when none.
+  std::int64_t preferred_within(std::int64_t rows) const;
 
   BatchingOptions options_;
   Run run_;

@@ -30,6 +30,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <system_error>
 #include <memory>
 #include <mutex>
 #include <regex>
@@ -348,13 +350,28 @@ std::vector<std::pair<std::string, std::string>> model_list(const std::vector<st
 class ConnectionPool : public httplib::TaskQueue {
  public:
   explicit ConnectionPool(int max_threads) : max_(std::max(1, max_threads)) {}
+  ~ConnectionPool() override { shutdown(); }
 
   void enqueue(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     jobs_.push_back(std::move(fn));
     if (static_cast<int>(jobs_.size()) > idle_ && live_ < max_) {
-      ++live_;
-      std::thread([this] { work(); }).detach();
+      try {
+        std::thread([this] { work(); }).detach();
+        ++live_;
+      } catch (const std::system_error& e) {
+        // Out of threads (ulimit -u, pids.max): the connections wait for the threads there are. With none at all,
+        // the accepting thread serves this one itself rather than leave it unanswered.
+        if (live_ == 0) {
+          auto job = std::move(jobs_.back());
+          jobs_.pop_back();
+          std::fprintf(stderr, "convnets serve: no thread for a connection (%s); serving it on the accepting thread\n",
+                       e.what());
+          lock.unlock();
+          job();
+          return;
+        }
+      }
     }
     wake_.notify_one();
   }
@@ -411,11 +428,10 @@ class Drain {
     std::lock_guard<std::mutex> lock(mutex_);
     return draining_;
   }
-  // Refuses new requests and waits up to `timeout` for those in flight; returns how many were still running.
-  int start_and_wait(std::chrono::seconds timeout) {
-    std::unique_lock<std::mutex> lock(mutex_);
+  // Refuses new requests from now on; returns how many are in flight.
+  int start() {
+    std::lock_guard<std::mutex> lock(mutex_);
     draining_ = true;
-    done_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
     return in_flight_;
   }
   int in_flight() const {
@@ -447,6 +463,9 @@ class Server {
  public:
   Server(const ServerOptions& o) : o_(o) {
     for (const auto& [name, path] : model_list(o.models)) {
+      // Said before the (seconds-long) load: a supervisor, or a test, knows the server is up to its own code.
+      std::printf("convnets serve: loading model %s from %s\n", name.c_str(), path.c_str());
+      std::fflush(stdout);
       models_.emplace(name, std::make_unique<ServedModel>(name, path, o));
     }
     configure(http_, o.max_connections);
@@ -486,12 +505,18 @@ class Server {
     return 0;
   }
 
-  // From the signal thread: refuse new requests, let those in flight finish, then stop listening.
-  void drain(const char* why) {
+  // From the signal thread. begin_drain refuses new requests (503); stop_when_drained, called on every tick after
+  // it, stops listening once nothing is in flight or the drain timeout has passed. It is called again until serve()
+  // returns: httplib's stop() does nothing before listen has begun, and a signal may come before that.
+  void begin_drain(const char* why) {
+    drain_began_ = Clock::now();
     std::fprintf(stderr, "convnets serve: %s: draining %d request(s) in flight; new requests get 503\n", why,
-                 drain_.in_flight());
-    const int left = drain_.start_and_wait(std::chrono::seconds(o_.drain_timeout_s));
-    if (left > 0) {
+                 drain_.start());
+  }
+  void stop_when_drained() {
+    const int left = drain_.in_flight();
+    if (left > 0 && Clock::now() - drain_began_ < std::chrono::seconds(o_.drain_timeout_s)) return;
+    if (left > 0 && !stopped_) {
       std::fprintf(stderr, "convnets serve: %d request(s) still running after --drain-timeout-s %d; stopping\n", left,
                    o_.drain_timeout_s);
     }
@@ -499,15 +524,34 @@ class Server {
     http_.stop();
     metrics_.stop();
   }
+  Clock::time_point drain_began() const { return drain_began_; }
 
  private:
   void configure(httplib::Server& s, int threads) {
     s.new_task_queue = [threads] { return new ConnectionPool(threads); };
     // httplib listens with a backlog of 5: a burst of connections (a thousand clients at once) would see SYNs
     // dropped and retried a second later. The listening socket is noted here and given a deeper backlog in bind().
+    // Also: httplib's default options set SO_REUSEPORT, with which a second server (a forgotten one, one still
+    // draining) binds the same port and the kernel splits the clients between them. SO_REUSEADDR alone lets a
+    // restart bind at once and refuses a port that is in use.
     s.set_socket_options([this](int fd) {
-      httplib::default_socket_options(fd);
+      const int yes = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
       listening_.push_back(fd);
+    });
+    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const auto refused = refusal(req);
+      if (!refused) return httplib::Server::HandlerResponse::Unhandled;
+      error(res, refused->first, refused->second);
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // A client that asks before sending its body (Expect: 100-continue) is refused before it sends it.
+    s.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const auto refused = refusal(req);
+      if (!refused) return 100;
+      error(res, refused->first, refused->second);
+      return refused->first;
     });
     s.set_keep_alive_timeout(o_.idle_timeout_s);
     s.set_keep_alive_max_count(100000);
@@ -549,6 +593,41 @@ class Server {
     return port;
   }
 
+  // A request refused from its headers alone, before any of its body is read: (status, message), or none.
+  // httplib reads the body of any other route whole before its handler runs, and bounds only a declared
+  // Content-Length: a chunked or unlengthed body would grow without limit. So only infer (whose handler reads
+  // through a bounded receiver) may stream one, and the others' bodies are small and declared.
+  std::optional<std::pair<int, std::string>> refusal(const httplib::Request& req) const {
+    const auto encoding = req.get_header_value("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity") {
+      return std::pair{415, "Content-Encoding " + utf8_escaped(encoding) + " is not accepted: send the body uncompressed"};
+    }
+    if (req.get_header_value("Content-Type").rfind("multipart/", 0) == 0) {
+      return std::pair{415, std::string("multipart bodies are not accepted: send the KServe v2 JSON, or its binary "
+                                        "tensor extension")};
+    }
+    const bool infer = req.method == "POST" && req.path.size() > 6 && req.path.compare(req.path.size() - 6, 6, "/infer") == 0;
+    const bool chunked = req.has_header("Transfer-Encoding");
+    std::uint64_t length = 0;
+    if (req.has_header("Content-Length")) {
+      const auto text = req.get_header_value("Content-Length");
+      const bool digits = !text.empty() && text.size() <= 19 &&
+                          std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits) return std::pair{400, "Content-Length '" + utf8_escaped(text) + "' is not a byte count"};
+      length = std::stoull(text);
+      const std::uint64_t limit = infer ? o_.limits.max_body_bytes : kSmallBody;
+      if (length > limit) {
+        return std::pair{413, "the request body of " + text + " bytes exceeds the limit of " + std::to_string(limit) +
+                                  (infer ? " (--max-request-bytes)" : " for " + req.path)};
+      }
+    } else if (!infer && (chunked || req.method == "POST" || req.method == "PUT" || req.method == "PATCH")) {
+      return std::pair{411, req.method + " " + utf8_escaped(req.path) + " needs a Content-Length (at most " +
+                                std::to_string(kSmallBody) + " bytes)"};
+    }
+    return std::nullopt;
+  }
+  static constexpr std::uint64_t kSmallBody = 64 * 1024;
+
   static void error(httplib::Response& res, int status, const std::string& message) {
     res.status = status;
     res.set_content(error_body(message), "application/json");
@@ -573,27 +652,6 @@ class Server {
 
   void routes() {
     const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
-    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      // Refused from the headers alone, before any of the body is read: the connection closes after the answer.
-      const auto encoding = req.get_header_value("Content-Encoding");
-      if (!encoding.empty() && encoding != "identity") {
-        error(res, 415, "Content-Encoding " + utf8_escaped(encoding) + " is not accepted: send the body uncompressed");
-        res.set_header("Connection", "close");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      if (req.has_header("Content-Length")) {
-        const auto length = req.get_header_value("Content-Length");
-        const bool digits = !length.empty() && length.size() <= 19 &&
-                            std::all_of(length.begin(), length.end(), [](char c) { return c >= '0' && c <= '9'; });
-        if (!digits || std::stoull(length) > o_.limits.max_body_bytes) {
-          error(res, 413, "the request body of " + utf8_escaped(length) + " bytes exceeds the limit of " +
-                              std::to_string(o_.limits.max_body_bytes) + " (--max-request-bytes)");
-          res.set_header("Connection", "close");
-          return httplib::Server::HandlerResponse::Handled;
-        }
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
     http_.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
     http_.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
       res.status = drain_.draining() ? 503 : 200;
@@ -624,9 +682,21 @@ class Server {
     }
   }
 
+  // Reads and drops a body that is refused (an unknown model, a server shutting down), within the limits: httplib
+  // 0.11.4 keeps the connection whatever the answer says, so an unread body would be read as the next request.
+  void discard(const httplib::ContentReader& reader, Clock::time_point start) const {
+    std::size_t seen = 0;
+    const auto deadline = start + std::chrono::seconds(o_.body_timeout_s);
+    reader([&](const char*, std::size_t n) {
+      seen += n;
+      return seen <= o_.limits.max_body_bytes && Clock::now() <= deadline;
+    });
+  }
+
   void infer(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
     const auto start = Clock::now();
     if (!drain_.enter()) {
+      discard(reader, start);
       error(res, 503, "the server is shutting down: no new requests are taken");
       res.set_header("Connection", "close");
       return;
@@ -637,22 +707,27 @@ class Server {
     } leave{drain_};
     ServedModel* m = find(req, res);
     if (!m) {
-      res.set_header("Connection", "close");  // its body is not read
+      discard(reader, start);
       return;
     }
     auto& c = m->counters();
     std::string body;
-    bool too_big = false, too_slow = false;
+    bool too_big = false, too_slow = false, too_busy = false;
     const auto deadline = start + std::chrono::seconds(o_.body_timeout_s);
+    // The bodies held at once are bounded too, not only each: a thousand connections may each send the largest.
+    Budget held{held_bytes_};
     const bool read = reader([&](const char* data, std::size_t n) {
       if (body.size() + n > o_.limits.max_body_bytes) return !(too_big = true);
       if (Clock::now() > deadline) return !(too_slow = true);
+      if (!held.take(n, held_limit())) return !(too_busy = true);
       body.append(data, n);
       return true;
     });
-    if (!read || too_big || too_slow) {
+    if (!read || too_big || too_slow || too_busy) {
       ++c.failure;
       res.set_header("Connection", "close");
+      if (too_busy) return error(res, 503, "the server holds " + std::to_string(held_bytes_.load()) +
+                                               " bytes of request bodies already (4 x --max-request-bytes): try again");
       if (too_big) return error(res, 413, "the request body exceeds the limit of " +
                                               std::to_string(o_.limits.max_body_bytes) + " bytes (--max-request-bytes)");
       if (too_slow) return error(res, 408, "the request body was not received within " +
@@ -663,6 +738,12 @@ class Server {
       std::optional<std::size_t> header_length;
       if (req.has_header("Inference-Header-Content-Length")) {
         header_length = parse_header_length(req.get_header_value("Inference-Header-Content-Length"));
+      }
+      // A JSON tree costs about 16 bytes per number it holds: large tensors come as binary data, as tritonclient sends.
+      const std::size_t json = header_length ? std::min(*header_length, body.size()) : body.size();
+      if (json > o_.max_json_bytes) {
+        throw ProtocolError(413, "the request's JSON is " + std::to_string(json) + " bytes, over --max-json-bytes " +
+                                     std::to_string(o_.max_json_bytes) + ": send tensors as Triton's binary data");
       }
       const InferRequest request = parse_infer_request(body, header_length, o_.limits);
       body.clear();
@@ -746,11 +827,29 @@ class Server {
     res.set_content(out.str(), "text/plain; version=0.0.4; charset=utf-8");
   }
 
+  // Request bodies held at once, against held_limit().
+  struct Budget {
+    std::atomic<std::size_t>& total;
+    std::size_t mine = 0;
+    bool take(std::size_t n, std::size_t limit) {
+      if (total.fetch_add(n) + n > limit) {
+        total.fetch_sub(n);
+        return false;
+      }
+      mine += n;
+      return true;
+    }
+    ~Budget() { total.fetch_sub(mine); }
+  };
+  std::size_t held_limit() const { return 4 * o_.limits.max_body_bytes; }
+
   const ServerOptions& o_;
+  std::atomic<std::size_t> held_bytes_{0};
   std::map<std::string, std::unique_ptr<ServedModel>> models_;
   httplib::Server http_, metrics_;
   Drain drain_;
   std::atomic<bool> stopped_{false};
+  Clock::time_point drain_began_{};
   std::vector<int> listening_;
 };
 
@@ -793,11 +892,14 @@ class StopSignals {
   struct sigaction old_term_ {}, old_int_ {};
 };
 
-// A thousand connections need a thousand descriptors: the soft limit goes up to the hard one.
-void raise_descriptor_limit() {
+// A thousand connections need a thousand descriptors: the soft limit is raised to fit --max-connections twice (the
+// ones served and as many accepted and waiting), not to the hard limit: past it, httplib stops accepting and the
+// kernel's backlog holds the rest, instead of an unbounded queue of open sockets.
+void raise_descriptor_limit(int max_connections) {
   rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-    r.rlim_cur = r.rlim_max;
+  const rlim_t want = 2 * static_cast<rlim_t>(max_connections) + 256;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < want) {
+    r.rlim_cur = std::min(want, r.rlim_max);
     setrlimit(RLIMIT_NOFILE, &r);
   }
 }
@@ -811,21 +913,34 @@ int run_server(const ServerOptions& options) {
     throw Error("--metrics-port must be -1 (off: /metrics on the HTTP port) or 0..65535, got " +
                 std::to_string(options.metrics_port));
   }
-  if (options.max_connections < 1) throw Error("--max-connections must be at least 1");
+  if (options.max_connections < 1 || options.max_connections > 65536) throw Error("--max-connections must be 1 .. 65536");
+  if (options.max_json_bytes < 1024) throw Error("--max-json-bytes must be at least 1024");
   if (options.idle_timeout_s < 1 || options.body_timeout_s < 1 || options.drain_timeout_s < 0) {
     throw Error("--idle-timeout-s and --body-timeout-s must be at least 1 and --drain-timeout-s at least 0");
   }
   // Before the models load: a SIGTERM while they do still ends in an orderly stop once the server is up.
   const StopSignals signals;
-  raise_descriptor_limit();
+  raise_descriptor_limit(options.max_connections);
   Server server(options);
   std::atomic<bool> done{false};
   std::thread watcher([&] {
+    bool draining = false;
     while (!done) {
-      const int sig = signals.wait(200);
-      if (sig == SIGTERM || sig == SIGINT) {
-        server.drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
-        return;
+      const int sig = signals.wait(100);
+      if ((sig == SIGTERM || sig == SIGINT) && !draining) {
+        draining = true;
+        server.begin_drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      }
+      if (!draining) continue;
+      server.stop_when_drained();
+      // A forward pass that never returns would hold the stop for ever: past the drain and the connections'
+      // own timeouts, the process ends without them.
+      const auto limit = std::chrono::seconds(options.drain_timeout_s + options.idle_timeout_s + options.body_timeout_s + 10);
+      if (Clock::now() - server.drain_began() > limit) {
+        std::fprintf(stderr, "convnets serve: not stopped %lld s after the signal; exiting with requests unanswered\n",
+                     static_cast<long long>(limit.count()));
+        std::fflush(nullptr);
+        std::_Exit(1);
       }
     }
   });

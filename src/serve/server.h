@@ -19,15 +19,17 @@ struct ServerOptions {
   deploy::InferenceOptions inference;
   BatchingOptions batching;
   Limits limits;  // per request; limits.max_body_bytes also bounds the HTTP body before it is read
+  std::size_t max_json_bytes = std::size_t{16} << 20;  // a request's JSON part; tensors beyond come as binary data
   std::int64_t max_image_pixels = 0;  // an encoded image larger than this is refused (codec's default when 0)
 
   std::string host = "127.0.0.1";  // loopback unless asked: a server is reachable only where it is meant to be
   int http_port = 8000;            // 0: a free port (the startup line names it)
   int metrics_port = 8002;         // Triton's; 0: a free port; -1: /metrics on the HTTP port only
-  int max_connections = 1024;      // connections served at once (a thread each); more wait to be accepted
+  int max_connections = 1024;      // connections served at once (a thread each); more wait, then the backlog holds them
   int idle_timeout_s = 5;          // a keep-alive connection with no request for this long is closed
   int body_timeout_s = 30;         // a body not received in full this long after its headers gets 408
   int drain_timeout_s = 30;        // SIGTERM: how long requests in flight may take before the server stops
+                                   // (past it and the connection timeouts, the process exits 1 regardless)
 };
 
 // Loads the models, binds the ports, prints the startup line (models, engine, precision, ports) to stdout and

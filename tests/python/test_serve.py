@@ -274,7 +274,7 @@ class HostileRequests(unittest.TestCase):
     def setUpClass(cls):
         cls.ckpt = fixtures.fashion_resnet8()
         cls.server = Serve(f"fashion={cls.ckpt}", "--max-request-bytes", "1048576", "--body-timeout-s", "2",
-                           "--max-image-pixels", "1000000", "--idle-timeout-s", "60")
+"--max-image-pixels", "1000000", "--idle-timeout-s", "60", "--max-json-bytes", "524288")
         cls.good = infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28],
                                 "data": [0.5] * (3 * 28 * 28)}])
 
@@ -402,6 +402,47 @@ class HostileRequests(unittest.TestCase):
                 s.close()
         self.assertTrue(self.server.client.is_server_live())
 
+    def test_refused_bodies_keep_the_connection_in_step(self):
+        # An unknown model's body is read and dropped: the good request after it on the same connection is answered
+        # as itself, not parsed out of the refused body.
+        refused = infer_json([{"name": "input", "datatype": "FP32", "shape": [1], "data": [0.0]}])
+        head = "POST {} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n"
+        statuses = []
+        with socket.create_connection((HOST, self.server.port), timeout=30) as s:
+            for path, body in (("/v2/models/nobody/infer", refused), ("/v2/models/fashion/infer", self.good)):
+                s.sendall(head.format(path, len(body)).encode() + body)
+                data = b""
+                while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                statuses.append(int(data.split(b" ")[1]) if data.startswith(b"HTTP/1.1 ") else None)
+        self.assertEqual(statuses, [404, 200])
+        # Other routes take small declared bodies only: httplib reads theirs whole before the handler runs.
+        status, body = raw(self.server.port, b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                                             b"Transfer-Encoding: chunked\r\n\r\n" + b"10000\r\n" + b"x" * 65536)
+        self.assertEqual(status, 411)
+        self.expect(status, body, "needs a Content-Length")
+        status, body = raw(self.server.port, b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                                             b"Content-Length: 200000\r\n\r\n")
+        self.assertEqual(status, 413)
+        self.expect(status, body, "for /v2/repository/index")
+        status, body = raw(self.server.port, b"POST /v2/models/fashion/infer HTTP/1.1\r\nHost: x\r\n"
+                                             b"Content-Length: 12x\r\n\r\n")
+        self.assertEqual(status, 400)
+        self.expect(status, body, "is not a byte count")
+
+    def test_a_json_part_over_its_limit(self):
+        # Under --max-request-bytes (1 MiB here) but over --max-json-bytes (512 KiB): refused before it is parsed,
+        # since a parsed JSON number costs about 16 bytes.
+        big = infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28], "data": [0.5] * 2352}])
+        big = big[:-2] + b', "parameters": {"pad": "' + b" " * 600000 + b'"}}'
+        self.assertLess(len(big), 1048576)
+        status, body = post(self.server.port, "/v2/models/fashion/infer", big)
+        self.assertEqual(status, 413, body)
+        self.expect(status, body, "over --max-json-bytes 524288")
+
     def test_unknown_paths_models_and_encodings(self):
         status, body = raw(self.server.port, b"GET /v3/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         self.assertEqual(status, 404)
@@ -496,6 +537,20 @@ class Batching(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_signal_before_the_server_listens_still_stops_it(self):
+        proc = subprocess.Popen([BIN, "serve", self.ckpt, "--host", HOST, "--port", "0", "--metrics-port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertIn("loading model", proc.stdout.readline())  # the signal comes while it loads, before it listens
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            self.fail("convnets serve did not stop after a SIGINT sent while it loaded its model")
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("SIGINT: draining", err)
+
     def test_sigterm_answers_every_accepted_request(self):
         server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000")
         threads, results = self.concurrently(server, 6)
@@ -588,6 +643,14 @@ class OtherModels(unittest.TestCase):
             r = convnets("serve", ckpt, "--port", str(port), "--metrics-port", "-1")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--port %d: cannot listen" % port, r.stderr)
+        # A port another convnets serve holds is refused, not shared (no SO_REUSEPORT).
+        first = Serve(ckpt)
+        try:
+            r = convnets("serve", ckpt, "--host", HOST, "--port", str(first.port), "--metrics-port", "-1")
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("--port %d: cannot listen" % first.port, r.stderr)
+        finally:
+            self.assertEqual(first.stop(), 0)
         r = convnets("serve", ckpt, "--preferred-batch-sizes", "4,99", "--max-batch-size", "8")
         self.assertIn("--preferred-batch-sizes: 99 is outside 1..8", r.stderr)
 
