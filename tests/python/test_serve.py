@@ -646,7 +646,11 @@ class OtherModels(unittest.TestCase):
         # A port another convnets serve holds is refused, not shared (no SO_REUSEPORT).
         first = Serve(ckpt)
         try:
-            r = convnets("serve", ckpt, "--host", HOST, "--port", str(first.port), "--metrics-port", "-1")
+            try:
+                r = convnets("serve", ckpt, "--host", HOST, "--port", str(first.port), "--metrics-port", "-1",
+                             timeout=60)
+            except subprocess.TimeoutExpired:
+                self.fail("a second convnets serve bound port %d, which the first one holds" % first.port)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("--port %d: cannot listen" % first.port, r.stderr)
         finally:
