@@ -21,31 +21,44 @@ void add_serve_command(CLI::App& app) {
                   "NAME=PATH or PATH (named after the file): a checkpoint, plain weights with --arch, an exported "
                   "ONNX file, or a Triton model repository folder (`convnets export --format triton`)")
       ->required();
-  cmd->add_option("--host", o->host, "the address to listen on (default loopback; 0.0.0.0 or :: for every interface)");
-  cmd->add_option("--port,--http-port", o->http_port, "HTTP port (Triton's 8000; 0: a free one, named at startup)");
+  cmd->add_option("--host", o->host, "the address to listen on (default loopback; 0.0.0.0 or :: for every interface)")
+      ->capture_default_str();
+  cmd->add_option("--port,--http-port", o->http_port, "HTTP port (Triton's 8000; 0: a free one, named at startup)")
+      ->capture_default_str();
   cmd->add_option("--metrics-port", o->metrics_port,
-                  "Prometheus /metrics port (Triton's 8002; 0: a free one; -1: /metrics on the HTTP port)");
+                  "Prometheus /metrics port (Triton's 8002; 0: a free one; -1: /metrics on the HTTP port)")
+      ->capture_default_str();
   // Dynamic batching, in Triton's model-configuration terms and DLE's deployer spellings.
-  cmd->add_option("--max-batch-size", o->batching.max_batch_size, "rows per forward pass; a request may hold no more");
+  cmd->add_option("--max-batch-size", o->batching.max_batch_size, "rows per forward pass; a request may hold no more")
+      ->capture_default_str();
   cmd->add_option("--max-queue-delay-us", o->batching.max_queue_delay_us,
-                  "how long the oldest queued request waits for others to fill its batch");
+                  "how long the oldest queued request waits for others to fill its batch")
+      ->capture_default_str();
   cmd->add_option("--preferred-batch-sizes", o->batching.preferred_batch_sizes,
-                  "batch sizes that run without waiting for the delay")
+                  "the largest of these batch sizes that the queue can fill leaves at once, as Triton's")
       ->delimiter(',');
-  cmd->add_option("--instances,--engine-count-per-device", o->batching.instances, "forward passes run at once");
+  cmd->add_option("--instances,--engine-count-per-device", o->batching.instances, "forward passes run at once")
+      ->capture_default_str();
   cmd->add_option("--max-queue-size", o->batching.max_queue_size,
-                  "requests that may wait; one more is answered 503 at once");
+                  "requests that may wait; one more is answered 503 at once")
+      ->capture_default_str();
   // Request and connection limits.
   cmd->add_option("--max-request-bytes", *max_body, "the largest HTTP body accepted (larger: 413, unread)")
-      ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 34));
+      ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 34))
+      ->capture_default_str();
   cmd->add_option("--max-json-bytes", o->max_json_bytes,
-                  "the largest JSON part of a request (larger: 413; tensors beyond it come as binary data)");
+                  "the largest JSON part of a request (larger: 413; tensors beyond it come as binary data)")
+      ->capture_default_str();
   cmd->add_option("--max-image-pixels", o->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-connections", o->max_connections, "connections served at once (a thread each)");
-  cmd->add_option("--idle-timeout-s", o->idle_timeout_s, "a connection silent this long is closed");
-  cmd->add_option("--body-timeout-s", o->body_timeout_s, "a request body not received in full this long gets 408");
+  cmd->add_option("--max-connections", o->max_connections, "connections served at once (a thread each)")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout-s", o->idle_timeout_s, "a connection silent this long is closed")
+      ->capture_default_str();
+  cmd->add_option("--body-timeout-s", o->body_timeout_s, "a request body not received in full this long gets 408")
+      ->capture_default_str();
   cmd->add_option("--drain-timeout-s", o->drain_timeout_s,
-                  "on SIGTERM, how long requests in flight may take before the server stops");
+                  "on SIGTERM, how long requests in flight may take before the server stops")
+      ->capture_default_str();
   // The model, as classify loads it.
   auto& io = o->inference;
   cmd->add_option("-a,--arch", io.arch, "the architecture of plain weights (checked against a checkpoint's)");
