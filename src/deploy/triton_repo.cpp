@@ -26,7 +26,9 @@ std::string quoted(const std::string& s) {
   return out + '"';
 }
 
-bool valid_name(const std::string& name) {
+}  // namespace
+
+bool valid_triton_model_name(const std::string& name) {
   if (name.empty() || name[0] == '.' || name.size() > 200) return false;
   for (const char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -35,6 +37,8 @@ bool valid_name(const std::string& name) {
   }
   return true;
 }
+
+namespace {
 
 std::string instance_group(const TritonSettings& s) {
   return "instance_group [\n  {\n    count: " + std::to_string(s.instances) + "\n    kind: " +
@@ -59,7 +63,7 @@ std::string triton_preprocessing_name(const TritonSettings& s) { return s.name +
 std::string triton_ensemble_name(const TritonSettings& s) { return s.name + "_ensemble"; }
 
 void check_triton_settings(const TritonSettings& s) {
-  if (!valid_name(s.name)) {
+  if (!valid_triton_model_name(s.name)) {
     throw Error("--model-name '" + s.name +
                 "': expected letters, digits, '_', '-' or '.', not starting with '.' (it names the repository folder)");
   }

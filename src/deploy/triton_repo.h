@@ -42,6 +42,10 @@ struct TritonGraph {
   std::string interpolation = "bilinear";  // bilinear | bicubic
 };
 
+// A model name Triton's repository and URLs take: letters, digits, '_', '-' or '.', not starting with '.', at most
+// 200 bytes. `export --format triton` and `serve` both hold names to it.
+bool valid_triton_model_name(const std::string& name);
+
 // Throws Error naming the flag for a setting Triton would refuse or that
 // contradicts another, before anything is written.
 void check_triton_settings(const TritonSettings& s);

@@ -5,6 +5,7 @@
 #include "core/json.h"
 #include "data/rng.h"
 #include "data/transforms.h"
+#include "deploy/triton_repo.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/topk.h>
@@ -65,7 +66,7 @@ struct ModelCounters {
 class ServedModel {
  public:
   ServedModel(std::string name, std::string path, const ServerOptions& o)
-      : name_(std::move(name)), path_(std::move(path)), model_(path_, o.inference), limits_(o.limits) {
+      : name_(std::move(name)), path_(std::move(path)), model_(path_, o.inference) {
     const auto& pre = model_.preprocessing();
     auto topts = data::TransformOptions::eval(pre.input_size, pre.crop_ratio,
                                               data::parse_filter(pre.interpolation, "interpolation"));
@@ -278,18 +279,10 @@ class ServedModel {
 
   std::string name_, path_;
   deploy::InferenceModel model_;
-  Limits limits_;
   std::unique_ptr<data::Transform> transform_;
   std::unique_ptr<Batcher> batcher_;
   ModelCounters counters_;
 };
-
-bool valid_name(const std::string& name) {
-  if (name.empty() || name.size() > 128) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-  });
-}
 
 // NAME=PATH or PATH, a Triton repository folder expanded into its models: (name, path) pairs.
 std::vector<std::pair<std::string, std::string>> model_list(const std::vector<std::string>& specs) {
@@ -333,9 +326,9 @@ std::vector<std::pair<std::string, std::string>> model_list(const std::vector<st
   }
   std::map<std::string, int> seen;
   for (const auto& [name, path] : out) {
-    if (!valid_name(name)) {
-      throw Error("serve: model name '" + utf8_escaped(name) + "' (for " + path + ") must be 1-128 letters, digits, "
-                  "'_', '-' or '.'", "name it with NAME=PATH");
+    if (!deploy::valid_triton_model_name(name)) {
+      throw Error("serve: model name '" + utf8_escaped(name) + "' (for " + path + ") must be letters, digits, '_', '-' "
+                  "or '.', not starting with '.'", "name it with NAME=PATH");
     }
     if (seen[name]++) throw Error("serve: two models are named '" + name + "'", "name them apart with NAME=PATH");
   }

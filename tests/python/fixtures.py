@@ -135,6 +135,15 @@ def random_weights(arch, folder, num_classes=None, seed=5, bn_seed=12):
     return path
 
 
+def imagenet_like_jpegs(n):
+    """The first N JPEGs of CTest's ImageNet-like set (its val images, then train), several sizes."""
+    root = os.environ.get("CONVNETS_IMAGENET_LIKE", "")
+    files = (sorted(glob.glob(os.path.join(root, "val", "*", "*.JPEG"))) +
+             sorted(glob.glob(os.path.join(root, "train", "*", "*.JPEG"))))[:n]
+    assert len(files) == n, f"{root}: {len(files)} JPEGs, {n} wanted"
+    return files
+
+
 def fashion_resnet8():
     """The shared Fashion-MNIST ResNet-8 training checkpoint (last.safetensors); unittest.SkipTest without the data."""
     if not os.path.isdir(FASHION):

@@ -10,7 +10,6 @@ outputs, whose graph gives convnets' logits in ONNX Runtime and OpenVINO, and wh
 PyPI's DALI as Triton's DALI backend does and run in DALI's CPU pipeline, gives convnets' eval tensors (CTest
 deploy_accuracy).
 """
-import glob
 import gzip
 import importlib.util
 import json
@@ -457,9 +456,7 @@ class TritonEnsemble(unittest.TestCase):
         r = convnets("export", "--checkpoint", cls.weights, "--arch", "resnet18", "--format", "triton", "-o", cls.repo,
                      "--instance-kind", "cpu", "--max-batch-size", "64")
         assert r.returncode == 0, r.stderr
-        cls.files = (sorted(glob.glob(os.path.join(IMAGENET_LIKE, "val", "*", "*.JPEG"))) +
-                     sorted(glob.glob(os.path.join(IMAGENET_LIKE, "train", "*", "*.JPEG"))))[:100]
-        assert len(cls.files) == 100, len(cls.files)
+        cls.files = fixtures.imagenet_like_jpegs(100)
 
     @classmethod
     def tearDownClass(cls):

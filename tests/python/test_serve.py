@@ -11,7 +11,6 @@ request succeeds. SIGTERM: every request accepted is answered, new ones get 503,
 
 Every server listens on 127.0.0.1 only, on a port it picks, and is stopped by the test that started it.
 """
-import glob
 import json
 import os
 import resource
@@ -38,19 +37,11 @@ sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
-IMAGENET_LIKE = os.environ.get("CONVNETS_IMAGENET_LIKE", "")
 HOST = "127.0.0.1"
 
 
 def convnets(*args, timeout=600):
     return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def jpegs(n):
-    files = (sorted(glob.glob(os.path.join(IMAGENET_LIKE, "val", "*", "*.JPEG"))) +
-             sorted(glob.glob(os.path.join(IMAGENET_LIKE, "train", "*", "*.JPEG"))))[:n]
-    assert len(files) == n, f"{IMAGENET_LIKE}: {len(files)} JPEGs, {n} wanted"
-    return files
 
 
 class Serve:
@@ -168,7 +159,7 @@ class FashionModel(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.ckpt = fixtures.fashion_resnet8()
-        cls.files = jpegs(100)
+        cls.files = fixtures.imagenet_like_jpegs(100)
         cls.server = Serve(f"fashion={cls.ckpt}", "--max-batch-size", "16")
 
     @classmethod
@@ -314,7 +305,7 @@ class HostileRequests(unittest.TestCase):
         self.expect(status, body, "expected datatype FP32, got INT32")
 
     def test_truncated_and_bomb_images(self):
-        jpeg = read(jpegs(1)[0])
+        jpeg = read(fixtures.imagenet_like_jpegs(1)[0])
         for payload, text in ((jpeg[:len(jpeg) // 3], "INPUT[0]"), (png_header_bomb(100000, 100000), "INPUT[0]"),
                               (b"not an image at all", "INPUT[0]")):
             status, body = post(self.server.port, "/v2/models/fashion/infer",
@@ -584,7 +575,7 @@ class OtherModels(unittest.TestCase):
 
     def test_resnet50_answers_as_classify(self):
         weights = fixtures.random_weights("resnet50", self.tmp)
-        files = jpegs(8)
+        files = fixtures.imagenet_like_jpegs(8)
         r = convnets("classify", *files, "--checkpoint", weights, "--arch", "resnet50", "--json", "--top-k", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
         expected = [x["top"][0]["index"] for x in json.loads(r.stdout)["results"]]
@@ -618,7 +609,7 @@ class OtherModels(unittest.TestCase):
             expected = package.load(ckpt, device="cpu")(__import__("torch").from_numpy(x)).numpy()
             np.testing.assert_allclose(c.infer("fm", [tensor_input(x)]).as_numpy("logits"), expected, atol=1e-4)
             # The ensemble's own input form: one encoded image as a UINT8 vector.
-            jpeg = np.frombuffer(read(jpegs(1)[0]), np.uint8)[None]
+            jpeg = np.frombuffer(read(fixtures.imagenet_like_jpegs(1)[0]), np.uint8)[None]
             t = triton.InferInput("INPUT", list(jpeg.shape), "UINT8")
             t.set_data_from_numpy(jpeg)
             self.assertEqual(c.infer("fm", [t]).as_numpy("logits").shape, (1, 10))
