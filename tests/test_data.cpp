@@ -12,11 +12,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace convnets;
@@ -179,6 +182,82 @@ TEST(Loader, BatchesAreIdenticalWithOneOrFourWorkers) {
   o.shard.seed = 12;
   data::Loader other(ds, train_transform(), o);
   EXPECT_FALSE(torch::equal(epoch(other, 0)[0].images, e0[0].images));
+}
+
+// A dataset that counts its reads, so a test can see what the workers loaded without timing them.
+class CountingDataset : public data::Dataset {
+ public:
+  explicit CountingDataset(data::DatasetPtr inner) : inner_(std::move(inner)) { classes_ = inner_->classes(); }
+  std::size_t size() const override { return inner_->size(); }
+  std::int64_t label(std::size_t i) const override { return inner_->label(i); }
+  std::string name(std::size_t i) const override { return inner_->name(i); }
+  int channels() const override { return inner_->channels(); }
+  void load(std::size_t i, data::SampleData& out) const override {
+    ++loads;
+    inner_->load(i, out);
+  }
+  mutable std::atomic<std::int64_t> loads{0};
+
+ private:
+  data::DatasetPtr inner_;
+};
+
+// Lookahead (training loaders) builds the next epoch's first batches while the last ones of this epoch are
+// taken, and start_epoch(epoch + 1) keeps them; what comes out is what a loader without it gives, batch for batch,
+// through an epoch left half-way, a resumed start and a stop.
+TEST(Loader, LookaheadStartsTheNextEpochEarlyAndGivesTheSameBatches) {
+  auto counting = std::make_shared<CountingDataset>(data::synthetic(64, 8, 8, 3, 5, 2));
+  data::LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 3;
+  o.prefetch = 1;
+  o.shard.shuffle = true;
+  o.shard.seed = 7;
+  data::Loader plain(counting, train_transform(8), o);
+  o.lookahead = true;
+  data::Loader ahead(counting, train_transform(8), o);
+  auto same = [](const std::vector<data::Batch>& a, const std::vector<data::Batch>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      ASSERT_TRUE(torch::equal(a[k].images, b[k].images)) << what << ", batch " << k;
+      ASSERT_TRUE(torch::equal(a[k].labels, b[k].labels)) << what << ", batch " << k;
+      ASSERT_EQ(a[k].indices, b[k].indices) << what << ", batch " << k;
+    }
+  };
+  same(epoch(plain, 0), epoch(ahead, 0), "epoch 0");
+  // Epoch 0 is over (64 reads by each loader) and epoch 1 not started: the workers with lookahead go on into it,
+  // up to the prefetch depth (3 workers x 1 = 3 batches of 8), and no further.
+  const std::int64_t expected = 2 * 64 + 3 * 8;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (counting->loads.load() < expected && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(counting->loads.load(), expected) << "the next epoch's first 3 batches, and no more";
+  same(epoch(plain, 1), epoch(ahead, 1), "epoch 1, begun ahead");
+  // Two batches of epoch 2 taken, then epoch 3: the rest of epoch 2 is dropped, epoch 3 is whole.
+  for (auto* l : {&plain, &ahead}) {
+    l->start_epoch(2);
+    data::Batch b;
+    ASSERT_TRUE(l->next(b));
+    ASSERT_TRUE(l->next(b));
+  }
+  same(epoch(plain, 3), epoch(ahead, 3), "epoch 3 after epoch 2 left half-way");
+  // A resumed start (batch 5 of epoch 4) and a jump back to epoch 1 are restarts, not continuations.
+  for (auto* l : {&plain, &ahead}) l->start_epoch(4, 5);
+  std::vector<data::Batch> p, a;
+  data::Batch b;
+  while (plain.next(b)) p.push_back(b);
+  while (ahead.next(b)) a.push_back(b);
+  same(p, a, "epoch 4 from batch 5");
+  EXPECT_EQ(p.size(), 3u);
+  same(epoch(plain, 1), epoch(ahead, 1), "epoch 1 again");
+  // After stop() nothing is built ahead any more.
+  ahead.stop();
+  plain.stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::int64_t stopped = counting->loads.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(counting->loads.load(), stopped);
 }
 
 TEST(Loader, LabelsFollowTheSamplerOrder) {

@@ -72,15 +72,30 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
     throw Error("loader: cannot start epoch " + std::to_string(epoch) + " at batch " + std::to_string(first_batch) +
                 "; it has " + std::to_string(batches_) + " batches");
   }
-  std::vector<std::int64_t> order = dataset_->epoch_order(options_.shard, epoch);
+  // Shuffled outside the lock (an ImageNet epoch's order takes milliseconds); the next epoch's too, for lookahead.
+  auto order = std::make_shared<const std::vector<std::int64_t>>(dataset_->epoch_order(options_.shard, epoch));
+  Order ahead;
+  if (options_.lookahead) {
+    ahead = std::make_shared<const std::vector<std::int64_t>>(dataset_->epoch_order(options_.shard, epoch + 1));
+  }
   std::unique_lock<std::mutex> lock(mutex_);
-  active_ = false;
-  ++generation_;
-  idle_cv_.wait(lock, [&] { return in_flight_ == 0; });  // nobody still reads the old order
-  order_ = std::move(order);
+  if (options_.lookahead && active_ && first_batch == 0 && epoch == epoch_ + 1 && ahead_order_) {
+    // The epoch the workers went on into: what they built or build for it stays; the rest of the last one goes.
+    for (auto it = ready_.begin(); it != ready_.end();) it = it->first.first == epoch ? std::next(it) : ready_.erase(it);
+    order_ = std::move(ahead_order_);
+    next_claim_ = ahead_claim_;
+  } else {
+    active_ = false;
+    ++generation_;
+    idle_cv_.wait(lock, [&] { return in_flight_ == 0; });  // nothing stale arrives after this
+    ready_.clear();
+    order_ = std::move(order);
+    next_claim_ = first_batch;
+  }
   epoch_ = epoch;
-  next_claim_ = next_return_ = first_batch;
-  ready_.clear();
+  next_return_ = first_batch;
+  ahead_order_ = std::move(ahead);
+  ahead_claim_ = 0;
   stats_ = EpochStats{};
   active_ = true;
   work_cv_.notify_all();
@@ -97,10 +112,10 @@ Loader::Wait Loader::next_for(Batch& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!active_) throw Error("loader: next() before start_epoch()");
   if (next_return_ >= batches_) return Wait::End;
-  if (!ready_cv_.wait_for(lock, timeout, [&] { return !active_ || ready_.count(next_return_) != 0; }))
-    return Wait::Timeout;
+  const std::pair<std::int64_t, std::int64_t> key{epoch_, next_return_};
+  if (!ready_cv_.wait_for(lock, timeout, [&] { return !active_ || ready_.count(key) != 0; })) return Wait::Timeout;
   if (!active_) throw Error("loader: the epoch was stopped while next() waited");
-  auto node = ready_.extract(next_return_);
+  auto node = ready_.extract(key);
   ++next_return_;
   work_cv_.notify_all();
   Result& r = node.mapped();
@@ -116,6 +131,7 @@ void Loader::stop() {
     active_ = false;
     ++generation_;
     ready_.clear();
+    ahead_order_.reset();
   }
   ready_cv_.notify_all();
 }
@@ -142,27 +158,37 @@ std::vector<std::string> Loader::bad_files() const {
 
 void Loader::run(Worker& w) {
   const std::int64_t depth = std::int64_t(options_.prefetch) * static_cast<std::int64_t>(workers_state_.size());
+  // This epoch's batches up to `depth` beyond the one next() returns next; then, with lookahead, the next epoch's,
+  // counted against the same depth.
+  auto current = [&] { return next_claim_ < batches_ && next_claim_ < next_return_ + depth; };
+  auto ahead = [&] {
+    return ahead_order_ && next_claim_ == batches_ && ahead_claim_ < batches_ &&
+           batches_ - next_return_ + ahead_claim_ < depth;
+  };
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    work_cv_.wait(lock, [&] {
-      return stopping_ || (active_ && next_claim_ < batches_ && next_claim_ < next_return_ + depth);
-    });
+    work_cv_.wait(lock, [&] { return stopping_ || (active_ && (current() || ahead())); });
     if (stopping_) return;
-    const std::int64_t number = next_claim_++, generation = generation_, epoch = epoch_;
+    const bool next_epoch = !current();
+    const std::int64_t number = next_epoch ? ahead_claim_++ : next_claim_++, generation = generation_;
+    const std::int64_t epoch = next_epoch ? epoch_ + 1 : epoch_;
+    const Order order = next_epoch ? ahead_order_ : order_;
     ++in_flight_;
     lock.unlock();
-    Result r = build(w, number, epoch, generation);
+    Result r = build(w, *order, number, epoch, generation);
     lock.lock();
     --in_flight_;
-    if (generation == generation_) {
-      ready_.emplace(number, std::move(r));
+    // A batch of an epoch left behind (start_epoch went on before it was taken) is dropped.
+    if (generation == generation_ && epoch >= epoch_) {
+      ready_.emplace(std::make_pair(epoch, number), std::move(r));
       ready_cv_.notify_all();
     }
     idle_cv_.notify_all();
   }
 }
 
-Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch, std::int64_t generation) {
+Loader::Result Loader::build(Worker& w, const std::vector<std::int64_t>& order, std::int64_t number, std::int64_t epoch,
+                             std::int64_t generation) {
   Result r;
   try {
     const std::int64_t begin = number * options_.batch_size;
@@ -188,7 +214,7 @@ Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch,
       for (std::int64_t k = 0; k < count; ++k) {
         // A stream of its own, keyed like the sample's: the boxes do not depend
         // on how many numbers the crop and policy drew.
-        Rng rng(options_.shard.seed ^ 0x6572617365ULL /* "erase" */, epoch, order_[begin + k]);
+        Rng rng(options_.shard.seed ^ 0x6572617365ULL /* "erase" */, epoch, order[begin + k]);
         draw_erase_boxes(e, size, size, rng, boxes + k * e.count);
       }
     }
@@ -196,7 +222,7 @@ Loader::Result Loader::build(Worker& w, std::int64_t number, std::int64_t epoch,
     for (std::int64_t k = 0; k < count; ++k) {
       // Stopped or restarted meanwhile: nobody will take this batch.
       if (generation_.load(std::memory_order_relaxed) != generation) return r;
-      const std::int64_t used = fill(w, order_[begin + k], epoch, dst ? dst + k * stride : nullptr, r.stats);
+      const std::int64_t used = fill(w, order[begin + k], epoch, dst ? dst + k * stride : nullptr, r.stats);
       r.batch.indices[k] = used;
       labels[k] = w.sample.label;
     }

@@ -87,6 +87,7 @@ std::unique_ptr<Loader> make_loader(DatasetPtr dataset, const PipelineOptions& o
       lo.shard.block = o.batch_size;
       lo.shard.drop_tail = true;
     }
+    lo.lookahead = true;  // a training loop takes the next epoch next
     lo.erasing.prob = o.reprob;
     lo.erasing.count = o.recount;
     lo.erasing.mode = o.remode;

@@ -428,6 +428,9 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
   for (std::int64_t epoch = pos.epoch; epoch < end_epoch; epoch = pos.epoch) {
     prune_when_due(run, epoch);
     EpochOutcome e = train_one_epoch(run, stepper, epoch);
+    // The loader looks ahead into the next epoch; after this invocation's last, that would be decoding for nobody
+    // while validation runs.
+    if (epoch + 1 == end_epoch || e.prof_reached) run.train_loader->stop();
     if (e.interrupted_by != 0) {
       return interrupted(run, e.interrupted_by, "at epoch " + std::to_string(epoch + 1) + ", step " +
                                                     std::to_string(pos.step_in_epoch) + "/" +
