@@ -68,66 +68,69 @@ Preprocessing pre(int size) {
   return p;
 }
 
-// Where two copies of a network differ most (max_relative's measure), for a failure's message.
-std::string worst_parameter(Network& a, Network& b) {
-  double worst = -1;
-  std::string where;
-  const auto pa = a->named_parameters(), pb = b->named_parameters();
-  for (const auto& p : pa) {
-    const auto x = p.value().detach().to(torch::kCPU, torch::kDouble).contiguous().flatten();
-    const auto y = pb[p.key()].detach().to(torch::kCPU, torch::kDouble).contiguous().flatten();
-    const auto rel = (x - y).abs() / y.abs().clamp_min(1e-3);
-    const auto i = rel.argmax().item<std::int64_t>();
-    if (rel[i].item<double>() > worst) {
-      worst = rel[i].item<double>();
-      where = p.key() + "[" + std::to_string(i) + "]: " + std::to_string(x[i].item<double>()) + " vs " +
-              std::to_string(y[i].item<double>()) + " (relative " + std::to_string(worst) + ")";
-    }
-  }
-  return where;
+// ||a - b|| / ||b|| over every element: a whole network's distance. An element-wise relative measure cannot compare
+// two fp32 implementations here (below).
+double relative_l2(const at::Tensor& a, const at::Tensor& b) {
+  const auto x = a.to(torch::kCPU, torch::kDouble), y = b.to(torch::kCPU, torch::kDouble);
+  return ((x - y).norm() / y.norm()).item<double>();
 }
 
+// The claim is that the CUDA step computes the CPU step's function (the CPU step equals torch.optim.SGD's,
+// test_train_reference), in IEEE fp32: TF32 off, as resolve_runtime sets it for fp32.
+//
+// What any two fp32 implementations of this step can agree to, measured in PyTorch itself (torchvision's
+// ResNet-18, the same batches, sizes and SGD; fp32 against fp64 on the CPU, 2026-11-26): the first loss to
+// 6.4e-7; the parameters' change after one step to 2.9e-3 (relative L2), after two 0.10, after three 0.27, and
+// element by element (relative, floor 1e-3) 0.25 after one step and 39 after three: fp32's rounding is amplified
+// (in fp64 a 1e-6 change of the input moves the two-step change by 4e-10). The first two GPU runs' element-wise
+// checks of three steps (0.36, then 11.7 with deterministic cuDNN) were that amplification, not a fault.
+// So: the first loss tightly (TF32 would miss it by two orders), the one-step change within 7x of fp32's own
+// spread (a wrong learning rate, momentum, decay or smoothing is off by order 1), the next losses loosely.
 TEST(Gpu, Fp32StepEqualsTheCpuStep) {
   SKIP_WITHOUT_CUDA();
   const auto data = task(64, 16);
   StepOptions o;
   o.label_smoothing = 0.1;
-  auto cpu = make_run("cpu", "fp32");
-  std::vector<at::Tensor> cpu_losses;
-  for (int step = 0; step < 3; ++step) {
-    const auto& [images, labels] = data[static_cast<size_t>(step)];
-    cpu_losses.push_back(train_step(*cpu.model, *cpu.sgd, nullptr, nullptr,
-                                    {{network_input(images, pre(64), cpu.rt), labels}}, 0.1, step, o).loss);
-  }
-  // Three CUDA steps from the same start (resolve_runtime turns TF32 off for fp32), with cuDNN's algorithms
-  // autotuned as training runs them, or chosen deterministically.
-  auto cuda_run = [&](bool autotuned) {
-    auto gpu = make_run("cuda", "fp32");
-    at::globalContext().setBenchmarkCuDNN(autotuned);
-    at::globalContext().setDeterministicCuDNN(!autotuned);
+  struct Trace {
+    std::vector<double> losses;
+    at::Tensor start, after_one;
+  };
+  auto steps = [&](struct Run& r, bool cuda) {  // `struct`: inside a test, plain `Run` is testing::Test::Run
+    Trace t;
+    t.start = r.sgd->flat().values().to(torch::kCPU, torch::kDouble).clone();
     for (int step = 0; step < 3; ++step) {
       const auto& [images, labels] = data[static_cast<size_t>(step)];
-      auto lg = train_step(*gpu.model, *gpu.sgd, nullptr, nullptr,
-                           {{network_input(images, pre(64), gpu.rt), labels.cuda()}}, 0.1, step, o).loss;
-      EXPECT_LE(max_relative(lg, cpu_losses[static_cast<size_t>(step)]), 1e-4)
-          << "loss, step " << step << (autotuned ? ", autotuned" : "");
+      t.losses.push_back(train_step(*r.model, *r.sgd, nullptr, nullptr,
+                                    {{network_input(images, pre(64), r.rt), cuda ? labels.cuda() : labels}}, 0.1, step,
+                                    o).loss.item<double>());
+      if (step == 0) t.after_one = r.sgd->flat().values().to(torch::kCPU, torch::kDouble).clone();
     }
+    return t;
+  };
+  auto cpu_run = make_run("cpu", "fp32");
+  const Trace cpu = steps(cpu_run, false);
+  // cuDNN's algorithms chosen deterministically, then autotuned as training runs them (FFT, Winograd: their own
+  // rounding, so only the loose bounds there).
+  for (const bool autotuned : {false, true}) {
+    auto gpu_run = make_run("cuda", "fp32");
+    at::globalContext().setBenchmarkCuDNN(autotuned);
+    at::globalContext().setDeterministicCuDNN(!autotuned);
+    const Trace gpu = steps(gpu_run, true);
     at::globalContext().setDeterministicCuDNN(false);
     at::globalContext().setBenchmarkCuDNN(true);
-    return gpu;
-  };
-  // The claim is the step's arithmetic: with deterministic algorithms as close as PyTorch's own CPU and CUDA fp32
-  // ResNet-18 steps are (5.8e-5 by this measure, H200, 2026-11-26). The first GPU run, autotuned, was 0.36 apart
-  // with the same losses; whether autotuning's algorithms (FFT, Winograd) explain that, the autotuned line below
-  // tells on the next GPU run.
-  auto exact = cuda_run(false);
-  EXPECT_LE(max_relative(exact.sgd->flat().values(), cpu.sgd->flat().values()), 1e-4)
-      << "worst parameter, cuda vs cpu: " << worst_parameter(exact.model, cpu.model);
-  auto tuned = cuda_run(true);
-  std::cout << "fp32, 3 steps, cuda vs cpu: deterministic cuDNN "
-            << max_relative(exact.sgd->flat().values(), cpu.sgd->flat().values()) << ", autotuned "
-            << max_relative(tuned.sgd->flat().values(), cpu.sgd->flat().values()) << " (worst: "
-            << worst_parameter(tuned.model, cpu.model) << ")\n";
+    const std::string how = autotuned ? "autotuned cuDNN" : "deterministic cuDNN";
+    ASSERT_TRUE(torch::equal(gpu.start, cpu.start)) << "the same initial weights";
+    const double first = std::abs(gpu.losses[0] - cpu.losses[0]) / cpu.losses[0];
+    const double change = relative_l2(gpu.after_one - gpu.start, cpu.after_one - cpu.start);
+    std::cout << "fp32, cuda vs cpu, " << how << ": first loss " << first << ", one step's change " << change
+              << ", losses " << gpu.losses[1] << " / " << cpu.losses[1] << ", " << gpu.losses[2] << " / "
+              << cpu.losses[2] << "\n";
+    if (!autotuned) EXPECT_LE(first, 1e-5) << how << ": the forward pass is not IEEE fp32 (TF32?)";
+    EXPECT_LE(change, 2e-2) << how << ": the first step's change of the parameters";
+    for (size_t k = 1; k < 3; ++k) {
+      EXPECT_LE(std::abs(gpu.losses[k] - cpu.losses[k]) / cpu.losses[k], 1e-2) << how << ", loss " << k;
+    }
+  }
 }
 
 // Mixed precision must follow fp32 training: the mean loss of every window of
@@ -182,11 +185,16 @@ TEST(Gpu, NormalizeKernelMatchesTheCpuPath) {
   }
 }
 
+// The replayed graph runs the eager step's kernels. Each copy autotuning cuDNN for itself may pick other
+// algorithms, whose rounding eight steps amplify (the second GPU run: 0.0225 apart in fp32, losses still within
+// 1e-4; Fp32StepEqualsTheCpuStep says why), so both choose deterministically here.
 TEST(Gpu, GraphReplayEqualsTheEagerStep) {
   SKIP_WITHOUT_CUDA();
   const auto data = task(32, 32);
   for (const std::string precision : {"fp32", "amp"}) {
     auto eager = make_run("cuda", precision, "resnet8"), graphed = make_run("cuda", precision, "resnet8");
+    at::globalContext().setBenchmarkCuDNN(false);
+    at::globalContext().setDeterministicCuDNN(true);
     StepOptions o;
     o.label_smoothing = 0.1;
     o.autocast = eager.rt.autocast;
@@ -201,6 +209,8 @@ TEST(Gpu, GraphReplayEqualsTheEagerStep) {
       const auto lg = g->run(micro, lr).item<double>();
       EXPECT_NEAR(lg, le, 1e-4 * std::abs(le)) << precision << ", step " << step;
     }
+    at::globalContext().setDeterministicCuDNN(false);
+    at::globalContext().setBenchmarkCuDNN(true);
     EXPECT_TRUE(g->captured());
     EXPECT_LE(max_relative(graphed.sgd->flat().values(), eager.sgd->flat().values()), 1e-4) << precision;
   }
