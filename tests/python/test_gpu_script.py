@@ -47,7 +47,7 @@ class DryRun(unittest.TestCase):
         self.assertNotIn("FAIL", self.text)
         for stage in STAGES:
             self.assertRegex(self.text, r"== stage %s: 0 failed, \d+ s" % stage)
-        m = re.search(r"== gpu\.sh run build tests data python train infer: (\d+) passed, 0 failed", self.text)
+        m = re.search(r"== gpu\.sh run build tests data train infer python: (\d+) passed, 0 failed", self.text)
         self.assertTrue(m, self.text[-2000:])
         self.assertEqual(int(m.group(1)), self.text.count("\nPASS "))
 
@@ -122,7 +122,7 @@ class Failures(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="gpu-usage-") as out:
             r = gpu_sh(out, "run", "--dry", "tarin")
             self.assertEqual(r.returncode, 2)
-            self.assertIn("unknown stage 'tarin' (expected: build tests data python train infer or all)", r.stderr)
+            self.assertIn("unknown stage 'tarin' (expected: build tests data train infer python or all)", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(out, "summary.txt")))
 
 
