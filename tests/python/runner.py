@@ -32,6 +32,19 @@ def _latin1(text):
     return os.fsencode(text).decode("latin-1")
 
 
+def end_server(proc, timeout=30):
+    """A server child that reads its stdin to the end (the fork servers here): closes it, the server's signal to
+    finish, and waits for it, killing it after `timeout` seconds; then closes its stdout."""
+    if proc.poll() is None:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    proc.stdout.close()
+
+
 class _Server:
     def __init__(self):
         self.env = dict(os.environ)
@@ -44,14 +57,7 @@ class _Server:
         return self.proc.poll() is None
 
     def close(self):
-        if self.alive():
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
+        end_server(self.proc)
         self.tmp.cleanup()
 
     def _line(self, deadline):

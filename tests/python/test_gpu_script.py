@@ -3,15 +3,21 @@ generation and peer scripts on the CPU at a tiny size, so a change that breaks t
 rather than in its one rare hour; a failing step is a FAIL line and a non-zero exit, never a quiet pass.
 
 Run by CTest with CONVNETS_SOURCE_DIR and CONVNETS_BUILD_DIR (this build: its convnets, unit_tests, data_tests and
-Python module) set; the interpreter running this file is the one the script is given.
+Python module) set; the interpreter running this file is the one the script is given, through a zygote for the
+whole dry run (pyzygote.py: its dozen PyTorch peers and probes would spend about 45 s importing torch and
+torchvision). The failure cases use the interpreter itself.
 """
+import json
 import os
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import unittest
+
+from pyzygote import Zygote
 
 SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 BUILD = os.environ["CONVNETS_BUILD_DIR"]
@@ -24,6 +30,23 @@ def gpu_sh(out, *args, python=sys.executable, timeout=540):
     return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+ZYGOTE = None
+
+
+def setUpModule():
+    # One interpreter with torch and torchvision loaded for the module's gpu.sh runs (the dry run and the failure
+    # cases). gpu.sh preloads its crash handler into every step; a forked peer goes without (the failure cases
+    # check the handler on a real process).
+    global ZYGOTE, ZYGOTE_DIR
+    ZYGOTE_DIR = tempfile.TemporaryDirectory(prefix="gpu-dry-python-")
+    ZYGOTE = Zygote(ZYGOTE_DIR.name, ignore=("LD_PRELOAD",))
+
+
+def tearDownModule():
+    ZYGOTE.close()
+    ZYGOTE_DIR.cleanup()
+
+
 def summary(out):
     with open(os.path.join(out, "summary.txt")) as f:
         return f.read()
@@ -34,7 +57,7 @@ class DryRun(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="gpu-dry-")
         cls.out = cls.tmp.name
-        cls.result = gpu_sh(cls.out, "run", "--dry", "all")
+        cls.result = gpu_sh(cls.out, "run", "--dry", "all", python=ZYGOTE.python)
         cls.text = summary(cls.out) if os.path.exists(os.path.join(cls.out, "summary.txt")) else ""
 
     @classmethod
@@ -88,6 +111,72 @@ class DryRun(unittest.TestCase):
                          "convnets-train-amp.log", "one-process-nccl.log"} <= names, names)
 
 
+class Interpreter(unittest.TestCase):
+    """pyzygote's `python` against the real interpreter: what the dry run's verdicts rest on (a zygote that
+    answered 0 for a failed peer would let every dry run pass)."""
+
+    PROBE = ("import json, os, sys; print(json.dumps([sys.argv, sys.path[0], os.getcwd(), os.environ.get('PROBE_X'),"
+             " sys.stdin.read(), os.getppid() == int(os.environ['PROBE_PARENT'])]))")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="pyzygote-test-")
+        cls.zygote = Zygote(cls.tmp.name, modules=())
+        cls.script = os.path.join(cls.tmp.name, "probe.py")
+        with open(cls.script, "w") as f:
+            f.write(cls.PROBE + "\n")
+        os.makedirs(os.path.join(cls.tmp.name, "pkg"))
+        with open(os.path.join(cls.tmp.name, "pkg", "probe_module.py"), "w") as f:
+            f.write(cls.PROBE + "\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.zygote.close()
+        cls.tmp.cleanup()
+
+    def both(self, args, env=None, cwd=None):
+        env = dict(os.environ, PROBE_X="x y", PROBE_PARENT=str(os.getpid()), **(env or {}))
+        run = lambda python: subprocess.run([python, *args], input="from stdin", capture_output=True, text=True,
+                                            env=env, cwd=cwd, timeout=60)
+        return run(sys.executable), run(self.zygote.python)
+
+    def test_arguments_paths_environment_and_streams_as_the_interpreter_gives_them(self):
+        pkg = os.path.join(self.tmp.name, "pkg")
+        for args in ([self.script, "a", "b c"], ["-c", self.PROBE, "d"], ["-m", "probe_module", "e"]):
+            real, forked = self.both(args, cwd=pkg)
+            self.assertEqual(real.returncode, 0, real.stderr)
+            self.assertEqual(forked.returncode, 0, forked.stderr)
+            want, got = json.loads(real.stdout), json.loads(forked.stdout)
+            self.assertEqual(got[:5], want[:5], args)
+            self.assertTrue(want[5], "the real interpreter is the test's child")
+            self.assertFalse(got[5], "forked from the zygote, not started by the test: %s" % (args,))
+
+    def test_exit_statuses_are_the_interpreters(self):
+        for code, want in (("import sys; sys.exit(3)", 3), ("raise ValueError('broken peer')", 1),
+                           ("import sys; sys.exit('message')", 1), ("pass", 0)):
+            real, forked = self.both(["-c", code])
+            self.assertEqual((forked.returncode, real.returncode), (want, want), code)
+            self.assertEqual(forked.stderr.splitlines()[-1:], real.stderr.splitlines()[-1:], code)
+        # A signal: the shell's 128 + n, which is what gpu.sh's steps see of a real process too.
+        real, forked = self.both(["-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+        self.assertEqual((real.returncode, forked.returncode), (-11, 139))
+
+    def test_a_load_time_variable_it_cannot_honour_starts_the_real_interpreter(self):
+        _, forked = self.both(["-c", self.PROBE], env={"OMP_NUM_THREADS": "7"} if os.environ.get(
+            "OMP_NUM_THREADS") != "7" else {"OMP_NUM_THREADS": "6"})
+        self.assertTrue(json.loads(forked.stdout)[5], "exec'd in place: the test's child")
+
+    def test_a_killed_client_takes_its_child_with_it(self):
+        marker = "pyzygote-marker-%d" % os.getpid()
+        r = subprocess.run(["timeout", "1", self.zygote.python, "-c", "import time; time.sleep(60)", marker])
+        self.assertEqual(r.returncode, 124)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and marker in subprocess.run(["ps", "-eo", "args"], capture_output=True,
+                                                                       text=True).stdout:
+            time.sleep(0.05)
+        self.assertNotIn(marker, subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+
+
 class Failures(unittest.TestCase):
     def test_a_failing_step_is_a_fail_line_and_an_exit_status_and_the_rest_still_runs(self):
         with tempfile.TemporaryDirectory(prefix="gpu-fail-") as out:
@@ -97,7 +186,7 @@ class Failures(unittest.TestCase):
                 # ... and its GPUNet reference crashes, as the module did on the GPU machine.
                 f.write('#!/bin/sh\ncase "$*" in *torch_peer.py*) echo "peer broke" >&2; exit 3;;\n'
                         '*gpunet_reference.py*) exec "%s" -c "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)";;'
-                        '\nesac\nexec "%s" "$@"\n' % (sys.executable, sys.executable))
+                        '\nesac\nexec "%s" "$@"\n' % (sys.executable, ZYGOTE.python))
             os.chmod(python, 0o755)
             r = gpu_sh(out, "run", "--dry", "infer", python=python)
             text = summary(out)
