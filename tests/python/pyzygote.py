@@ -14,7 +14,6 @@ client run the real interpreter instead, except those the caller names in `ignor
 preloads a crash handler into every step, which a dry run does without). A client killed (a step's timeout) takes
 its child with it.
 """
-import array
 import json
 import os
 import select
@@ -24,12 +23,16 @@ import subprocess
 import sys
 import tempfile
 
-LOAD_TIME = ("LD_", "MALLOC_", "OMP_", "GOMP_", "KMP_", "MKL_", "GLIBC_TUNABLES", "PYTHONHOME", "PYTHONNOUSERSITE",
-             "PYTHONSAFEPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED")
+from runner import LOAD_TIME as LIBRARY_LOAD_TIME, end_server
+
+# What libraries read while they load (runner.py's list, convnets' fork server has the same limit), and what the
+# interpreter itself reads only at its start.
+LOAD_TIME = LIBRARY_LOAD_TIME + ("MKL_", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONDONTWRITEBYTECODE",
+                                 "PYTHONHASHSEED")
 
 # The client: its interpreter's own startup is all it costs. The real interpreter and the socket are filled in.
 CLIENT = r'''#!%(python)s -IS
-import array, json, os, socket, sys
+import json, os, socket, sys
 REAL, SOCKET, ENV0, IGNORE = %(python)r, %(socket)r, %(env0)r, %(ignore)r
 LOAD_TIME = %(load_time)r
 args = sys.argv[1:]
@@ -169,7 +172,6 @@ class Zygote:
     variables whose difference from this process's the caller accepts."""
 
     def __init__(self, directory, modules=("torch", "torchvision"), ignore=()):
-        self.directory = directory
         self.socket = os.path.join(tempfile.mkdtemp(prefix="pyzygote-"), "s")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.socket, *modules],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -185,7 +187,6 @@ class Zygote:
         os.chmod(self.python, 0o755)
 
     def close(self):
-        from runner import end_server  # the tests' folder; not needed by the server process itself
         end_server(self.proc)
         try:
             os.remove(self.socket)

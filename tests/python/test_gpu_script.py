@@ -30,7 +30,7 @@ def gpu_sh(out, *args, python=sys.executable, timeout=540):
     return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-ZYGOTE = None
+ZYGOTE = ZYGOTE_DIR = None
 
 
 def setUpModule():
