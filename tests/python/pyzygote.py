@@ -1,19 +1,26 @@
-"""An interpreter with torch and torchvision already imported, answering `python ARGS` from forked children: for a
-test that runs a script which starts Python many times (scripts/gpu.sh's dry run starts about a dozen PyTorch
-peers and probes, each spending 3-4 s of CPU importing torch and torchvision before its first line).
+"""An interpreter with torch and torchvision already imported, answering `python ARGS` from forked children: for the
+test modules CTest runs (each would spend 2.5-5 s of CPU importing torch and torchvision before its first test) and
+for a test that runs a script which starts Python many times (scripts/gpu.sh's dry run starts about a dozen PyTorch
+peers and probes).
 
     with Zygote(directory) as z:        # z.python: an executable to give the script as its interpreter
         subprocess.run([z.python, "-c", "import torch; print(torch.__version__)"])
 
-z.python is a small client (Python in isolated mode, no site: about 20 ms) that passes its arguments, working
-directory, environment and standard streams to the server over a Unix socket; the server forks, the child runs
-`-c CODE`, `-m MODULE` or `SCRIPT` as the interpreter would (sys.argv, sys.path[0], PYTHONPATH), and the client
-exits with the child's status (a signal as 128 + its number, as a shell reports it). Other interpreter options,
-and variables read only while libraries load (LD_*, OMP_*, ...), which a forked child cannot honour, make the
-client run the real interpreter instead, except those the caller names in `ignore` (it accepts losing them: gpu.sh
-preloads a crash handler into every step, which a dry run does without). A client killed (a step's timeout) takes
-its child with it.
+    pyzygote.py start SOCKET MODULES... [--log FILE]   a detached zygote for CTest's Python tests (a fixture)
+    pyzygote.py stop SOCKET                            ends it
+    PYTHON -I -S pyzygote_client.py SOCKET ARGS...     `PYTHON ARGS...`, forked from the zygote at SOCKET if any
+
+The client (pyzygote_client.py) passes its arguments, working directory, environment and standard streams to the
+server over a Unix socket; the server forks, the child runs `-c CODE`, `-m MODULE` or `SCRIPT` as the interpreter
+would (sys.argv, sys.path, PYTHONPATH) and ends as it would (threads joined, atexit), and the client exits with the
+child's status (a signal as 128 + its number, as a shell reports it). The server tells the client to run the real
+interpreter instead when the client's load-time variables (LD_*, OMP_*, ...: read while libraries load, which a
+fork has already done) differ from its own, except those it was told to ignore (gpu.sh preloads a crash handler
+into every step, which a dry run does without). A client killed (a step's or CTest's timeout) takes its child with
+it. A detached zygote ends when stopped, when another takes over its socket path, or after `idle` seconds without a
+request.
 """
+import argparse
 import json
 import os
 import select
@@ -22,49 +29,41 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from runner import LOAD_TIME as LIBRARY_LOAD_TIME, end_server
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENT = os.path.join(HERE, "pyzygote_client.py")
+FRESH = -(2 ** 31)  # "run it yourself"; keep in step with pyzygote_client.py
 
 # What libraries read while they load (runner.py's list, convnets' fork server has the same limit), and what the
 # interpreter itself reads only at its start.
 LOAD_TIME = LIBRARY_LOAD_TIME + ("MKL_", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONDONTWRITEBYTECODE",
                                  "PYTHONHASHSEED")
 
-# The client: its interpreter's own startup is all it costs. The real interpreter and the socket are filled in.
-CLIENT = r'''#!%(python)s -IS
-import json, os, socket, sys
-REAL, SOCKET, ENV0, IGNORE = %(python)r, %(socket)r, %(env0)r, %(ignore)r
-LOAD_TIME = %(load_time)r
-args = sys.argv[1:]
-def same(k):
-    return os.environ.get(k) == ENV0.get(k)
-plain = args and (args[0] in ("-c", "-m") and len(args) > 1 or not args[0].startswith("-"))
-if not plain or not all(same(k) for k in set(os.environ) | set(ENV0) if k.startswith(LOAD_TIME) and k not in IGNORE):
-    os.execv(REAL, [REAL] + args)
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    s.connect(SOCKET)
-except OSError:
-    os.execv(REAL, [REAL] + args)
-request = json.dumps({"argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
-socket.send_fds(s, [len(request).to_bytes(8, "little") + request], [0, 1, 2])
-status = b""
-while len(status) < 4:
-    chunk = s.recv(4 - len(status))
-    if not chunk:
-        sys.stderr.write("pyzygote: the server went away\n")
-        sys.exit(1)
-    status += chunk
-sys.exit(int.from_bytes(status, "little", signed=True))
-'''
+
+def _load_time(env, ignore):
+    return {k: v for k, v in env.items() if k.startswith(LOAD_TIME) and k not in ignore}
 
 
-def _run_child(request):
-    """In the forked child: become `python ARGV` and never return."""
+def _interpreter_path():
+    """sys.path as a fresh interpreter has it after its first entry and PYTHONPATH's: the standard library and
+    site-packages (with their .pth files), not this script's folder or this server's PYTHONPATH."""
+    own = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    return [p for p in sys.path[1:] if os.path.abspath(p) not in own]
+
+
+def _run_child(request, base_path, own_modules):
+    """In the forked child: become `python ARGV`, then end as that interpreter ends; never returns."""
     code = 1
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # The server's own modules (runner.py read CONVNETS_BIN when the server imported it): imported afresh.
+        for name in own_modules:
+            sys.modules.pop(name, None)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -73,15 +72,15 @@ def _run_child(request):
         import runpy
         if argv[0] == "-c":
             sys.argv = ["-c"] + argv[2:]
-            sys.path[:0] = [""] + extra
+            sys.path[:] = [""] + extra + base_path
             exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
         elif argv[0] == "-m":
             sys.argv = [argv[1]] + argv[2:]
-            sys.path[:0] = [os.getcwd()] + extra
+            sys.path[:] = [os.getcwd()] + extra + base_path
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             sys.argv = list(argv)
-            sys.path[:0] = [os.path.dirname(os.path.realpath(argv[0]))] + extra  # as CPython: the link followed
+            sys.path[:] = [os.path.dirname(os.path.realpath(argv[0]))] + extra + base_path  # the link followed
             runpy.run_path(argv[0], run_name="__main__")
         code = 0
     except SystemExit as e:
@@ -96,6 +95,14 @@ def _run_child(request):
         import traceback
         traceback.print_exc()
         code = 1
+    # The interpreter's own end, up to the C level: non-daemon threads joined, then the atexit handlers (temporary
+    # folders, loggers), as Py_FinalizeEx begins. Not its C-level teardown: a library's static destructors may wait
+    # for a thread the server had before the fork (onnxruntime starts one on import), which the child lacks.
+    try:
+        import atexit
+        import threading
+        threading._shutdown()
+        atexit._run_exitfuncs()
     finally:
         try:
             sys.stdout.flush()
@@ -104,9 +111,10 @@ def _run_child(request):
             os._exit(code & 0xFF)
 
 
-def _supervise(conn):
+def _supervise(conn, own_env, ignore, base_path, own_modules):
     """In a child of the server: receive one request, fork its worker, report how it ended, exit."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server's SIG_IGN would reap the worker before waitpid
+    for sig in (signal.SIGCHLD, signal.SIGTERM):  # SIG_IGN'd SIGCHLD would reap the worker before waitpid
+        signal.signal(sig, signal.SIG_DFL)
     header, fds, _, _ = socket.recv_fds(conn, 8 + 65536, 3)
     size = int.from_bytes(header[:8], "little")
     data = header[8:]
@@ -116,6 +124,14 @@ def _supervise(conn):
             os._exit(0)
         data += chunk
     request = json.loads(data)
+    if request.get("stop"):
+        os.kill(os.getppid(), signal.SIGTERM)
+        os._exit(0)
+    if _load_time(request["env"], ignore) != _load_time(own_env, ignore):
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(FRESH.to_bytes(4, "little", signed=True))
+        os._exit(0)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -124,7 +140,7 @@ def _supervise(conn):
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        _run_child(request)
+        _run_child(request, base_path, own_modules)
     for fd in fds:
         os.close(fd)
     while True:
@@ -146,25 +162,113 @@ def _supervise(conn):
     os._exit(0)
 
 
-def serve(path, modules):
+class _Stop(Exception):
+    pass
+
+
+def serve(path, modules, ignore=(), idle=None, until_stdin_closes=False, quiet=False):
+    """Import `modules`, listen at `path`, print "ready", and fork a supervisor per request until stopped (SIGTERM or
+    a stop request), stdin closed (until_stdin_closes), the path taken by another server, or `idle` seconds without
+    a request. quiet: stdout to /dev/null once ready (a detached zygote's starter reads that line and goes). Returns
+    in the server only."""
     for m in modules:
         __import__(m)
+    base_path = _interpreter_path()
+    own_env = dict(os.environ)
+    own_modules = [name for name, module in sys.modules.items()
+                   if os.path.dirname(os.path.abspath(getattr(module, "__file__", None) or "/")) == HERE]
+    me = os.getpid()
+
+    def on_sigterm(*_):
+        raise _Stop()
+
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
+    signal.signal(signal.SIGTERM, on_sigterm)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
+    inode = os.stat(path).st_ino
     print("ready", flush=True)
-    while True:
-        readable, _, _ = select.select([server, sys.stdin], [], [])
-        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
-            return  # the test closed our stdin: done
-        if server in readable:
-            conn, _ = server.accept()
-            sys.stdout.flush()
-            if os.fork() == 0:
-                server.close()
-                _supervise(conn)
-            conn.close()
+    if quiet:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    last = time.monotonic()
+    watch = [server, sys.stdin] if until_stdin_closes else [server]
+    try:
+        while True:
+            readable, _, _ = select.select(watch, [], [], 5.0 if idle is None else min(5.0, idle))
+            if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
+                return  # the test closed our stdin: done
+            if server in readable:
+                conn, _ = server.accept()
+                last = time.monotonic()
+                sys.stdout.flush()
+                if os.fork() == 0:
+                    supervisor = os.getpid()
+                    try:
+                        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                        server.close()
+                        _supervise(conn, own_env, ignore, base_path, own_modules)
+                    finally:
+                        if os.getpid() == supervisor:
+                            os._exit(0)  # never back into the server's loop
+                conn.close()
+            elif idle is not None and time.monotonic() - last > idle:
+                return
+            try:
+                if os.stat(path).st_ino != inode:
+                    return  # another server has this path now
+            except FileNotFoundError:
+                return
+    except _Stop:
+        pass
+    finally:
+        if os.getpid() == me:  # not in a worker on its way out
+            server.close()
+            try:
+                if os.stat(path).st_ino == inode:
+                    os.remove(path)
+            except FileNotFoundError:
+                pass
+
+
+def stop(path, timeout=30):
+    """Ends the detached zygote at `path`; False when none answered."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        request = json.dumps({"stop": True}).encode()
+        socket.send_fds(s, [len(request).to_bytes(8, "little") + request], [])
+    except OSError:
+        return False
+    finally:
+        s.close()
+    deadline = time.monotonic() + timeout
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return True
+
+
+def start(path, modules, log, idle):
+    """(Re)starts the zygote at `path`, detached (its own session, no stream of the caller's), once it answers."""
+    if len(os.fsencode(path)) >= 108:  # sun_path's size on Linux
+        print("pyzygote: %s is too long for a Unix socket; each test starts its own interpreter" % path)
+        return
+    stop(path)
+    if os.path.exists(path):
+        os.remove(path)
+    with open(log, "ab") as err:
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", path, *modules, "--idle",
+                                 str(idle), "--quiet"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                start_new_session=True)
+    line = proc.stdout.readline()
+    proc.stdout.close()
+    if line.strip() != b"ready":
+        proc.kill()
+        proc.wait()
+        raise SystemExit("pyzygote: the zygote at %s did not start (%s says why)" % (path, log))
+    print("pyzygote: a zygote with %s at %s (pid %d)" % (", ".join(modules) or "no module", path, proc.pid))
 
 
 class Zygote:
@@ -173,23 +277,22 @@ class Zygote:
 
     def __init__(self, directory, modules=("torch", "torchvision"), ignore=()):
         self.socket = os.path.join(tempfile.mkdtemp(prefix="pyzygote-"), "s")
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.socket, *modules],
+        ignored = [a for name in ignore for a in ("--ignore", name)]
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", self.socket, *modules,
+                                      "--until-stdin-closes", *ignored],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         line = self.proc.stdout.readline()
         if line.strip() != b"ready":
             self.proc.kill()
             raise RuntimeError("pyzygote: the server did not start (%r)" % line)
-        env0 = {k: v for k, v in os.environ.items() if k.startswith(LOAD_TIME)}
         self.python = os.path.join(directory, "python")
         with open(self.python, "w") as f:
-            f.write(CLIENT % {"python": sys.executable, "socket": self.socket, "env0": env0, "load_time": LOAD_TIME,
-                             "ignore": tuple(ignore)})
+            f.write('#!/bin/sh\nexec "%s" -I -S "%s" "%s" "$@"\n' % (sys.executable, CLIENT, self.socket))
         os.chmod(self.python, 0o755)
 
     def close(self):
         end_server(self.proc)
         try:
-            os.remove(self.socket)
             os.rmdir(os.path.dirname(self.socket))
         except OSError:
             pass
@@ -201,5 +304,32 @@ class Zygote:
         self.close()
 
 
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("socket")
+    s.add_argument("modules", nargs="*")
+    s.add_argument("--ignore", action="append", default=[])
+    s.add_argument("--idle", type=float)
+    s.add_argument("--until-stdin-closes", action="store_true")
+    s.add_argument("--quiet", action="store_true", help="stdout to /dev/null once ready (a detached zygote)")
+    s = sub.add_parser("start")
+    s.add_argument("socket")
+    s.add_argument("modules", nargs="*")
+    s.add_argument("--log", default=os.devnull)
+    s.add_argument("--idle", type=float, default=900)
+    s = sub.add_parser("stop")
+    s.add_argument("socket")
+    a = p.parse_args()
+    if a.command == "serve":
+        serve(a.socket, a.modules, ignore=tuple(a.ignore), idle=a.idle, until_stdin_closes=a.until_stdin_closes,
+              quiet=a.quiet)
+    elif a.command == "start":
+        start(a.socket, a.modules, a.log, a.idle)
+    else:
+        print(("stopped the zygote at %s" if stop(a.socket) else "no zygote answered at %s") % a.socket)
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2:])
+    main()

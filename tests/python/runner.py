@@ -15,11 +15,17 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 
 BIN = os.environ.get("CONVNETS_BIN", "")
+# The interpreter for a test's own Python subprocesses (a tool, a peer script): the suite's zygote (pyzygote.py; CTest
+# starts one and names its socket in CONVNETS_PYZYGOTE), which has torch imported already and starts the real
+# interpreter itself where a fork cannot be the same. A test that signals or watches the process uses sys.executable.
+PYTHON = ([sys.executable, "-I", "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyzygote_client.py"),
+           os.environ["CONVNETS_PYZYGOTE"]] if os.environ.get("CONVNETS_PYZYGOTE") else [sys.executable])
 LOAD_TIME = ("LD_", "MALLOC_", "OMP_", "GOMP_", "KMP_", "GLIBC_TUNABLES", "ASAN_", "LSAN_", "UBSAN_")
 
 

@@ -257,7 +257,7 @@ class PeerScripts(unittest.TestCase):
                       "--warmup", "1"]
             r = run([BIN, "bench", "infer", "--arch", "resnet18", *common, "--json", ours])
             self.assertEqual(r.returncode, 0, r.stderr)
-            r = run([sys.executable, os.path.join(SOURCE, "bench", "torch_peer.py"), "infer", "--arch", "resnet18",
+            r = run([*runner.PYTHON, os.path.join(SOURCE, "bench", "torch_peer.py"), "infer", "--arch", "resnet18",
                      "--device", "cpu", *common, "--json", peer])
             self.assertEqual(r.returncode, 0, r.stderr)
             j = fixtures.read_json(peer)

@@ -167,7 +167,7 @@ class WeightExchange(unittest.TestCase):
         pth = self.path(name + ".pth")
         torch.save(obj, pth)
         out = self.path(name + ".safetensors")
-        r = subprocess.run([sys.executable, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out, *extra],
+        r = subprocess.run([*runner.PYTHON, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out, *extra],
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         return out
@@ -220,7 +220,7 @@ class WeightExchange(unittest.TestCase):
         pth = self.path("timm.pth")
         torch.save(ckpt, pth)
         out = self.path("timm.safetensors")
-        tool = [sys.executable, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out]
+        tool = [*runner.PYTHON, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out]
         r = subprocess.run(tool, capture_output=True, text=True)
         self.assertEqual(r.returncode, 1)
         self.assertIn("timm.pth: holds objects other than tensors", r.stderr)

@@ -134,7 +134,7 @@ class TimmCase(unittest.TestCase):
             model = timm_model(name, num_classes)
             pth = self.path("%s-%d.pth" % (name, num_classes))
             torch.save(model.state_dict(), pth)
-            r = subprocess.run([sys.executable, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out],
+            r = subprocess.run([*runner.PYTHON, os.path.join(SOURCE, "tools", "pth2safetensors.py"), pth, out],
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.models[(name, num_classes)] = model

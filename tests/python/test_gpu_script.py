@@ -10,6 +10,7 @@ torchvision). The failure cases use the interpreter itself.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -22,6 +23,7 @@ from pyzygote import Zygote
 SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 BUILD = os.environ["CONVNETS_BUILD_DIR"]
 SCRIPT = os.path.join(SOURCE, "scripts", "gpu.sh")
+HERE = os.path.dirname(os.path.abspath(__file__))
 STAGES = ["build", "tests", "data", "python", "train", "infer"]
 
 
@@ -175,6 +177,78 @@ class Interpreter(unittest.TestCase):
                                                                        text=True).stdout:
             time.sleep(0.05)
         self.assertNotIn(marker, subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+
+
+class Detached(unittest.TestCase):
+    """The zygote CTest's Python tests run from (pyzygote.py start/stop, a fixture): it answers once started, ends
+    when stopped, when another takes over its socket path or when idle, and a client without one runs the real
+    interpreter."""
+
+    PARENT = "import os; print(os.getppid())"
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="pyzygote-detached-")
+        self.addCleanup(self.tmp.cleanup)
+        self.socket = os.path.join(self.tmp.name, "z")
+
+    def pyzygote(self, *args):
+        r = subprocess.run([sys.executable, os.path.join(HERE, "pyzygote.py"), *args], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def start(self, *extra):
+        out = self.pyzygote("start", self.socket, *extra)
+        pid = int(re.search(r"\(pid (\d+)\)", out).group(1))
+        self.addCleanup(lambda: os.path.exists(f"/proc/{pid}") and os.kill(pid, signal.SIGKILL))
+        return pid
+
+    def client_parent(self, env=None):
+        # The client's child (a fork) has another parent than the client; the real interpreter, exec'd in the
+        # client's place, has the client's: this test.
+        p = subprocess.Popen([sys.executable, "-I", "-S", os.path.join(HERE, "pyzygote_client.py"), self.socket,
+                              "-c", self.PARENT], stdout=subprocess.PIPE, text=True, env=env)
+        out, _ = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0)
+        return "real" if int(out) == os.getpid() else "forked"
+
+    def wait_gone(self, pid, seconds=15):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") and not _zombie(pid):
+            time.sleep(0.05)
+        return not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+
+    def test_started_it_answers_stopped_it_ends_and_the_client_runs_the_interpreter(self):
+        self.assertEqual(self.client_parent(), "real")  # none yet
+        pid = self.start()
+        self.assertEqual(self.client_parent(), "forked")
+        self.assertEqual(self.client_parent(dict(os.environ, OMP_NUM_THREADS="9")), "real")  # a load-time variable
+        self.assertIn("stopped the zygote", self.pyzygote("stop", self.socket))
+        self.assertTrue(self.wait_gone(pid))
+        self.assertFalse(os.path.exists(self.socket))
+        self.assertEqual(self.client_parent(), "real")
+        self.assertIn("no zygote answered", self.pyzygote("stop", self.socket))
+
+    def test_a_new_start_takes_over_and_an_idle_zygote_ends(self):
+        first = self.start()
+        second = self.start("--idle", "1")
+        self.assertTrue(self.wait_gone(first))
+        self.assertEqual(self.client_parent(), "forked")
+        self.assertTrue(self.wait_gone(second, seconds=20))
+        self.assertEqual(self.client_parent(), "real")
+
+    def test_a_socket_path_too_long_starts_none(self):
+        self.socket = os.path.join(self.tmp.name, "z" * 120)
+        self.assertIn("too long for a Unix socket", self.pyzygote("start", self.socket))
+        self.assertEqual(self.client_parent(), "real")
+
+
+def _zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 class Failures(unittest.TestCase):
