@@ -104,6 +104,50 @@ TEST(Models, MacCountingLeavesTheModelUsable) {
   EXPECT_GT(y.abs().sum().item<double>(), 0.0) << "convs must compute again after the shape-only pass";
 }
 
+// `convnets models` builds every network under ShapesOnly: it must give what a normal build gives (parameter names,
+// shapes and order, each conv's options, the MACs), with zeros instead of random numbers, and only in its scope.
+TEST(Models, ShapesOnlyBuildsTheSameNetworkWithZeros) {
+  for (const char* name : {"resnext50_32x4d", "se_resnext101_32x4d", "gpunet-0", "tf_efficientnet_b2"}) {
+    const auto& arch = find_architecture(name);
+    ModelOptions listing;  // as describe_architectures builds them: no initialisation of convnets' own
+    listing.initialize = false;
+    auto normal = build_model(arch, listing);
+    auto zeros = [&] {
+      layers::ShapesOnly shapes_only;
+      return build_model(arch, listing);
+    }();
+    const auto a = normal->named_parameters(), b = zeros->named_parameters();
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].key(), b[i].key()) << name;
+      EXPECT_EQ(a[i].value().sizes(), b[i].value().sizes()) << name << " " << a[i].key();
+    }
+    const auto ma = normal->modules(), mb = zeros->modules();
+    ASSERT_EQ(ma.size(), mb.size()) << name;
+    int convs = 0;
+    for (std::size_t i = 0; i < ma.size(); ++i) {
+      auto ca = std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(ma[i]);
+      auto cb = std::dynamic_pointer_cast<torch::nn::Conv2dImpl>(mb[i]);
+      ASSERT_EQ(ca == nullptr, cb == nullptr) << name << " module " << i;
+      if (!ca) continue;
+      ++convs;
+      const auto &oa = ca->options, &ob = cb->options;
+      EXPECT_EQ(std::make_tuple(oa.in_channels(), oa.out_channels(), oa.groups(), *oa.kernel_size(), *oa.stride(),
+                                *oa.dilation(), oa.bias()),
+                std::make_tuple(ob.in_channels(), ob.out_channels(), ob.groups(), *ob.kernel_size(), *ob.stride(),
+                                *ob.dilation(), ob.bias()))
+          << name << " conv " << i;
+      EXPECT_EQ(cb->weight.abs().sum().item<double>(), 0.0) << name << " conv " << i;
+      EXPECT_GT(ca->weight.abs().sum().item<double>(), 0.0) << name << " conv " << i;
+    }
+    EXPECT_GT(convs, 10) << name;
+    const int size = arch.preprocessing.input_size;
+    EXPECT_EQ(count_macs(*zeros, size), count_macs(*normal, size)) << name;
+  }
+  auto after = build_model(find_architecture("resnet18"), {});
+  EXPECT_GT(after->named_parameters()["conv1.weight"].abs().sum().item<double>(), 0.0) << "ShapesOnly outlived its scope";
+}
+
 TEST(Models, NumClassesSetsTheClassifier) {
   auto net = build_model(find_architecture("resnet18"), classes(7));
   const auto sd = state_dict(*net);

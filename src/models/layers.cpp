@@ -11,6 +11,22 @@ struct MacTrace {
   int64_t macs = 0;
 };
 thread_local MacTrace* active_trace = nullptr;
+thread_local bool shapes_only = false;
+
+// LibTorch's constructors draw their random initialisation unconditionally. Under ShapesOnly a layer is built
+// with the fewest channels its groups allow, then given its real options and zero-filled parameters of the real
+// shapes: set_data keeps the registered parameters, so names and state_dict layout are those of a normal build.
+torch::nn::Conv2dOptions smallest(torch::nn::Conv2dOptions o) {
+  return o.in_channels(o.groups()).out_channels(o.groups());
+}
+
+void take_shapes(torch::nn::Conv2dImpl& conv, const torch::nn::Conv2dOptions& real) {
+  torch::NoGradGuard no_grad;
+  conv.options.in_channels(real.in_channels()).out_channels(real.out_channels());  // all else is the same already
+  const auto& k = *real.kernel_size();
+  conv.weight.set_data(torch::zeros({real.out_channels(), real.in_channels() / real.groups(), k[0], k[1]}));
+  if (conv.bias.defined()) conv.bias.set_data(torch::zeros({real.out_channels()}));
+}
 
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
   return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
@@ -19,6 +35,26 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
 }  // namespace
 
 namespace layers {
+
+ShapesOnly::ShapesOnly() : previous_(shapes_only) { shapes_only = true; }
+ShapesOnly::~ShapesOnly() { shapes_only = previous_; }
+
+Conv2dImpl::Conv2dImpl(torch::nn::Conv2dOptions options)
+    : torch::nn::Conv2dImpl(shapes_only ? smallest(options) : options) {
+  if (shapes_only) take_shapes(*this, options);
+}
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features)
+    : LinearImpl(torch::nn::LinearOptions(in_features, out_features)) {}
+
+LinearImpl::LinearImpl(torch::nn::LinearOptions options)
+    : torch::nn::LinearImpl(shapes_only ? torch::nn::LinearOptions(1, 1).bias(options.bias()) : options) {
+  if (!shapes_only) return;
+  torch::NoGradGuard no_grad;
+  this->options = options;
+  weight.set_data(torch::zeros({options.out_features(), options.in_features()}));
+  if (bias.defined()) bias.set_data(torch::zeros({options.out_features()}));
+}
 
 torch::Tensor Conv2dImpl::forward(const torch::Tensor& input) {
   if (!active_trace) return torch::nn::Conv2dImpl::forward(input);
