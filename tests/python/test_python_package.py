@@ -899,18 +899,16 @@ class PipInstall(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             [wheel] = os.listdir(wheels)
             venv = os.path.join(tmp, "v")
-            subprocess.run(["/usr/bin/python3", "-m", "venv", venv], check=True)
+            # Without a pip of its own (ensurepip's copy took 6 s): the project's pip installs into it, run by its
+            # interpreter (pip --python).
+            subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", venv], check=True)
             py = os.path.join(venv, "bin", "python")
+            pip = [sys.executable, "-m", "pip", "--python", py]
             site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   capture_output=True, text=True, check=True).stdout.strip()
-            # The same torch, openvino and their dependencies (torch's setuptools too, newer than the venv's
-            # own): the project's installed distributions, linked. Not its .pth files (one puts build/python on
-            # the path) nor its pip.
+            # The same torch, openvino and their dependencies: the project's installed distributions, linked. Not
+            # its .pth files (one puts build/python on the path) nor its pip.
             project_site = os.path.dirname(os.path.dirname(torch.__file__))
-            for name in os.listdir(site):
-                if name.startswith(("setuptools", "_distutils_hack", "pkg_resources")):
-                    path = os.path.join(site, name)
-                    shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
             own = set(os.listdir(site))
             for name in os.listdir(project_site):
                 if name.endswith(".pth") or name in own or name.startswith(("convnets", "pip")):
@@ -919,10 +917,10 @@ class PipInstall(unittest.TestCase):
             clean = {k: v for k, v in os.environ.items()
                      if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "CONVNETS_PYTHONPATH")}
             # Its requirements are met by what is there: no --no-deps.
-            r = subprocess.run([py, "-m", "pip", "install", "--no-index", os.path.join(wheels, wheel)],
+            r = subprocess.run([*pip, "install", "--no-index", os.path.join(wheels, wheel)],
                                capture_output=True, text=True, timeout=600, env=clean)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            r = subprocess.run([py, "-m", "pip", "show", "convnets"], capture_output=True, text=True, env=clean)
+            r = subprocess.run([*pip, "show", "convnets"], capture_output=True, text=True, env=clean)
             requires = [line for line in r.stdout.splitlines() if line.startswith("Requires:")]
             self.assertEqual(requires, ["Requires: openvino, torch"], r.stdout)
             # No run path into the building .venv: each is relative to the binary.
@@ -963,7 +961,7 @@ class PipInstall(unittest.TestCase):
                                env=clean)
             self.assertEqual(r.stdout, runner.run([BIN, "--version"], capture_output=True, text=True).stdout)
             # Without --no-build-isolation pip's build environment has no torch: said, not a traceback maze.
-            r = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", SOURCE],
+            r = subprocess.run([*pip, "install", "--no-deps", "--no-index", SOURCE],
                                capture_output=True, text=True, timeout=600, env=clean)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("--no-build-isolation", r.stdout + r.stderr)
