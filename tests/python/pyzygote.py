@@ -38,13 +38,13 @@ CLIENT = os.path.join(HERE, "pyzygote_client.py")
 FRESH = -(2 ** 31)  # "run it yourself"; keep in step with pyzygote_client.py
 
 # What libraries read while they load (runner.py's list, convnets' fork server has the same limit), and what the
-# interpreter itself reads only at its start.
-LOAD_TIME = LIBRARY_LOAD_TIME + ("MKL_", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONDONTWRITEBYTECODE",
-                                 "PYTHONHASHSEED")
+# interpreter itself reads only at its start: every PYTHON* variable (PYTHONUNBUFFERED, PYTHONWARNINGS,
+# PYTHONHASHSEED, ...) but PYTHONPATH, which the child applies.
+LOAD_TIME = LIBRARY_LOAD_TIME + ("MKL_", "PYTHON")
 
 
 def _load_time(env, ignore):
-    return {k: v for k, v in env.items() if k.startswith(LOAD_TIME) and k not in ignore}
+    return {k: v for k, v in env.items() if k.startswith(LOAD_TIME) and k != "PYTHONPATH" and k not in ignore}
 
 
 def _interpreter_path():
