@@ -16,9 +16,10 @@ would (sys.argv, sys.path, PYTHONPATH) and ends as it would (threads joined, ate
 child's status (a signal as 128 + its number, as a shell reports it). The server tells the client to run the real
 interpreter instead when the client's load-time variables (LD_*, OMP_*, ...: read while libraries load, which a
 fork has already done) differ from its own, except those it was told to ignore (gpu.sh preloads a crash handler
-into every step, which a dry run does without). A client killed (a step's or CTest's timeout) takes its child with
-it. A detached zygote ends when stopped, when another takes over its socket path, or after `idle` seconds without a
-request.
+into every step, which a dry run does without). A client killed (a step's or CTest's timeout) takes its child, and
+the processes of the child's group, with it. A client that loses the zygote before its child starts runs the real
+interpreter. A detached zygote ends when stopped, when another takes over its socket path, or after `idle` seconds
+without a request; one that cannot start leaves each test to start the real interpreter.
 """
 import argparse
 import json
@@ -36,11 +37,13 @@ from runner import LOAD_TIME as LIBRARY_LOAD_TIME, end_server
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT = os.path.join(HERE, "pyzygote_client.py")
 FRESH = -(2 ** 31)  # "run it yourself"; keep in step with pyzygote_client.py
+STARTED = FRESH + 1  # "your child runs": before it, a client that loses the zygote may still run it itself
 
 # What libraries read while they load (runner.py's list, convnets' fork server has the same limit), and what the
 # interpreter itself reads only at its start: every PYTHON* variable (PYTHONUNBUFFERED, PYTHONWARNINGS,
-# PYTHONHASHSEED, ...) but PYTHONPATH, which the child applies.
-LOAD_TIME = LIBRARY_LOAD_TIME + ("MKL_", "PYTHON")
+# PYTHONHASHSEED, ...) but PYTHONPATH, which the child applies; torch's logging settings; the locale (stdio's
+# encoding).
+LOAD_TIME = LIBRARY_LOAD_TIME + ("MKL_", "PYTHON", "TORCH_", "PYTORCH_", "LC_", "LANG")
 
 
 def _load_time(env, ignore):
@@ -73,7 +76,10 @@ def _run_child(request, base_path, own_modules):
         if argv[0] == "-c":
             sys.argv = ["-c"] + argv[2:]
             sys.path[:] = [""] + extra + base_path
-            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+            import types
+            main = sys.modules["__main__"] = types.ModuleType("__main__")  # as the interpreter's: importable, picklable
+            main.__builtins__ = __builtins__
+            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
         elif argv[0] == "-m":
             sys.argv = [argv[1]] + argv[2:]
             sys.path[:] = [os.getcwd()] + extra + base_path
@@ -105,13 +111,13 @@ def _run_child(request, base_path, own_modules):
         atexit._run_exitfuncs()
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                stream.flush()
         finally:
             os._exit(code & 0xFF)
 
 
-def _supervise(conn, own_env, ignore, base_path, own_modules):
+def _supervise(conn, server, own_env, ignore, base_path, own_modules):
     """In a child of the server: receive one request, fork its worker, report how it ended, exit."""
     for sig in (signal.SIGCHLD, signal.SIGTERM):  # SIG_IGN'd SIGCHLD would reap the worker before waitpid
         signal.signal(sig, signal.SIG_DFL)
@@ -125,22 +131,34 @@ def _supervise(conn, own_env, ignore, base_path, own_modules):
         data += chunk
     request = json.loads(data)
     if request.get("stop"):
-        os.kill(os.getppid(), signal.SIGTERM)
+        if os.getppid() == server:  # not whoever adopted us if the server has gone already
+            os.kill(server, signal.SIGTERM)
         os._exit(0)
     if _load_time(request["env"], ignore) != _load_time(own_env, ignore):
         for fd in fds:
             os.close(fd)
         conn.sendall(FRESH.to_bytes(4, "little", signed=True))
         os._exit(0)
+    try:
+        conn.sendall(STARTED.to_bytes(4, "little", signed=True))
+    except OSError:
+        os._exit(0)  # the client is gone already
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        # A group of its own, so that a client killed (a timeout) takes the test's own children with it too, as
+        # CTest's kill would with a real interpreter's.
+        os.setpgid(0, 0)
         conn.close()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
         _run_child(request, base_path, own_modules)
+    try:
+        os.setpgid(pid, pid)  # whichever of the two runs first
+    except OSError:
+        pass
     for fd in fds:
         os.close(fd)
     while True:
@@ -150,7 +168,10 @@ def _supervise(conn, own_env, ignore, base_path, own_modules):
         # The client gone (killed by a timeout, say): so is its child.
         readable, _, _ = select.select([conn], [], [], 0.05)
         if readable and not conn.recv(1, socket.MSG_PEEK):
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             os.waitpid(pid, 0)
             os._exit(0)
     code = os.waitstatus_to_exitcode(status)
@@ -175,11 +196,12 @@ def serve(path, modules, ignore=(), idle=None, until_stdin_closes=False, quiet=F
         __import__(m)
     base_path = _interpreter_path()
     own_env = dict(os.environ)
-    own_modules = [name for name, module in sys.modules.items()
-                   if os.path.dirname(os.path.abspath(getattr(module, "__file__", None) or "/")) == HERE]
+    own_modules = [name for name, module in sys.modules.items() if name != "__main__"
+                   and os.path.dirname(os.path.abspath(getattr(module, "__file__", None) or "/")) == HERE]
     me = os.getpid()
 
     def on_sigterm(*_):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: not again in the clean-up
         raise _Stop()
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
@@ -197,7 +219,7 @@ def serve(path, modules, ignore=(), idle=None, until_stdin_closes=False, quiet=F
     watch = [server, sys.stdin] if until_stdin_closes else [server]
     try:
         while True:
-            readable, _, _ = select.select(watch, [], [], 5.0 if idle is None else min(5.0, idle))
+            readable, _, _ = select.select(watch, [], [], 1.0)  # a tick: idle and take-over checks
             if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
                 return  # the test closed our stdin: done
             if server in readable:
@@ -209,7 +231,7 @@ def serve(path, modules, ignore=(), idle=None, until_stdin_closes=False, quiet=F
                     try:
                         signal.signal(signal.SIGTERM, signal.SIG_DFL)
                         server.close()
-                        _supervise(conn, own_env, ignore, base_path, own_modules)
+                        _supervise(conn, me, own_env, ignore, base_path, own_modules)
                     finally:
                         if os.getpid() == supervisor:
                             os._exit(0)  # never back into the server's loop
@@ -267,7 +289,10 @@ def start(path, modules, log, idle):
     if line.strip() != b"ready":
         proc.kill()
         proc.wait()
-        raise SystemExit("pyzygote: the zygote at %s did not start (%s says why)" % (path, log))
+        # Not a failed fixture, which would keep every Python test from running: they start real interpreters.
+        print("pyzygote: the zygote at %s did not start (%s says why); each test starts its own interpreter"
+              % (path, log))
+        return
     print("pyzygote: a zygote with %s at %s (pid %d)" % (", ".join(modules) or "no module", path, proc.pid))
 
 

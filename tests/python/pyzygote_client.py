@@ -12,6 +12,7 @@ import socket
 import sys
 
 FRESH = -(2 ** 31)  # the zygote's answer "run it yourself"; keep in step with pyzygote.py
+# Otherwise its first answer is STARTED (FRESH + 1: the child runs), then the child's status.
 
 
 def fresh(args):
@@ -33,18 +34,28 @@ def main():
         socket.send_fds(s, [len(request).to_bytes(8, "little") + request], [0, 1, 2])
     except OSError:
         fresh(args)  # a zygote that stopped between connect and send: nothing has run yet
-    status = b""
-    while len(status) < 4:
-        chunk = s.recv(4 - len(status))
-        if not chunk:
-            sys.stderr.write("pyzygote: the zygote at %s went away\n" % path)
-            sys.exit(1)
-        status += chunk
-    code = int.from_bytes(status, "little", signed=True)
-    if code == FRESH:
+    first = read_int(s)
+    if first is None or first == FRESH:  # the zygote ended before it forked (stopped, idle), or cannot serve
         s.close()
         fresh(args)
+    code = read_int(s)
+    if code is None:
+        sys.stderr.write("pyzygote: the zygote at %s went away\n" % path)
+        sys.exit(1)
     sys.exit(code)
+
+
+def read_int(s):
+    data = b""
+    while len(data) < 4:
+        try:
+            chunk = s.recv(4 - len(data))
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    return int.from_bytes(data, "little", signed=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -229,13 +230,31 @@ class Detached(unittest.TestCase):
         self.assertEqual(self.client_parent(), "real")
         self.assertIn("no zygote answered", self.pyzygote("stop", self.socket))
 
-    def test_a_new_start_takes_over_and_an_idle_zygote_ends(self):
+    def test_a_new_start_replaces_the_old_and_an_idle_zygote_ends(self):
         first = self.start()
-        second = self.start("--idle", "1")
+        second = self.start("--idle", "3")
         self.assertTrue(self.wait_gone(first))
         self.assertEqual(self.client_parent(), "forked")
-        self.assertTrue(self.wait_gone(second, seconds=20))
+        self.assertTrue(self.wait_gone(second, seconds=30))
         self.assertEqual(self.client_parent(), "real")
+
+    def test_a_server_whose_path_another_takes_ends(self):
+        first = self.start()
+        os.remove(self.socket)  # what a second zygote binding the same path does first
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+            other.bind(self.socket)
+            self.assertTrue(self.wait_gone(first))
+            self.assertTrue(os.path.exists(self.socket), "the old server removed the new one's socket")
+
+    def test_c_code_has_a_main_module(self):
+        self.start()
+        r = subprocess.run([sys.executable, "-I", "-S", os.path.join(HERE, "pyzygote_client.py"), self.socket, "-c",
+                            "import os, pickle, __main__\ndef f(): pass\nprint(os.getppid(), pickle.loads(pickle.dumps(f)) is f)"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        parent, same = r.stdout.split()
+        self.assertNotEqual(int(parent), os.getpid(), "forked")
+        self.assertEqual(same, "True")
 
     def test_a_socket_path_too_long_starts_none(self):
         self.socket = os.path.join(self.tmp.name, "z" * 120)
