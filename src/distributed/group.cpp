@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -152,6 +153,10 @@ c10::intrusive_ptr<c10d::TCPStore> open_store(const WorkerEnv& env, bool server,
 
 Group::Group(const WorkerEnv& env, const c10::Device& device, const std::string& backend)
     : env_(env), impl_(new Impl) {
+  // A peer that dies mid-collective closes its sockets; a write to one then raises SIGPIPE, whose default ends this
+  // rank without a word (distributed_cli saw rank 0 "killed by signal 13" once, 2026-11-27). Ignored, the write
+  // fails with EPIPE and the collective's error reaches the diagnosis below, which names the rank that stopped.
+  std::signal(SIGPIPE, SIG_IGN);
   impl_->prefix = "convnets/" + env.attempt + "/";
   backend_ = resolve_backend(backend, device);
   impl_->device = backend_ == "nccl" ? device : c10::Device(c10::kCPU);
