@@ -38,6 +38,15 @@ def _latin1(text):
     return os.fsencode(text).decode("latin-1")
 
 
+def gone(pid):
+    """Ended: no process, or a zombie its parent (init, for a zygote and its children's orphans) has yet to reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def end_server(proc, timeout=30):
     """A server child that reads its stdin to the end (the fork servers here): closes it, the server's signal to
     finish, and waits for it, killing it after `timeout` seconds; then closes its stdout."""

@@ -20,6 +20,7 @@ import time
 import unittest
 
 from pyzygote import Zygote
+from runner import gone
 
 SOURCE = os.environ["CONVNETS_SOURCE_DIR"]
 BUILD = os.environ["CONVNETS_BUILD_DIR"]
@@ -215,9 +216,9 @@ class Detached(unittest.TestCase):
 
     def wait_gone(self, pid, seconds=15):
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") and not _zombie(pid):
+        while time.monotonic() < deadline and not gone(pid):
             time.sleep(0.05)
-        return not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+        return gone(pid)
 
     def test_started_it_answers_stopped_it_ends_and_the_client_runs_the_interpreter(self):
         self.assertEqual(self.client_parent(), "real")  # none yet
@@ -260,14 +261,6 @@ class Detached(unittest.TestCase):
         self.socket = os.path.join(self.tmp.name, "z" * 120)
         self.assertIn("too long for a Unix socket", self.pyzygote("start", self.socket))
         self.assertEqual(self.client_parent(), "real")
-
-
-def _zombie(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 class Failures(unittest.TestCase):

@@ -17,6 +17,8 @@ import tempfile
 import time
 import unittest
 
+from runner import gone
+
 BUILD = os.environ["CONVNETS_BUILD_DIR"]
 UNIT = os.path.join(BUILD, "tests", "unit_tests")
 CLIENT = os.path.join(BUILD, "tests", "zygote_client")
@@ -37,15 +39,6 @@ def probe_line(out):
 def read_text(path):
     with open(path) as f:
         return f.read()
-
-
-def gone(pid):
-    # Ended: no process, or a zombie its parent (init, for the zygote and its cases' orphans) has yet to reap.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def cmdline(pid):
