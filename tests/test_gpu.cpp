@@ -1,5 +1,6 @@
-// The CUDA training path against the CPU: fp32 step equality, amp/bf16 loss curves, the normalisation kernel, graph replay. Each skips without a GPU.
+// The CUDA training path against the CPU: fp32 step equality, amp/bf16 loss curves, the normalisation kernel, graph replay, the fused BN+ReLU and BN+add+ReLU against ATen's ops. Each skips without a GPU.
 #include "data/loader.h"
+#include "models/layers.h"
 #include "models/registry.h"
 #include "runtime/runtime.h"
 #include "train/graph_step.h"
@@ -7,12 +8,14 @@
 #include "train/sgd.h"
 #include "train/step.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <iostream>
+#include <sstream>
 #include <vector>
 
 namespace convnets::train {
@@ -38,7 +41,8 @@ struct Run {
   Runtime rt;
 };
 
-Run make_run(const std::string& device, const std::string& precision, const std::string& arch = "resnet18") {
+Run make_run(const std::string& device, const std::string& precision, const std::string& arch = "resnet18",
+             bool fused_bn = false) {
   Run r;
   torch::manual_seed(11);
   ModelOptions mo;
@@ -46,6 +50,7 @@ Run make_run(const std::string& device, const std::string& precision, const std:
   r.model = build_model(find_architecture(arch), mo);
   r.rt = resolve_runtime(device, precision, "nhwc");
   prepare_model(*r.model, r.rt);
+  if (fused_bn) std::cout << arch << " " << precision << ": " << runtime::set_fused_batchnorm(*r.model, r.rt, true) << "\n";
   r.sgd = std::make_unique<Sgd>(*r.model, SgdOptions{0.875, false, 3.0517578125e-05, false});
   if (r.rt.loss_scaling) r.scaler = std::make_unique<LossScaler>(r.rt.device);
   return r;
@@ -214,6 +219,161 @@ TEST(Gpu, GraphReplayEqualsTheEagerStep) {
     EXPECT_TRUE(g->captured());
     EXPECT_LE(max_relative(graphed.sgd->flat().values(), eager.sgd->flat().values()), 1e-4) << precision;
   }
+}
+
+// ---- The fused BN+ReLU and BN+add+ReLU (layers::BatchNorm2dImpl::forward_fused) against ATen's own ops ----------
+
+// One BN layer's outputs and gradients, on the CPU in fp64.
+struct BnResult {
+  at::Tensor y, dx, dz, dweight, dbias, running_mean, running_var;
+};
+
+// The layer in training mode on `x` (and `z`), backward from `dy`. `fused` switches the layer's fused path; off, it
+// is ATen's batch_norm, add and relu (the path every other run takes), whose autograd gives the gradients.
+BnResult run_bn(const at::Tensor& x, const at::Tensor& z, const at::Tensor& dy, bool fused) {
+  layers::BatchNorm2d bn(x.size(1));
+  bn->to(x.device());
+  {
+    torch::NoGradGuard no_grad;
+    bn->weight.copy_(torch::linspace(0.5, 1.5, x.size(1)));
+    bn->bias.copy_(torch::linspace(-0.2, 0.3, x.size(1)));
+    bn->running_mean.fill_(0.1);
+    bn->running_var.fill_(2.0);
+  }
+  bn->set_fusion(z.defined() ? layers::BnFusion::AddRelu : layers::BnFusion::Relu);
+  bn->set_fused(fused);
+  bn->train();
+  auto xi = x.detach().clone().requires_grad_(true);
+  auto zi = z.defined() ? z.detach().clone().requires_grad_(true) : at::Tensor();
+  auto y = bn->forward_fused(xi, zi);
+  y.backward(dy);
+  auto cpu = [](const at::Tensor& t) { return t.defined() ? t.detach().to(torch::kCPU, torch::kDouble) : t; };
+  return {cpu(y), cpu(xi.grad()), zi.defined() ? cpu(zi.grad()) : at::Tensor(), cpu(bn->weight.grad()),
+          cpu(bn->bias.grad()), cpu(bn->running_mean), cpu(bn->running_var)};
+}
+
+// Half-precision tolerances, stated: outputs and input gradients are fp16/bf16 tensors, so element-wise they can
+// differ by a few units in the last place (fp16: 2^-11 relative; bf16: 2^-8), and where a pre-activation sits
+// within rounding of 0 the two paths may take the ReLU's other side; so these compare whole tensors by relative
+// L2 distance. The parameters' gradients and the running statistics are fp32 sums over N*H*W.
+TEST(Gpu, FusedBnReluMatchesAtenOps) {
+  SKIP_WITHOUT_CUDA();
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    const std::string refusal = layers::cudnn_fused_bn_refusal(dtype);
+    std::cout << (dtype == torch::kHalf ? "fp16" : "bf16") << ": cuDNN's fused BN "
+              << (refusal.empty() ? "runs" : "refused: " + refusal) << "\n";
+    if (dtype == torch::kHalf) ASSERT_EQ(refusal, "") << "cuDNN 9 has the fp16 kernels";
+    const double data_tol = dtype == torch::kHalf ? 3e-3 : 2e-2;
+    for (const auto& shape : std::vector<std::vector<std::int64_t>>{{8, 64, 14, 14}, {4, 256, 7, 7}, {2, 12, 5, 3}}) {
+      for (const bool residual : {false, true}) {
+        torch::manual_seed(5);
+        const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+        // Not centred: a mean and scale per channel, as a conv's output has.
+        const auto x = (torch::randn(shape, o.dtype(torch::kFloat)) * 1.7 + 0.3).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+        const auto z = residual ? torch::randn(shape, o).contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
+        const auto dy = torch::randn(shape, o).contiguous(at::MemoryFormat::ChannelsLast);
+        const auto fused = run_bn(x, z, dy, true), ref = run_bn(x, z, dy, false);
+        std::ostringstream what;
+        what << dtype << " " << at::IntArrayRef(shape) << (residual ? " BN+add+ReLU" : " BN+ReLU");
+        EXPECT_LE(relative_l2(fused.y, ref.y), data_tol) << what.str() << ": y";
+        EXPECT_LE(relative_l2(fused.dx, ref.dx), 5 * data_tol) << what.str() << ": dx";
+        if (residual) EXPECT_LE(relative_l2(fused.dz, ref.dz), data_tol) << what.str() << ": d(residual)";
+        EXPECT_LE(relative_l2(fused.dweight, ref.dweight), 5 * data_tol) << what.str() << ": d(weight)";
+        EXPECT_LE(relative_l2(fused.dbias, ref.dbias), data_tol) << what.str() << ": d(bias)";
+        // nn.BatchNorm2d's update: momentum 0.1, the unbiased batch variance.
+        EXPECT_LE(max_relative(fused.running_mean, ref.running_mean), 1e-4) << what.str() << ": running mean";
+        EXPECT_LE(max_relative(fused.running_var, ref.running_var), 1e-4) << what.str() << ": running variance";
+        const double n = static_cast<double>(x.numel() / x.size(1));
+        const auto xd = x.to(torch::kCPU, torch::kDouble);
+        const auto unbiased = xd.var({0, 2, 3}, /*unbiased=*/true);
+        EXPECT_LE(max_relative(fused.running_var, 0.9 * 2.0 + 0.1 * unbiased), 1e-4)
+            << what.str() << ": the running variance is the unbiased estimate (n = " << n << ")";
+      }
+    }
+  }
+}
+
+// A ResNet-50 step in amp with the blocks fused against the same step unfused, from the same weights and batch:
+// the first loss within 1e-3 (relative), the parameters' change within Fp32StepEqualsTheCpuStep's envelope (2e-2
+// relative L2: a dropped ReLU, residual or gradient term is off by order 1), the running statistics likewise.
+TEST(Gpu, FusedResNet50StepMatchesTheUnfusedStep) {
+  SKIP_WITHOUT_CUDA();
+  const auto data = task(96, 32);
+  StepOptions o;
+  o.label_smoothing = 0.1;
+  struct Trace {
+    double loss = 0;
+    at::Tensor start, change, buffers;
+  };
+  auto step = [&](bool fused) {
+    auto r = make_run("cuda", "amp", "resnet50", fused);
+    // A scale that cannot overflow a fresh network's first step: a skipped step would compare nothing.
+    r.scaler = std::make_unique<LossScaler>(r.rt.device, 1024.0);
+    o.autocast = r.rt.autocast;
+    Trace t;
+    t.start = r.sgd->flat().values().to(torch::kCPU, torch::kDouble).clone();
+    const auto& [images, labels] = data[0];
+    t.loss = train_step(*r.model, *r.sgd, r.scaler.get(), nullptr, {{network_input(images, pre(96), r.rt), labels.cuda()}},
+                        0.1, 0, o).loss.item<double>();
+    t.change = r.sgd->flat().values().to(torch::kCPU, torch::kDouble) - t.start;
+    std::vector<at::Tensor> buffers;
+    for (const auto& b : r.model->buffers()) {
+      if (b.is_floating_point()) buffers.push_back(b.to(torch::kCPU, torch::kDouble).flatten());
+    }
+    t.buffers = torch::cat(buffers);
+    return t;
+  };
+  const Trace unfused = step(false), fused = step(true);
+  ASSERT_TRUE(torch::equal(fused.start, unfused.start)) << "the same initial weights";
+  ASSERT_GT(unfused.change.abs().max().item<double>(), 0) << "the step was taken";
+  const double first = std::abs(fused.loss - unfused.loss) / unfused.loss;
+  const double change = relative_l2(fused.change, unfused.change);
+  const double stats = relative_l2(fused.buffers, unfused.buffers);
+  std::cout << "resnet50 amp, fused vs unfused: first loss " << first << ", one step's change " << change
+            << ", running statistics " << stats << "\n";
+  EXPECT_LE(first, 1e-3);
+  EXPECT_LE(change, 2e-2);
+  EXPECT_LE(stats, 1e-3);
+}
+
+// 200 steps of a small ResNet on a learnable task, each replayed as a CUDA graph (the fused calls inside the
+// capture, as `train` runs them), fused and unfused: the same loss within 2 % over the last 20 steps. Fresh images
+// every step, labels a function of them with 20 % of them replaced at random: a floor the network reaches but
+// cannot memorise past (about 0.94 nats), so the comparison is of the learning, not of how fast it overfits.
+TEST(Gpu, FusedSmallResNetLearnsAsTheUnfusedOne) {
+  SKIP_WITHOUT_CUDA();
+  auto batch = [](int step) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+    const auto cls = torch::randint(0, 10, {64}, gen, torch::kLong);
+    // Class c: the image's c-th band of 3 columns brightened by 60 over uniform noise.
+    const auto band = torch::arange(32, torch::kLong).div(3, "floor").view({1, 1, 32, 1});
+    const auto lit = band.eq(cls.view({64, 1, 1, 1})).to(torch::kLong) * 60;
+    const auto images = (torch::randint(0, 196, {64, 32, 32, 3}, gen, torch::kLong) + lit).clamp(0, 255).to(torch::kByte);
+    const auto noise = torch::rand({64}, gen) < 0.2;
+    const auto labels = torch::where(noise, torch::randint(0, 10, {64}, gen, torch::kLong), cls);
+    return std::make_pair(images, labels);
+  };
+  auto curve = [&](bool fused) {
+    auto r = make_run("cuda", "amp", "resnet18", fused);
+    StepOptions o;
+    o.label_smoothing = 0.0;
+    o.autocast = r.rt.autocast;
+    StepRunner runner(*r.model, *r.sgd, r.scaler.get(), nullptr, o, r.rt.device, /*cuda_graph=*/true);
+    std::vector<double> losses;
+    for (int step = 0; step < 200; ++step) {
+      const auto [images, labels] = batch(step);
+      losses.push_back(runner.run({{network_input(images, pre(32), r.rt), labels.cuda()}}, 0.05, step).item<double>());
+    }
+    EXPECT_TRUE(runner.graphed()) << (fused ? "fused" : "unfused");
+    return losses;
+  };
+  const auto unfused = curve(false), fused = curve(true);
+  double a = 0, b = 0;
+  for (size_t i = 180; i < 200; ++i) a += fused[i], b += unfused[i];
+  std::cout << "resnet18 amp, 200 graphed steps: last-20 mean loss fused " << a / 20 << ", unfused " << b / 20
+            << " (first " << fused.front() << " / " << unfused.front() << ")\n";
+  EXPECT_LT(b / 20, 0.7 * unfused.front()) << "the task is learnable";
+  EXPECT_LE(std::abs(a - b) / b, 0.02);
 }
 
 }  // namespace

@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 namespace convnets {
@@ -106,6 +108,121 @@ TEST(Models, MacCountingLeavesTheModelUsable) {
 
 // `convnets models` builds every network under ShapesOnly: it must give what a normal build gives (parameter names,
 // shapes and order, each conv's options, the MACs), with zeros instead of random numbers, and only in its scope.
+// Which BatchNorm layers a training run fuses with their ReLU and residual add (layers::fused_bn_plan), decided
+// before the first step from the run's device, dtype and layout: in ResNet-50 the stem's and each bottleneck's
+// first two BNs are BN+ReLU, each bottleneck's last BN+add+ReLU, the four downsample BNs have nothing after them.
+TEST(Models, FusedBnPlanNamesEveryLayerAndWhy) {
+  layers::FusedBnContext gpu;
+  gpu.cuda = true;
+  gpu.dtype = torch::kHalf;
+  auto count = [](const std::vector<layers::FusedBnLayer>& plan, layers::BnFusion f, bool fused) {
+    return std::count_if(plan.begin(), plan.end(),
+                         [&](const auto& l) { return l.fusion == f && l.refusal.empty() == fused; });
+  };
+  // Only the structure matters here: built as `convnets models` builds its listing.
+  layers::ShapesOnly shapes_only;
+  ModelOptions listing;
+  listing.initialize = false;
+  auto resnet50 = build_model(find_architecture("resnet50"), listing);
+  const auto plan = layers::fused_bn_plan(*resnet50, gpu);
+  ASSERT_EQ(plan.size(), 53u);
+  EXPECT_EQ(count(plan, layers::BnFusion::Relu, true), 33);
+  EXPECT_EQ(count(plan, layers::BnFusion::AddRelu, true), 16);
+  EXPECT_EQ(count(plan, layers::BnFusion::None, false), 4);
+  std::map<std::string, layers::BnFusion> by_name;
+  for (const auto& l : plan) by_name[l.name] = l.fusion;
+  EXPECT_EQ(by_name.at("bn1"), layers::BnFusion::Relu);
+  EXPECT_EQ(by_name.at("layer1.0.bn2"), layers::BnFusion::Relu);
+  EXPECT_EQ(by_name.at("layer4.2.bn3"), layers::BnFusion::AddRelu);
+  EXPECT_EQ(by_name.at("layer3.0.downsample.1"), layers::BnFusion::None);
+  EXPECT_EQ(layers::describe_fused_bn_plan(plan),
+            "49 of 53 BatchNorm layers fused (33 BN+ReLU, 16 BN+add+ReLU); not fused: 4 for no ReLU after it "
+            "(layer1.0.downsample.1, ...)");
+
+  // DLE's SE-ResNeXt: the SE gate sits between each block's last BN and the add.
+  auto se = build_model(find_architecture("se_resnext101_32x4d"), listing);
+  const auto se_plan = layers::fused_bn_plan(*se, gpu);
+  EXPECT_EQ(count(se_plan, layers::BnFusion::AddRelu, true), 0);
+  EXPECT_EQ(count(se_plan, layers::BnFusion::Relu, true), 1 + 2 * 33);
+  // A BasicBlock ResNet: bn1 BN+ReLU, bn2 BN+add+ReLU.
+  auto resnet18 = build_model(find_architecture("resnet18"), listing);
+  const auto plan18 = layers::fused_bn_plan(*resnet18, gpu);
+  EXPECT_EQ(count(plan18, layers::BnFusion::Relu, true), 9);
+  EXPECT_EQ(count(plan18, layers::BnFusion::AddRelu, true), 8);
+  // Networks whose blocks do not mark their BNs fuse none, and say so.
+  auto gpunet = build_model(find_architecture("gpunet-0"), listing);
+  const auto gplan = layers::fused_bn_plan(*gpunet, gpu);
+  EXPECT_FALSE(gplan.empty());
+  EXPECT_EQ(count(gplan, layers::BnFusion::None, false), static_cast<long>(gplan.size()));
+
+  // Every reason a layer of a ResNet-50 run stays unfused, named.
+  auto reason = [&](layers::FusedBnContext c, std::int64_t channels = 64, bool sync = false) {
+    return layers::fused_bn_refusal(c, layers::BnFusion::AddRelu, channels, sync);
+  };
+  EXPECT_EQ(reason(gpu), "");
+  auto c = gpu;
+  c.dtype = torch::kBFloat16;
+  EXPECT_EQ(reason(c), "");
+  c.enabled = false;
+  EXPECT_EQ(reason(c), "--no-fused-bn");
+  c = gpu, c.cuda = false;
+  EXPECT_EQ(reason(c), "not on CUDA");
+  c = gpu, c.dtype = torch::kFloat;
+  EXPECT_NE(reason(c).find("fp32 activations"), std::string::npos) << reason(c);
+  c = gpu, c.channels_last = false;
+  EXPECT_NE(reason(c).find("--memory-format nhwc"), std::string::npos) << reason(c);
+  c = gpu, c.training = false;
+  EXPECT_NE(reason(c).find("inference"), std::string::npos) << reason(c);
+  EXPECT_NE(reason(gpu, 64, true).find("--sync-bn"), std::string::npos);
+  EXPECT_EQ(reason(gpu, 30), "30 channels (cuDNN's fused kernels need a multiple of 4)");
+  c = gpu, c.cudnn_refusal = "cuDNN 91900 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED";
+  EXPECT_EQ(reason(c), c.cudnn_refusal);
+  EXPECT_EQ(layers::fused_bn_refusal(gpu, layers::BnFusion::None, 64, false), "no ReLU after it");
+  c = gpu, c.dtype = torch::kFloat;
+  EXPECT_EQ(layers::describe_fused_bn_plan(layers::fused_bn_plan(*resnet18, c)),
+            "0 of 20 BatchNorm layers fused (0 BN+ReLU, 0 BN+add+ReLU); not fused: 17 for fp32 activations (the "
+            "fused kernels take fp16 or bfloat16: --precision amp or bf16) (bn1, ...); 3 for no ReLU after it "
+            "(layer2.0.downsample.1, ...)");
+  // On the CPU the probe never asks cuDNN.
+  EXPECT_NE(layers::cudnn_fused_bn_refusal(torch::kFloat).find("not fp32"), std::string::npos);
+}
+
+// Where the fused path cannot run (here: the CPU), forward_fused is the three ops it replaces, and training with
+// the fused path switched on changes nothing: outputs, gradients and running statistics bit for bit.
+TEST(Models, FusedBnFallsBackToTheSameOpsOffCuda) {
+  auto make = [] {
+    torch::manual_seed(3);
+    return build_model(find_architecture("resnet18"), classes(10));
+  };
+  auto plain = make(), switched = make();
+  EXPECT_EQ(layers::set_fused_batchnorm(*switched, true), 17);
+  const auto x = torch::randn({4, 3, 32, 32}).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto a = plain->forward(x), b = switched->forward(x);
+  a.sum().backward();
+  b.sum().backward();
+  EXPECT_TRUE(torch::equal(a, b));
+  const auto pa = plain->named_parameters(), pb = switched->named_parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    const auto &ga = pa[i].value().grad(), &gb = pb[i].value().grad();
+    ASSERT_TRUE(ga.defined() && gb.defined()) << pa[i].key() << ": every parameter has a gradient";
+    EXPECT_TRUE(torch::equal(ga, gb)) << pa[i].key();
+  }
+  const auto ba = plain->named_buffers(), bb = switched->named_buffers();
+  for (std::size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(torch::equal(ba[i].value(), bb[i].value())) << ba[i].key();
+
+  // One layer, against relu(batch_norm(x) + z) written out.
+  layers::BatchNorm2d bn(8);
+  bn->set_fusion(layers::BnFusion::AddRelu);
+  bn->set_fused(true);
+  const auto in = torch::randn({2, 8, 3, 3}), z = torch::randn({2, 8, 3, 3});
+  auto mean = torch::zeros({8}), var = torch::ones({8});
+  const auto want = torch::relu(torch::batch_norm(in, bn->weight, bn->bias, mean, var, true, 0.1, 1e-5, false) + z);
+  EXPECT_TRUE(torch::allclose(bn->forward_fused(in, z), want));
+  EXPECT_TRUE(torch::allclose(bn->running_var, var));
+  EXPECT_EQ(bn->num_batches_tracked.item<std::int64_t>(), 1);
+  EXPECT_THROW(bn->forward_fused(in), c10::Error) << "AddRelu needs its residual";
+}
+
 TEST(Models, ShapesOnlyBuildsTheSameNetworkWithZeros) {
   for (const char* name : {"resnext50_32x4d", "se_resnext101_32x4d", "gpunet-0", "tf_efficientnet_b2"}) {
     const auto& arch = find_architecture(name);

@@ -15,12 +15,15 @@
 #include <torch/torch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <new>
 #include <optional>
+#include <set>
 
 namespace convnets::bench {
 namespace {
@@ -79,6 +82,24 @@ struct FileInput {
   }
 };
 
+// `steps` more iterations under LibTorch's Kineto profiler (host ops; on CUDA its kernels and copies through CUPTI,
+// those a CUDA graph replays too), written as a Chrome trace, as torch.profiler's export_chrome_trace writes one.
+template <typename Iteration>
+void profile_steps(const std::string& path, int steps, const c10::Device& device, Iteration&& iteration) {
+  namespace prof = torch::profiler::impl;
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+  std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
+  if (device.is_cuda()) activities.insert(prof::ActivityType::CUDA);
+  synchronize(device);
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  for (int i = 0; i < steps; ++i) iteration();
+  synchronize(device);
+  auto result = torch::autograd::profiler::disableProfiler();
+  result->save(path);
+  if (!std::ifstream(path)) throw Error("--profile " + path + ": the profiler wrote no trace there");
+}
+
 BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int iterations,
                  const std::string& backend, const std::string& engine_name = "torch") {
   const auto& rt = o.runtime;
@@ -132,7 +153,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   if (o.train) {
     if (!o.train_step) throw Error("bench train: no training step was given (ModelBenchOptions::train_step)");
     const auto stepper = o.train_step(*model, rt, o);
-    row.cuda_graph = stepper->graphed();
+    row.fused_bn = stepper->fused_bn();
     auto iteration = [&] {
       if (!files) {
         stepper->run(runtime::network_input(images, pre, rt), labels);
@@ -151,7 +172,12 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     };
     // Throughput as training sees it: the host runs ahead, one sync at the end.
     seconds = timed(iteration, false);
+    // Known once the warm-up has built (and captured) the step.
+    row.cuda_graph = stepper->graphed();
     row.mean_ms = seconds * 1e3 / iterations;
+    if (!o.profile.empty() && !files && batch == o.batch_sizes.back()) {
+      profile_steps(o.profile, o.profile_steps, rt.device, iteration);
+    }
     if (files) {
       const data::EpochStats st = files->totals();
       const double per_image = st.images > 0 ? 1e3 / static_cast<double>(st.images) : 0;
@@ -338,6 +364,10 @@ std::string format_table(const ModelBenchOptions& o, const std::vector<BenchRow>
                     std::to_string(size) + ", " + device_description(rt.device) + ", " +
                     compat::engine_versions() + engines_line(o) + "\n\n";
   if (o.train) {
+    // Where the run could fuse at all; on the CPU every row would say "not on CUDA".
+    if (rt.device.is_cuda() && !rows.empty() && !rows.front().fused_bn.empty()) {
+      out += "fused BN: " + rows.front().fused_bn + "\n\n";
+    }
     out += "| Batch | Throughput (img/s) | Step (ms) | CUDA graph |\n|---:|---:|---:|:---|\n";
   } else {
     out += "| Engine | Batch | Throughput (img/s) | Latency avg (ms) | p90 | p95 | p99 |\n"
@@ -425,6 +455,7 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
       row["mean_ms"] = r.mean_ms;
       if (o.train) {
         row["cuda_graph"] = r.cuda_graph;
+        row["fused_bn"] = r.fused_bn;
         row["processes"] = r.processes;
         row["total_images_per_s"] = r.total_images_per_s;
         if (o.group) {  // a data-parallel run, of one process too

@@ -29,6 +29,8 @@ class TimedTrainStep {
   // `input`: the normalised batch on the device; `labels` there too.
   virtual void run(const at::Tensor& input, const at::Tensor& labels) = 0;
   virtual bool graphed() const = 0;  // replayed as one CUDA graph
+  // Which BatchNorm layers run fused with their ReLU and residual add (runtime::set_fused_batchnorm's account).
+  virtual std::string fused_bn() const = 0;
   // The data-parallel all-reduce's figures; null without a group.
   virtual const distributed::ReducerStats* sync_stats() const = 0;
 };
@@ -46,6 +48,11 @@ struct ModelBenchOptions {
   std::int64_t num_classes = 1000;
   int warmup = 10, iterations = 50;
   bool cuda_graph = true;  // whole-step capture where the device allows it
+  bool fused_bn = true;    // training: BN+ReLU and BN+add+ReLU as one cuDNN call where the run allows it
+  // Training: after the timed iterations of the last batch size, this many more steps under LibTorch's profiler
+  // (Kineto: host ops and GPU kernels), its Chrome trace written to `profile` (bench/profile_families.py reads it).
+  std::string profile;
+  int profile_steps = 5;
   bool fold_bn = false;    // inference: BatchNorm folded into the convs first (fold_batchnorm)
   // inference: the engines to time side by side, each resolved
   // (deploy::resolve_engine: torch, openvino); OpenVINO always folds BN.
@@ -76,6 +83,7 @@ struct BenchRow {
   bool fits = true;
   std::int64_t largest_fitting = 0;  // set when it does not fit (0: not even batch 1)
   bool cuda_graph = false;
+  std::string fused_bn;  // training: TimedTrainStep::fused_bn
   double images_per_s = 0;
   double mean_ms = 0, p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0;  // per iteration (a step, or a forward)
   // Data-parallel rows: images_per_s is this process's, total sums all processes.

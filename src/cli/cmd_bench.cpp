@@ -179,7 +179,7 @@ struct BenchModelArgs {
   std::vector<std::string> engines{"auto"};
   std::string checkpoint;
   bool as_float = false, arch_given = false;
-  bool no_cuda_graph = false;
+  bool no_cuda_graph = false, no_fused_bn = false;
   distributed::LaunchOptions launch;
 };
 
@@ -274,6 +274,7 @@ void run_bench_model(BenchModelArgs& a) {
     }
   }
   o.cuda_graph = !a.no_cuda_graph;
+  o.fused_bn = !a.no_fused_bn;
   std::unique_ptr<distributed::Group> group;
   if (worker && (worker->world_size > 1 || std::getenv(kBenchGroup))) {
     group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");
@@ -286,7 +287,16 @@ void run_bench_model(BenchModelArgs& a) {
     return;
   }
   std::cout << bench::format_table(o, rows) << std::flush;
-  if (!a.json.empty()) write_file_atomically(a.json, dump_json(bench::to_json(o, rows), 2) + "\n");
+  if (!a.json.empty()) {
+    auto j = bench::to_json(o, rows);
+    // The figures' provenance: bench/compare.py copies it into the run's summary.json.
+    std::string command;
+    for (const auto& arg : distributed::program_args()) {
+      command += command.empty() ? std::string("convnets") : " " + arg;  // not the binary's path on this machine
+    }
+    j["command"] = command;
+    write_file_atomically(a.json, dump_json(j, 2) + "\n");
+  }
   for (const auto& r : rows) {
     if (r.fits) continue;
     throw Error("--batch-sizes " + std::to_string(r.batch) + ": out of memory on " + o.runtime.device.str() + " (" +
@@ -329,6 +339,14 @@ void add_model_bench(CLI::App& bench, bool train) {
       ->capture_default_str();
   if (train) {
     cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run the step eagerly instead of replaying a CUDA graph");
+    cmd->add_flag("--no-fused-bn", args->no_fused_bn,
+                  "Run BN, the residual add and ReLU as separate ops instead of one cuDNN call (as train's --no-fused-bn)");
+    cmd->add_option("--profile", o.profile,
+                    "After timing the last batch size, profile more steps (Kineto: host ops, GPU kernels) into this "
+                    "Chrome trace file (bench/profile_families.py sums its kernels by family)");
+    cmd->add_option("--profile-steps", o.profile_steps, "Steps under the profiler with --profile")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
     cmd->add_option("--bucket-mb", o.bucket_mb, "Data-parallel: gradient all-reduce bucket size in MiB")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();

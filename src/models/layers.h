@@ -1,4 +1,4 @@
-// Conv2d and Linear layers that account their multiply-accumulates, and the tracer that reads the count.
+// The layers the networks are built from: Conv2d and Linear that account their multiply-accumulates, BatchNorm2d (synchronized, foldable, fused with its ReLU and residual add on CUDA), and the MAC tracer.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <ostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace convnets {
 
@@ -86,6 +88,10 @@ class BatchNormSync {
   virtual int world_size() const = 0;
 };
 
+// What a block does with a BatchNorm's output next: nothing the BN could take over, a ReLU, or the residual add
+// and then a ReLU. The block says so when it is built, so that which layers fuse is known before the first step.
+enum class BnFusion { None, Relu, AddRelu };
+
 // nn.BatchNorm2d, written out, so that it can be synchronized across ranks
 // and folded into its conv: the same parameters and buffers, registered in
 // PyTorch's order (weight, bias, running_mean, running_var,
@@ -109,14 +115,65 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   bool folded() const { return folded_; }
   bool synchronized() const { return sync_ != nullptr; }
 
+  // forward() followed by what `fusion()` names: relu(bn(x)), or relu(bn(x) + residual) with AddRelu. In training
+  // on CUDA, with the fused path on, NHWC half or bfloat16 activations and C a multiple of 4, it is one cuDNN call
+  // forward and one backward (cudnnBatchNormalization{ForwardTraining,Backward}Ex with CUDNN_BATCHNORM_OPS_BN_
+  // [ADD_]ACTIVATION: Paddle's fused_bn_add_activation, MXNet's fused BN): batch statistics in fp32, the running
+  // statistics updated as nn.BatchNorm2d's (momentum, unbiased variance), the ReLU mask kept as a bit per element,
+  // and the residual's gradient coming out of the same backward pass. Elsewhere the same function as three ops.
+  torch::Tensor forward_fused(const torch::Tensor& input, const torch::Tensor& residual = {});
+  void set_fusion(BnFusion fusion) { fusion_ = fusion; }
+  BnFusion fusion() const { return fusion_; }
+  // Off by default: training turns it on (set_fused_batchnorm) unless told not to (--no-fused-bn).
+  void set_fused(bool on) { fused_ = on; }
+  bool fused() const { return fused_; }
+
   torch::nn::BatchNormOptions options;
   torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
   std::shared_ptr<BatchNormSync> sync_;
   bool folded_ = false;
+  BnFusion fusion_ = BnFusion::None;
+  bool fused_ = false;
 };
 TORCH_MODULE(BatchNorm2d);
+
+// What decides whether a BatchNorm2d's forward_fused runs as one cuDNN call, as known before the first step: a
+// training run's device, the activations' dtype (autocast's), their memory format, and whether cuDNN took a probe
+// call of the fused kernels in that dtype (cudnn_fused_bn_refusal; the CPU tests set it by hand).
+struct FusedBnContext {
+  bool enabled = true;           // --no-fused-bn: false
+  bool cuda = false;
+  bool training = true;
+  at::ScalarType dtype = at::kFloat;
+  bool channels_last = true;
+  std::string cudnn_refusal;     // "" where cuDNN ran the probe in `dtype` (or it was not asked)
+};
+
+// Why a BatchNorm of `channels` followed by `fusion` cannot run fused in `context`, or "" if it can. The same rule
+// forward_fused applies to the tensors it is given.
+std::string fused_bn_refusal(const FusedBnContext& context, BnFusion fusion, std::int64_t channels, bool synchronized);
+
+// cuDNN asked once per dtype (cached), with a tiny BN+add+ReLU forward and backward on the current CUDA device:
+// "" if it ran them, else what cuDNN said ("cuDNN 9.19.0 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED"). The
+// kernels exist for fp16 in every cuDNN 9; for bfloat16 only in some. Must not run while a CUDA graph is captured.
+std::string cudnn_fused_bn_refusal(at::ScalarType dtype);
+
+// One BatchNorm2d of a network and what happens to it.
+struct FusedBnLayer {
+  std::string name;       // its state_dict prefix: layer1.0.bn3
+  BnFusion fusion = BnFusion::None;
+  std::int64_t channels = 0;
+  std::string refusal;    // "" where it runs fused
+};
+// Every BatchNorm2d of `module` in registration order, with the rule applied.
+std::vector<FusedBnLayer> fused_bn_plan(torch::nn::Module& module, const FusedBnContext& context);
+// One line for the training run's start: "49 of 53 BatchNorm layers fused (33 BN+ReLU, 16 BN+add+ReLU); not
+// fused: 4 with no ReLU after them (layer1.0.downsample.1, ...)", the reasons grouped.
+std::string describe_fused_bn_plan(const std::vector<FusedBnLayer>& plan);
+// Turns the fused path of every BatchNorm2d in `module` on or off; returns how many have a fusion to run.
+int set_fused_batchnorm(torch::nn::Module& module, bool on);
 
 // Turns synchronized BatchNorm on for every layers::BatchNorm2d in `module`;
 // returns how many there are.

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "data/loader.h"
+#include "models/layers.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -86,6 +87,20 @@ void prepare_model(NetworkImpl& model, const Runtime& rt) {
   for (auto& p : model.parameters()) {
     if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
   }
+}
+
+std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled) {
+  layers::FusedBnContext c;
+  c.enabled = enabled;
+  c.cuda = rt.device.is_cuda();
+  c.dtype = rt.autocast;
+  c.channels_last = rt.channels_last;
+  // cuDNN is asked only where everything else allows the fusion: a CPU or fp32 run never touches it.
+  if (layers::fused_bn_refusal(c, layers::BnFusion::Relu, 4, false).empty()) {
+    c.cudnn_refusal = layers::cudnn_fused_bn_refusal(c.dtype);
+  }
+  layers::set_fused_batchnorm(model, enabled);
+  return layers::describe_fused_bn_plan(layers::fused_bn_plan(model, c));
 }
 
 at::Tensor network_input(const at::Tensor& images, const Preprocessing& pre, const Runtime& rt) {

@@ -37,6 +37,10 @@ void check_runtime(const std::string& device, const std::string& precision);
 // Moves the model to the device and, for channels-last, its 4-D weights to NHWC memory.
 void prepare_model(NetworkImpl& model, const Runtime& rt);
 
+// Training's BN+ReLU and BN+add+ReLU fusion (layers::BatchNorm2dImpl::forward_fused) on for `rt` where `enabled`,
+// cuDNN probed once on CUDA first; returns the start line's account of which layers fuse and why the rest do not.
+std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled);
+
 // A loader batch (uint8 NHWC on the host) as the network's input on the
 // device: normalised in one pass, in the autocast dtype (fp16/bf16 input
 // saves the first layer's cast, as DLE's DALI pipeline does under --amp) and

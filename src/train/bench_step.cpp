@@ -16,7 +16,8 @@ namespace {
 class BenchStep : public bench::TimedTrainStep {
  public:
   BenchStep(NetworkImpl& model, const runtime::Runtime& rt, const bench::ModelBenchOptions& o)
-      : sgd_(model, {o.momentum, false, o.weight_decay, false}) {
+      : sgd_(model, {o.momentum, false, o.weight_decay, false}),
+        fused_bn_(runtime::set_fused_batchnorm(model, rt, o.fused_bn)) {
     if (rt.loss_scaling) scaler_.emplace(rt.device);
     StepOptions so;
     so.label_smoothing = o.label_smoothing;
@@ -35,10 +36,12 @@ class BenchStep : public bench::TimedTrainStep {
     runner_->run(micro, 0.1, 0);
   }
   bool graphed() const override { return runner_->graphed(); }
+  std::string fused_bn() const override { return fused_bn_; }
   const distributed::ReducerStats* sync_stats() const override { return reducer_ ? &reducer_->stats() : nullptr; }
 
  private:
   Sgd sgd_;
+  std::string fused_bn_;
   std::optional<LossScaler> scaler_;
   std::unique_ptr<distributed::GradientReducer> reducer_;
   std::optional<StepRunner> runner_;  // last: it holds the optimizer, scaler and reducer above

@@ -69,6 +69,7 @@ namespace {
   X(static_loss_scale, "amp: the initial loss scale, doubled after 100 clean steps and halved on overflow, as DLE's GradScaler (0: from 65536, doubled after 2000)") \
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
   X(cuda_graph, "on CUDA, capture the whole training step in a CUDA graph and replay it (off with mixup)")                                                            \
+  X(fused_bn, "training on CUDA in amp or bf16, NHWC: each ResNet block's BN+ReLU and BN+add+ReLU as one cuDNN call, forward and backward (Paddle's fused_bn_add_act; --no-fused-bn: separate ops, for comparison)") \
   X(device, "auto | cpu | cuda")                                                                             \
   X(sync_bn, "data-parallel runs: BatchNorm statistics over the global batch (torch.nn.SyncBatchNorm)")       \
   X(bucket_mb, "data-parallel runs: gradient all-reduce bucket size in MiB (DDP's bucket_cap_mb)")           \

@@ -253,6 +253,8 @@ void build_network(TrainingRun& run) {
     // The group outlives the model's use of it: run_training owns both ends.
     layers::enable_sync_batchnorm(*run.model, std::shared_ptr<layers::BatchNormSync>(run.group, [](auto*) {}));
   }
+  // QAT trains through the graph form (quant/eager.h), which fake-quantizes between BN and ReLU: nothing to fuse.
+  if (!c.qat) run.fused_bn = runtime::set_fused_batchnorm(*run.model, run.rt, c.fused_bn);
   if (c.qat) {
     start_qat(run);
   } else if (run.resume && run.resume->meta.contains("quantization")) {
@@ -652,6 +654,8 @@ void print_run_summary(const TrainingRun& run) {
             << (run.micro_per_step > 1 ? " (" + std::to_string(run.micro_per_step) + " micro-batches)" : "")
             << ", lr " << run.base_lr << " " << c.lr_schedule << ", "
             << run.rt.device.str() << " " << c.precision << ", " << run.train_loader->workers() << " loader threads\n";
+  // On CUDA, where it decides the step's speed; a CPU run never fuses.
+  if (run.rt.device.is_cuda() && !run.fused_bn.empty()) std::cout << "       fused BN: " << run.fused_bn << '\n';
   if (run.teacher && c.teacher_two_res) {
     std::cout << "       distillation: teacher " << c.teacher << " from " << c.teacher_checkpoint << " at "
               << run.load_size << " px, student at " << run.pre.input_size << " px (two resolutions)\n";

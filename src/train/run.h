@@ -83,6 +83,7 @@ struct TrainingRun {
   std::unique_ptr<Ema> ema;                               // --ema
   AspOptimizer* asp = nullptr;                            // --asp: `optimizer`, which keeps the 2:4 masks
   std::shared_ptr<const quant::Plan> quant;               // --qat: the fake quantization's ranges
+  std::string fused_bn;  // which BN layers run fused with their ReLU and add (runtime::set_fused_batchnorm)
   RunPosition position;
 
   // Set by plan_steps.
