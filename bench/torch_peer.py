@@ -2,10 +2,14 @@
 """The PyTorch peer of `convnets bench train|infer`: torchvision models on synthetic data, same recipe pieces.
 
 Training: SGD (momentum 0.875, weight decay 1/32768 on conv/fc weights only, as
-DLE), label smoothing 0.1, channels_last, and per precision: amp = autocast
-fp16 + GradScaler, bf16 = autocast bf16, tf32 = TF32 matmul/conv, fp32.
-Eager, or with --compile torch.compile(model). Inference: eval mode,
+DLE; fused=True on CUDA: one kernel per step, PyTorch's fastest SGD), label
+smoothing 0.1, channels_last, cuDNN benchmark mode, and per precision: amp =
+autocast fp16 + GradScaler, bf16 = autocast bf16, tf32 = TF32 matmul/conv, fp32.
+Eager, or with --compile torch.compile(model) in --compile-mode (default,
+reduce-overhead: CUDA graphs, max-autotune). Inference: eval mode,
 inference_mode, autocast, a synchronised forward per batch for latency.
+--profile FILE: after the timed iterations of the last batch size, more steps
+under torch.profiler, as a Chrome trace (bench/profile_families.py).
 The input is the same as convnets': a uint8 NHWC batch on the device,
 normalised every iteration. Writes the JSON schema convnets bench writes.
 """
@@ -36,6 +40,10 @@ def parse_args(argv):
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
     p.add_argument("--compile-backend", default="inductor",
                    help="torch.compile's backend (inductor, what is timed; eager: graph capture only, the dry run's)")
+    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"],
+                   help="torch.compile's mode (inductor's; another backend has none and runs its own)")
+    p.add_argument("--profile", help="Chrome trace of --profile-steps more steps after the last batch size's timing")
+    p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="CPU intra-op threads (convnets: --threads; 0: torch's default)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
@@ -51,6 +59,18 @@ def percentile(values, q):
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def profile(path, steps, device, iteration):
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    sync(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            iteration()
+        sync(device)
+    prof.export_chrome_trace(path)
 
 
 def measure(a, device, batch):
@@ -69,19 +89,26 @@ def measure(a, device, batch):
     def autocast():
         return torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
 
+    compile_mode = result_mode(a)
     if a.compile:
-        model = torch.compile(model, backend=a.compile_backend)
+        model = torch.compile(model, backend=a.compile_backend, mode=compile_mode)
+    # reduce-overhead's CUDA graphs reuse their output memory: each step tells it a new iteration begins.
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+    if not (a.compile and compile_mode == "reduce-overhead"):
+        mark_step = None
     times = []
     if a.mode == "train":
         decay = [p for p in model.parameters() if p.dim() > 1]
         no_decay = [p for p in model.parameters() if p.dim() <= 1]
         opt = torch.optim.SGD([{"params": decay, "weight_decay": 1.0 / 32768}, {"params": no_decay, "weight_decay": 0}],
-                              lr=0.1, momentum=0.875)
+                              lr=0.1, momentum=0.875, fused=device.type == "cuda")
         scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "amp")
         loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
         model.train()
 
         def iteration():
+            if mark_step:
+                mark_step()
             opt.zero_grad(set_to_none=True)
             with autocast():
                 loss = loss_fn(model(normalised()), labels)
@@ -93,6 +120,8 @@ def measure(a, device, batch):
         model.eval()
 
         def iteration():
+            if mark_step:
+                mark_step()
             with torch.inference_mode(), autocast():
                 model(normalised())
         sync_each = True
@@ -111,11 +140,17 @@ def measure(a, device, batch):
     seconds = time.perf_counter() - start
     row = {"batch": batch, "fits": True, "data_backend": "synthetic", "images_per_s": batch * a.iterations / seconds,
            "mean_ms": seconds * 1e3 / a.iterations}
+    if a.profile and batch == int(a.batch_sizes.split(",")[-1]):
+        profile(a.profile, a.profile_steps, device, iteration)
     if times:
         row["engine"] = "pytorch"  # the infer rows' schema names the engine (convnets: torch or openvino)
         for q in (50, 90, 95, 99):
             row["p%d_ms" % q] = percentile(times, q)
     return row
+
+
+def result_mode(a):
+    return a.compile_mode if a.compile_backend == "inductor" else "default"
 
 
 def main(argv=None):
@@ -133,13 +168,20 @@ def main(argv=None):
         torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     rows = [measure(a, device, int(b)) for b in a.batch_sizes.split(",")]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "%d threads" % torch.get_num_threads()
-    result = {"tool": "pytorch-compile" if a.compile else "pytorch-eager", "mode": a.mode, "arch": a.arch,
+    tool = "pytorch-eager"
+    if a.compile:
+        tool = "pytorch-compile" + ("" if result_mode(a) == "default" else "-" + result_mode(a))
+    result = {"tool": tool, "mode": a.mode, "arch": a.arch,
               "precision": a.precision, "memory_format": a.memory_format, "image_size": a.image_size,
               "device": "%s (%s)" % (device, name), "torch_version": torch.__version__,
               "torchvision_version": torchvision.__version__, "warmup": a.warmup, "iterations": a.iterations,
+              "command": " ".join(["python3", "bench/torch_peer.py"] + list(argv if argv is not None else sys.argv[1:])),
               "rows": rows}
     if a.compile:
         result["compile_backend"] = a.compile_backend
+        result["compile_mode"] = result_mode(a)
+    if device.type == "cuda" and a.mode == "train":
+        result["optimizer"] = "SGD(fused=True)"
     for r in rows:
         print("%s %s %s batch %d: %.1f img/s, %.2f ms" % (result["tool"], a.mode, a.precision, r["batch"],
                                                          r["images_per_s"], r["mean_ms"]))

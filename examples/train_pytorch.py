@@ -8,6 +8,8 @@ ResNet-18 on Debian's Fashion-MNIST (README: the accuracy and time it reaches):
 
     .venv/bin/python examples/train_pytorch.py                              # Fashion-MNIST, ResNet-18, CPU
     .venv/bin/python examples/train_pytorch.py data/ --arch resnet50 --image-size 224 --device cuda --compile
+    .venv/bin/python examples/train_pytorch.py data/ --arch resnet50 --device cuda --amp      # fp16 batches, autocast
+    .venv/bin/python examples/train_pytorch.py data/ --loader torchvision ...   # the same loop on torchvision's loader
     .venv/bin/torchrun --nproc-per-node 2 examples/train_pytorch.py        # data-parallel: each rank its shard
 
 Under torchrun the loop is DistributedDataParallel (NCCL on GPUs, Gloo on CPUs) and the loader takes its rank
@@ -48,6 +50,14 @@ def parse_args():
                    help="CPU threads for the model's kernels per process (0: the CPUs / processes)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--amp", action="store_true",
+                   help="mixed precision: fp16 autocast and a GradScaler on CUDA (bf16 autocast on the CPU), the loader "
+                        "handing over batches in that dtype")
+    p.add_argument("--loader", default="convnets", choices=["convnets", "torchvision", "synthetic"],
+                   help="where the training batches come from: convnets.data.Loader (this example's point); "
+                        "torchvision's ImageFolder + DataLoader with the same crop and flip (what the loop would use "
+                        "without convnets, to compare); or one random batch on the device, reused (the step alone). "
+                        "Validation always reads through convnets")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-train-images", type=int, default=0, help="use only the first N (0: all)")
     p.add_argument("--max-val-images", type=int, default=0)
@@ -82,16 +92,18 @@ def main():
     probe.close()
     size = args.image_size or (28 if grayscale_idx else 224)
     mean, std = (FASHION_MEAN, FASHION_STD) if grayscale_idx else (IMAGENET_MEAN, IMAGENET_STD)
+    amp_dtype = (torch.float16 if device.type == "cuda" else torch.bfloat16) if args.amp else None
     common = dict(batch_size=args.batch_size, image_size=size, workers=workers, device=device, normalize=True,
-                  mean=mean, std=std, memory_format=torch.channels_last)
+                  mean=mean, std=std, memory_format=torch.channels_last, dtype=amp_dtype or torch.float32)
     # Small grayscale images train on flips alone (as the fashion-mnist-resnet8 recipe); photos on
     # RandomResizedCrop + flip. Evaluation: the whole 28 px image, or resize + centre crop.
     train_loader = convnets.data.Loader(args.data, train=True, seed=args.seed, max_images=args.max_train_images,
                                         crop_scale_min=1.0 if grayscale_idx else 0.08, **common)
     val_loader = convnets.data.Loader(args.data, train=False, max_images=args.max_val_images,
                                       crop_ratio=1.0 if grayscale_idx else 0.875, **common)
+    batches_of = training_batches(args, train_loader, size, mean, std, device, amp_dtype, workers)
     if rank == 0:
-        print(f"data: {train_loader.dataset}; {val_loader.dataset}")
+        print(f"data: {train_loader.dataset}; {val_loader.dataset}; training batches from {args.loader}")
     print(f"rank {rank}/{world}: {len(train_loader)} batches per epoch ({train_loader.num_samples} samples), "
           f"validation {val_loader.num_samples} samples, {train_loader.workers} loader threads", flush=True)
 
@@ -110,17 +122,19 @@ def main():
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))))
     criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.amp and device.type == "cuda")
 
-    losses, start, step = [], time.perf_counter(), 0
+    losses, start, step, train_seconds, trained = [], time.perf_counter(), 0, 0.0, 0
     for epoch in range(args.epochs):
         model.train()
-        train_loader.set_epoch(epoch)  # DistributedSampler's convention: a new shuffle per epoch
         epoch_loss, batches, t0 = 0.0, 0, time.perf_counter()
-        for images, labels in train_loader:
-            loss = criterion(model(images), labels)
+        for images, labels in batches_of(epoch):
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = criterion(model(images), labels)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
             schedule.step()
             losses.append(loss.item())
             epoch_loss += losses[-1]
@@ -128,18 +142,25 @@ def main():
             step += 1
             if args.max_steps and step >= args.max_steps:
                 break
-        top1 = evaluate(model, val_loader, device, distributed)
+        epoch_seconds = time.perf_counter() - t0
+        train_seconds += epoch_seconds
+        trained += batches * args.batch_size * world
+        top1 = evaluate(model, val_loader, device, distributed, amp_dtype)
         if rank == 0:
+            stats = train_loader.stats
+            loader_note = (f" (loader per image: decode {1e6 * stats['decode_s'] / max(1, stats['images']):.1f} us, "
+                           f"transform {1e6 * stats['transform_s'] / max(1, stats['images']):.1f} us)"
+                           if args.loader == "convnets" else "")
             print(f"epoch {epoch + 1}/{args.epochs}: train loss {epoch_loss / max(1, batches):.4f}, "
-                  f"val top-1 {top1:.2f} %, {batches * args.batch_size * world / (time.perf_counter() - t0):.0f} img/s "
-                  f"(loader per image: decode {1e6 * train_loader.stats['decode_s'] / max(1, train_loader.stats['images']):.1f} us, "
-                  f"transform {1e6 * train_loader.stats['transform_s'] / max(1, train_loader.stats['images']):.1f} us)",
-                  flush=True)
+                  f"val top-1 {top1:.2f} %, {batches * args.batch_size * world / epoch_seconds:.0f} img/s training"
+                  f"{loader_note}", flush=True)
         if args.max_steps and step >= args.max_steps:
             break
     seconds = time.perf_counter() - start
     summary = {"arch": args.arch, "data": args.data, "epochs": epoch + 1, "steps": step, "world_size": world,
-               "top1": top1, "seconds": seconds, "first_losses": losses[:5], "last_losses": losses[-5:],
+               "loader": args.loader, "amp": args.amp, "batch_size": args.batch_size,
+               "top1": top1, "seconds": seconds, "train_img_per_s": trained / max(train_seconds, 1e-9),
+               "first_losses": losses[:5], "last_losses": losses[-5:],
                "torch": torch.__version__, "convnets": convnets.__version__}
     if rank == 0:
         print(json.dumps(summary), flush=True)
@@ -150,13 +171,47 @@ def main():
         dist.destroy_process_group()
 
 
+def training_batches(args, convnets_loader, size, mean, std, device, amp_dtype, workers):
+    """epoch -> an iterable of (images, labels) on `device`: channels-last, normalised, in the autocast dtype."""
+    if args.loader == "convnets":
+        def epoch_batches(epoch):
+            convnets_loader.set_epoch(epoch)  # DistributedSampler's convention: a new shuffle per epoch
+            return convnets_loader
+        return epoch_batches
+    if args.loader == "synthetic":
+        gen = torch.Generator().manual_seed(args.seed)
+        images = torch.randn(args.batch_size, 3, size, size, generator=gen).to(
+            device, dtype=amp_dtype or torch.float32, memory_format=torch.channels_last)
+        labels = torch.randint(0, len(convnets_loader.classes), (args.batch_size,), generator=gen).to(device)
+        return lambda epoch: ((images, labels) for _ in range(len(convnets_loader)))
+    # torchvision: what this loop is written with when convnets is not there (an image folder's train/ split).
+    import torchvision.transforms as T
+    root = os.path.join(args.data, "train")
+    if not os.path.isdir(root):
+        raise SystemExit(f"--loader torchvision reads an image folder with a train/ split; {args.data} has none")
+    transform = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
+    dataset = torchvision.datasets.ImageFolder(root, transform=transform)
+    if args.max_train_images:
+        dataset = torch.utils.data.Subset(dataset, range(min(args.max_train_images, len(dataset))))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=workers,
+                                         pin_memory=device.type == "cuda", drop_last=True,
+                                         persistent_workers=workers > 0)
+
+    def epoch_batches(epoch):
+        for images, labels in loader:
+            yield (images.to(device, dtype=amp_dtype or torch.float32, memory_format=torch.channels_last,
+                             non_blocking=True), labels.to(device, non_blocking=True))
+    return epoch_batches
+
+
 @torch.no_grad()
-def evaluate(model, loader, device, distributed):
+def evaluate(model, loader, device, distributed, amp_dtype=None):
     """Top-1 over the whole validation set: each rank its share (every image once), the counts summed."""
     model.eval()
     counts = torch.zeros(2, dtype=torch.float64, device=device)
     for images, labels in loader:
-        counts[0] += (model(images).argmax(1) == labels).sum()
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            counts[0] += (model(images).argmax(1) == labels).sum()
         counts[1] += labels.numel()
     if distributed:
         dist.all_reduce(counts)

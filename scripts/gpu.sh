@@ -5,17 +5,23 @@
 #          scripts/gpu.sh preflight [--keep]   `run build` against PyPI's torch 2.11.0 (the GPU machine's) in a scratch venv,
 #                                              every stage on the CPU with that build, and its binaries into .deps/ to travel
 #          scripts/gpu.sh run --dry STAGE...   every stage's shell logic and peer scripts on the CPU at a tiny size
-#   there: scripts/gpu.sh run STAGE...         (device tool, carry [".deps"]); STAGE: build tests data train infer python, or all
+#   there: scripts/gpu.sh run STAGE...         (device tool, carry [".deps"]); STAGE: build tests data train infer python,
+#                                              all (those six), or fused (issue 58's stage, about 7 minutes: its own call)
 #
-# Results: $OUT/summary.txt (one PASS/FAIL line per step) and $OUT/STAGE.tar.gz (each step's log and JSON);
-# $OUT defaults to ./gpu-out. The exit status is 1 when any step failed. On the GPU a call stops starting steps 570 s
-# in (the device tool kills a command at 600 s), and a stage reuses what the same machine already built or generated.
+# Results: $OUT/summary.txt (one PASS/FAIL line per step), $OUT/summary.json (every measured cell against its peer
+# of the same call: bench/compare.py --summary; committed as bench/results/DATE-GPU/summary.json) and
+# $OUT/STAGE.tar.gz (each step's log and JSON); $OUT defaults to ./gpu-out. The exit status is 1 when any step
+# failed. On the GPU a call stops starting steps 570 s in (the device tool kills a command at 600 s), and a stage
+# reuses what the same machine already built or generated. A dry run names each step by what it ran (fp32 on the
+# CPU), and names the steps only a GPU runs on GPU lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 # python last: its module is built there (about 100 s on the H200's 16 cores), and `all` runs about 9.5 minutes, so
 # where a 10-minute call runs short it is the stage cut, not the figures against the peers.
 STAGES=(build tests data train infer python)
+# Stages outside `all`: an open GPU issue's, each sized to a call of its own.
+EXTRA_STAGES=(fused)
 # The binaries every stage but python runs; the preflight's travel prebuilt (.deps/prebuilt.tar.gz).
 TARGETS=(convnets tests/unit_tests tests/data_tests)
 # What the binaries are compiled from: a prebuilt set is used only where these are unchanged since it was made.
@@ -126,11 +132,28 @@ gpu_step() {
   say "GPU  $stage/$name: $*"
 }
 
-# ran_on_gpu LOG [PASSED SKIPPED]: on the GPU, the run in LOG passed tests and skipped none (its CUDA cases skip
-# without CUDA); the patterns default to gtest's lines (unittest's: '^OK$' and 'skipped').
+# ran_on_gpu LOG [gtest|unittest]: on the GPU, the run in LOG passed tests and skipped none (its CUDA cases skip
+# without CUDA). The verdict is check_ran (`gpu.sh _ran_on_gpu`), which the tests call on logs of their own: a dry
+# run never reaches it.
 ran_on_gpu() {
-  gpu_step ran-not-skipped sh -c 'grep -q "$2" "$1" && ! grep -n "$3" "$1"' _ "$1" "${2:-^\[  PASSED  \] [1-9]}" \
-    "${3:-SKIPPED}"
+  gpu_step ran-not-skipped "$root/scripts/gpu.sh" _ran_on_gpu "$1" "${2:-gtest}"
+}
+
+# _ran_on_gpu LOG gtest|unittest: 0 when LOG shows a test passed and none skipped; else 1, saying why.
+check_ran() {
+  local log=$1 kind=${2:-} passed skipped
+  case $kind in
+    gtest) passed='^\[  PASSED  \] [1-9][0-9]* tests?\.' skipped='^\[  SKIPPED \]' ;;
+    unittest) passed='^OK( \(|$)' skipped='skipped' ;;
+    *) echo "gpu.sh _ran_on_gpu: unknown log kind '$kind' (gtest or unittest)" >&2; return 2 ;;
+  esac
+  [[ -f $log ]] || { echo "no log $log"; return 1; }
+  if grep -n -E "$skipped" "$log"; then
+    echo "a case skipped on the GPU, where every CUDA case must run (the lines above)"
+    return 1
+  fi
+  grep -q -E "$passed" "$log" || { echo "no test passed in $log"; return 1; }
+  echo "ran: every case passed, none skipped"
 }
 
 say() { echo "$*" | tee -a "$summary"; }
@@ -305,15 +328,24 @@ stage_python() {
   need_data
   step --show 3 loader-cuda env -C "$root/tests/python" CONVNETS_BIN="$bin/convnets" CONVNETS_SOURCE_DIR="$root" \
     CONVNETS_PYTHONPATH="$build/python" CONVNETS_IMAGENET_LIKE="$jpegs" "$py" -m unittest -v test_python_package.Cuda
-  ran_on_gpu "$res/loader-cuda.log" '^OK$' skipped
-  step --show 3 train-pytorch-example env PYTHONPATH="$build/python" "$py" "$root/examples/train_pytorch.py" "$jpegs" \
-    --arch "$arch" --image-size "$size" --batch-size "$big" --epochs "$example_epochs" --max-steps "$example_steps" \
-    --device "$device" --workers "$example_workers" --max-val-images "$big" --json "$res/train-pytorch.json"
+  ran_on_gpu "$res/loader-cuda.log" unittest
+  # Issue 58: the same loop fed by convnets' loader, by one synthetic batch and by torchvision's DataLoader, in the
+  # precision it ran (amp on the GPU), convnets' loader first: what a cut call keeps.
+  local l runs=()
+  for l in convnets synthetic torchvision; do
+    step --show 3 "train-pytorch-example-$example_precision-$l" env PYTHONPATH="$build/python" "$py" \
+      "$root/examples/train_pytorch.py" "$jpegs" --arch "$arch" --image-size "$size" --batch-size "$big" \
+      --epochs "$example_epochs" --max-steps "$example_steps" --device "$device" --workers "$example_workers" \
+      --max-val-images "$big" ${example_amp:+"$example_amp"} --loader "$l" --json "$res/train-pytorch-$l.json"
+    runs+=("$res/train-pytorch-$l.json")
+  done
+  step --show -1 "compare-example-$example_precision" "$py" "$root/bench/loop_sources.py" "${runs[@]}" \
+    --summary "$summary_json"
 }
 
-# bench_pair MODE LABEL PRECISION BATCHES [compile]: convnets and PyTorch eager (and torch.compile) on the same
-# synthetic step, then the ratio table. LABEL names the steps and files: the GPU's precision, which a dry run
-# replaces with fp32 under the same names.
+# bench_pair MODE PRECISION BATCHES [compile]: convnets and PyTorch eager (and torch.compile) on the same synthetic
+# step, then the ratio table, its cells appended to summary.json. The steps and files are named by the precision
+# they ran (a dry run's: fp32).
 # bench_args PRECISION: the options every timed run shares, into `common`.
 bench_args() {
   common=(--arch "$arch" --device "$device" --precision "$1" --image-size "$size" --warmup "$warmup"
@@ -321,10 +353,10 @@ bench_args() {
 }
 
 bench_pair() {
-  local mode=$1 label=$2 p=$3 batches=$4 with_compile=${5:-}
+  local mode=$1 p=$2 batches=$3 with_compile=${4:-}
   local common
   bench_args "$p"
-  local tag="$mode-$label" files=()
+  local tag="$mode-$p" files=()
   step --show 8 "convnets-$tag" "$bin/convnets" bench "$mode" "${common[@]}" --batch-sizes "$batches" \
     --json "$res/convnets-$tag.json"
   files+=("$res/convnets-$tag.json")
@@ -337,16 +369,20 @@ bench_pair() {
       --compile-backend "$compile_backend" "${common[@]}" --batch-sizes "$big" --json "$res/compile-$tag.json"
     files+=("$res/compile-$tag.json")
   fi
-  step --show -1 "compare-$tag" "$py" "$root/bench/compare.py" "${files[@]}"
+  step --show -1 "compare-$tag" "$py" "$root/bench/compare.py" "${files[@]}" --summary "$summary_json"
 }
 
 # Issue 5: ResNet-50 training, convnets against PyTorch eager and torch.compile; issue 6: one process on NCCL
 # (the data-parallel step with its gradient all-reduce, on one GPU) against the same process alone.
 stage_train() {
   need_build
-  bench_pair train amp "$amp" "$train_batches" compile
-  bench_pair train bf16 "$bf16" "$big"
-  bench_pair train tf32 "$tf32" "$big"
+  bench_pair train "$amp" "$train_batches" compile
+  if ((gpu)); then
+    bench_pair train "$bf16" "$big"
+    bench_pair train "$tf32" "$big"
+  else
+    say "GPU  train/{convnets,eager,compare}-train-{bf16,tf32}: the pair above in bf16 and in tf32 (fp32 here)"
+  fi
   local common
   bench_args "$amp"
   step --show 6 one-process-nccl "$bin/convnets" bench train "${common[@]}" --batch-sizes "$big" --nproc-per-node 1 \
@@ -357,14 +393,14 @@ stage_train() {
 # PyTorch eager (bench/gpunet_reference.py, built from convnets' own definition so nothing from shared/ travels).
 stage_infer() {
   need_build
-  bench_pair infer amp "$amp" "$infer_batches"
+  bench_pair infer "$amp" "$infer_batches"
   # What the inference engine offers beyond eager: BatchNorm folded into the convolutions (issue 8).
   local common
   bench_args "$amp"
   step --show 8 convnets-infer-folded "$bin/convnets" bench infer --fold-bn "${common[@]}" \
     --batch-sizes "$infer_batches" --json "$res/convnets-infer-folded.json"
   step --show -1 compare-infer-folded "$py" "$root/bench/compare.py" "$res/convnets-infer-folded.json" \
-    "$res/eager-infer-amp.json"
+    "$res/eager-infer-$amp.json" --figure-note "BN folded" --summary "$summary_json"
   local net
   for net in gpunet-0 gpunet-d1; do
     step "$net-definition" sh -c '"$1" models --arch "$2" --definition >"$3"' _ "$bin/convnets" "$net" "$res/$net.json"
@@ -373,6 +409,76 @@ stage_infer() {
     step --show 2 "eager-$net" "$py" "$root/bench/gpunet_reference.py" --config "$res/$net.json" --latency \
       --device "$device" --batch-size 1 --precision "$half" --warmup "$warmup" --iterations "$latency_iterations"
   done
+}
+
+# Issue 58: the ResNet training step with BN+ReLU and BN+add+ReLU fused (one cuDNN call each, forward and backward)
+# against itself unfused and against PyTorch at its strongest (fused SGD; torch.compile default and reduce-overhead,
+# max-autotune where the call has room), each profiled per kernel family (bench/profile_families.py); the fused op's
+# numerics first; then the JPEG rows, whose loader must now keep up with a faster step.
+stage_fused() {
+  need_build
+  step --gtest fused-numerics "$bin/tests/unit_tests" --gtest_filter='Gpu.Fused*'
+  ran_on_gpu "$res/fused-numerics.log"
+  local common p=$amp
+  bench_args "$p"
+  local prof=(--profile-steps "$profile_steps") files=()
+  step --show 8 "convnets-$p" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$fused_batches" \
+    --json "$res/convnets-$p.json" --profile "$res/convnets-$p.trace.json" "${prof[@]}"
+  step --show 8 "convnets-$p-no-fused-bn" "$bin/convnets" bench train "${common[@]}" --no-fused-bn \
+    --batch-sizes "$fused_batches" --json "$res/convnets-$p-no-fused-bn.json" \
+    --profile "$res/convnets-$p-no-fused-bn.trace.json" "${prof[@]}"
+  # The eager step of the fused build, whose trace names the optimizer's kernels (a replayed graph cannot).
+  step --show 8 "convnets-$p-eager-step" "$bin/convnets" bench train "${common[@]}" --no-cuda-graph \
+    --batch-sizes "$big" --json "$res/convnets-$p-eager-step.json" --profile "$res/convnets-$p-eager-step.trace.json" \
+    "${prof[@]}"
+  step --show 1 "eager-$p" "$py" "$root/bench/torch_peer.py" train "${common[@]}" --batch-sizes "$fused_batches" \
+    --json "$res/eager-$p.json" --profile "$res/eager-$p.trace.json" "${prof[@]}"
+  files+=("convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.json" "$res/eager-$p.json")
+  local mode modes=(default)
+  # reduce-overhead and max-autotune are inductor's modes; the dry run's eager backend has none.
+  if [[ $compile_backend == inductor ]]; then modes+=(reduce-overhead); fi
+  for mode in "${modes[@]}"; do
+    step --show 1 "compile-$compile_backend-$mode-$p" "$py" "$root/bench/torch_peer.py" train --compile \
+      --compile-backend "$compile_backend" --compile-mode "$mode" "${common[@]}" --batch-sizes "$big" \
+      --json "$res/compile-$compile_backend-$mode-$p.json"
+    files+=("$res/compile-$compile_backend-$mode-$p.json")
+  done
+  # max-autotune benchmarks Triton and cuBLAS candidates for every kernel: minutes; only where they are left.
+  if [[ $compile_backend == inductor ]] && ((!deadline || deadline - SECONDS > max_autotune_s)); then
+    step --limit "$max_autotune_s" --show 1 "compile-inductor-max-autotune-$p" "$py" "$root/bench/torch_peer.py" \
+      train --compile --compile-mode max-autotune "${common[@]}" --batch-sizes "$big" \
+      --json "$res/compile-inductor-max-autotune-$p.json"
+    if ((last_rc == 0)); then files+=("$res/compile-inductor-max-autotune-$p.json"); fi
+  else
+    say "SKIP $stage/compile-inductor-max-autotune-$p: $( ((gpu)) && echo "under ${max_autotune_s} s of the call left" ||
+        echo "inductor's modes run on the GPU only")"
+  fi
+  step --show -1 "compare-$p" "$py" "$root/bench/compare.py" "$res/convnets-$p.json" "${files[@]}" \
+    --figure-note "fused BN, synthetic data" --summary "$summary_json"
+  step --show -1 "profile-$p" "$py" "$root/bench/profile_families.py" "convnets=$res/convnets-$p.trace.json" \
+    "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.trace.json" \
+    "convnets eager step=$res/convnets-$p-eager-step.trace.json" "pytorch eager=$res/eager-$p.trace.json" \
+    --steps "$profile_steps" --json "$res/profile-$p.json"
+  # The loader against the faster step: 3,000 files (an epoch of 11 batches: a restart every 11 steps) and the same
+  # files linked 4 times (12,000: one restart in 60 steps).
+  need_data
+  need_data_x4
+  local set
+  for set in "$jpegs" "$jpegs_x4"; do
+    step --show 12 "train-from-$(basename "$set")" "$bin/convnets" bench train --arch "$arch" --device "$device" \
+      --precision "$p" --batch-sizes "$big" --image-size "$size" --warmup "$warmup" --iterations "$files_iterations" \
+      --data "$set" --data-backend synthetic,cpu --json "$res/train-from-$(basename "$set").json"
+  done
+}
+
+# The JPEG set's training files linked 4 times over (hard links: no copies), with its validation files.
+need_data_x4() {
+  if [[ "$(cat "$jpegs_x4/.made-from" 2>/dev/null)" == "$(cat "$jpegs/.made-by" 2>/dev/null)" ]]; then return 0; fi
+  rm -rf "$jpegs_x4"
+  step --show 1 link-jpegs-x4 sh -c 'set -e; src=$1 dst=$2; mkdir -p "$dst"; cp -al "$src/val" "$dst/val"
+    for d in "$src"/train/*/; do c=$(basename "$d"); mkdir -p "$dst/train/$c"
+      for k in 1 2 3 4; do for f in "$d"*; do ln "$f" "$dst/train/$c/$k-$(basename "$f")"; done; done; done
+    cp "$src/.made-by" "$dst/.made-from"' _ "$jpegs" "$jpegs_x4"
 }
 
 # ---------------------------------------------------------------------------------------------------- run
@@ -387,11 +493,13 @@ settings() {
     amp=amp bf16=bf16 tf32=tf32 half=fp16 warmup=10 iterations=50 latency_iterations=200 files_iterations=60
     per_class=300 val_per_class=8 data_images=6000 data_images_1=1500 data_batch=256 example_steps=60
     example_epochs=6 example_workers=12 file_backends=synthetic,cpu,gpu compile_backend=inductor
+    fused_batches=64,256 profile_steps=3 max_autotune_s=300 example_amp=--amp example_precision=amp
   else
     device=cpu arch=resnet18 size=32 big=2 train_batches=2 infer_batches=1,2
     amp=fp32 bf16=fp32 tf32=fp32 half=fp32 warmup=1 iterations=2 latency_iterations=2 files_iterations=2
     per_class=10 val_per_class=4 data_images=24 data_images_1=8 data_batch=8 example_steps=2 example_epochs=1
     example_workers=1 file_backends=synthetic,cpu compile_backend=eager  # inductor's CPU code generation takes minutes
+    fused_batches=2 profile_steps=1 max_autotune_s=300 example_amp='' example_precision=fp32
   fi
 }
 
@@ -436,13 +544,15 @@ run() {
   local stages=() s
   for s in "$@"; do
     if [[ $s == all ]]; then stages+=("${STAGES[@]}"); continue; fi
-    [[ " ${STAGES[*]} " == *" $s "* ]] || die "run: unknown stage '$s' (expected: ${STAGES[*]} or all)"
+    [[ " ${STAGES[*]} ${EXTRA_STAGES[*]} " == *" $s "* ]] ||
+      die "run: unknown stage '$s' (expected: ${STAGES[*]} ${EXTRA_STAGES[*]} or all)"
     stages+=("$s")
   done
 
   out=${OUT:-$root/gpu-out}
   mkdir -p "$out"
-  summary=$out/summary.txt
+  # Both appended to: the device tool's $OUT starts empty at each call, and two runs in one call add up.
+  summary=$out/summary.txt summary_json=$out/summary.json
   # The GPU machine's 16 cores build in minutes, inside its 10-minute command; the preflight's 2 take longer.
   step_limit=300 build_limit=${CONVNETS_BUILD_LIMIT:-540} passed=0 failed=0 built=0 last_rc=0 compiled=1 stage='' res=''
   deadline=0
@@ -456,7 +566,7 @@ run() {
     build=${CONVNETS_BUILD:-$root/build}
   fi
   bin=$build work=$build/gpu-work frames_so=''
-  jpegs=$work/imagenet_like
+  jpegs=$work/imagenet_like jpegs_x4=$work/imagenet_like_x4
   mkdir -p "$work"
   build_frames
   # One interpreter start for what the build needs of torch: its CMake prefix, then LibTorch's folder and the CUDA
@@ -588,5 +698,6 @@ prepare) prepare ;;
 preflight) shift; preflight "$@" ;;
 run) shift; run "$@" ;;
 _headers) shift; check_headers "$@" ;;
+_ran_on_gpu) shift; check_ran "$@" ;;
 *) usage ;;
 esac

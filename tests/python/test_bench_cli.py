@@ -285,5 +285,117 @@ class PeerScripts(unittest.TestCase):
             self.assertIn("precision differs", r.stderr)
 
 
+def kernel(name, ts, dur, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 7}
+
+
+class ProfileFamilies(unittest.TestCase):
+    """bench/profile_families.py: the GPU kernels of a Chrome trace summed per family and per step (issue 58's
+    profile). Kernel names as cuDNN 9, ATen and cuBLAS name them on Hopper."""
+
+    TRACE = [
+        kernel("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_cudnn", 0, 400),
+        kernel("sm90_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_cudnn", 400, 300),
+        kernel("sm90_xmma_wgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_cudnn", 700, 200),
+        kernel("void batchnorm_fwtr_nhwc_semiPersist<__half, float, __half, 512, true, false, true>(...)", 900, 100),
+        kernel("void batchnorm_add_relu_bwtr_nhwc_semiPersist<__half, float, __half, 512>(...)", 1000, 120),
+        kernel("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+               "launch_clamp_scalar(...)::{lambda(c10::Half)#1}, at::detail::Array<char*, 2> >(int, ...)", 1120, 30),
+        kernel("void at::native::vectorized_elementwise_kernel<4, at::native::threshold_kernel_impl<c10::Half>(...)", 1150, 40),
+        kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>, ...>", 1190, 20),
+        kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, Epilogue>", 1210, 5),
+        kernel("void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, ...>", 1300, 10),
+        kernel("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", 1215, 15),
+        kernel("Memcpy HtoD (Pageable -> Device)", 1230, 6, cat="gpu_memcpy"),
+        kernel("void at::native::max_pool_forward_nhwc<c10::Half, float>(...)", 1240, 9),
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "convnets::optimizer.step", "ts": 1295, "dur": 50, "pid": 1,
+         "tid": 7},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 1500, "pid": 1, "tid": 1},
+    ]
+
+    def families(self, trace, steps=2):
+        with tempfile.TemporaryDirectory() as tmp:
+            path, out = os.path.join(tmp, "t.json"), os.path.join(tmp, "p.json")
+            with open(path, "w") as f:
+                json.dump({"traceEvents": trace}, f)
+            r = run([sys.executable, os.path.join(SOURCE, "bench", "profile_families.py"), "a b=" + path,
+                     "--steps", str(steps), "--json", out])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stdout, fixtures.read_json(out)["columns"][0]
+
+    def test_each_kernel_lands_in_its_family_per_step(self):
+        text, col = self.families(self.TRACE)
+        ms = col["ms_per_step"]
+        want = {"conv fprop": 0.2, "conv dgrad": 0.15, "conv wgrad": 0.1, "BN forward": 0.05, "BN backward": 0.06,
+                "ReLU": 0.035, "residual add": 0.01, "loss": 0.0025, "fc GEMM": 0.0075, "pooling": 0.0045,
+                "copies, casts, layout": 0.003, "optimizer": 0.005}
+        self.assertEqual(set(ms), set(want))
+        for family, value in want.items():
+            self.assertAlmostEqual(ms[family], value, places=9, msg=family)
+        self.assertAlmostEqual(col["gpu_busy_ms"], sum(want.values()), places=9)
+        self.assertAlmostEqual(col["wall_ms"], 0.75)  # the trace's span, 1,500 us, over 2 steps
+        self.assertEqual(col["kernels"], 13)
+        self.assertIn("| a b ms | % |", text)
+        self.assertRegex(text, r"\| conv fprop \| 0\.20 \| 31\.\d \|")
+
+    def test_outside_an_optimizer_annotation_its_kernels_are_elementwise(self):
+        _, col = self.families([e for e in self.TRACE if e.get("cat") != "gpu_user_annotation"])
+        self.assertNotIn("optimizer", col["ms_per_step"])
+        self.assertAlmostEqual(col["ms_per_step"]["elementwise, other"], 0.005)
+
+    def test_a_trace_without_kernels_says_so_and_a_bad_one_is_refused(self):
+        text, col = self.families([e for e in self.TRACE if e["cat"] == "cpu_op"])
+        self.assertEqual(col["kernels"], 0)
+        self.assertIn("note: a b has no GPU kernels", text)
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = os.path.join(tmp, "bad.json")
+            with open(bad, "w") as f:
+                f.write("{not json")
+            r = run([sys.executable, os.path.join(SOURCE, "bench", "profile_families.py"), "x=" + bad, "--steps", "1"])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("bad.json: not a readable Chrome trace", r.stderr)
+
+
+class ResultsTables(unittest.TestCase):
+    """bench/results/DATE-GPU/summary.json files and docs/PERFORMANCE.md's tables made from them
+    (bench/results_tables.py): the document must say what the data says."""
+
+    SCRIPT = os.path.join(SOURCE, "bench", "results_tables.py")
+
+    def test_the_documents_tables_are_their_data(self):
+        r = run([sys.executable, self.SCRIPT, "--check"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(SOURCE, "docs", "PERFORMANCE.md")) as f:
+            doc = f.read()
+        for name in os.listdir(os.path.join(SOURCE, "bench", "results")):
+            if os.path.isfile(os.path.join(SOURCE, "bench", "results", name, "summary.json")):
+                self.assertIn("<!-- results: bench/results/%s/summary.json -->" % name, doc)
+
+    def test_an_edited_table_or_a_wrong_ratio_is_caught(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(SOURCE, "docs", "PERFORMANCE.md")) as f:
+                doc = f.read()
+            edited = os.path.join(tmp, "PERFORMANCE.md")
+            # A claim made better than its data: convnets' batch-256 ratio against torch.compile.
+            self.assertTrue("| 6,367 | 0.94x |" in doc, "the second H200 run's table is in docs/PERFORMANCE.md")
+            with open(edited, "w") as f:
+                f.write(doc.replace("| 6,367 | 0.94x |", "| 6,367 | 1.04x |", 1))
+            r = run([sys.executable, self.SCRIPT, "--doc", edited, "--check"])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("bench/results/2026-11-26-H200/summary.json: its table in", r.stdout)
+            r = run([sys.executable, self.SCRIPT, "--doc", edited, "--write"])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(edited) as f:
+                self.assertEqual(f.read(), doc)
+            cells = fixtures.read_json(os.path.join(SOURCE, "bench", "results", "2026-11-26-H200", "summary.json"))
+            cells[0]["ratio"] *= 1.1
+            wrong = os.path.join(tmp, "summary.json")
+            with open(wrong, "w") as f:
+                json.dump(cells, f)
+            r = run([sys.executable, self.SCRIPT, wrong])
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("is not convnets / peer_value", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

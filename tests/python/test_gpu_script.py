@@ -27,6 +27,32 @@ BUILD = os.environ["CONVNETS_BUILD_DIR"]
 SCRIPT = os.path.join(SOURCE, "scripts", "gpu.sh")
 HERE = os.path.dirname(os.path.abspath(__file__))
 STAGES = ["build", "tests", "data", "python", "train", "infer"]
+# A positive number as the tables print them (1234.5, 0.97x): not "." or "0", which `[0-9.]+` would also take.
+NUMBER = r"(?:[1-9][0-9]*(?:\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)"
+
+
+def table_rows(text, first_cell):
+    """The cells of every markdown table row of `text` whose first cell is `first_cell`, as strings."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.strip().startswith("|") and cells and cells[0] == first_cell:
+            rows.append(cells)
+    return rows
+
+
+def gtest_names(suite):
+    """The names of the TEST(suite, NAME) cases tests/*.cpp declare."""
+    names = []
+    for name in sorted(os.listdir(os.path.join(SOURCE, "tests"))):
+        if name.endswith(".cpp"):
+            with open(os.path.join(SOURCE, "tests", name)) as f:
+                names += re.findall(r"^TEST\(%s, (\w+)\)" % suite, f.read(), re.MULTILINE)
+    return names
+
+
+def gtest_count(suite):
+    return len(gtest_names(suite))
 
 
 def gpu_sh(out, *args, python=sys.executable, timeout=540):
@@ -56,22 +82,32 @@ def summary(out):
         return f.read()
 
 
-class DryRun(unittest.TestCase):
+class DryCall(unittest.TestCase):
+    """One dry `gpu.sh run` of STAGES (as one device call would run them), shared by the class's tests."""
+    STAGES = ()
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="gpu-dry-")
         cls.out = cls.tmp.name
-        cls.result = gpu_sh(cls.out, "run", "--dry", "all", python=ZYGOTE.python)
+        cls.result = gpu_sh(cls.out, "run", "--dry", *cls.STAGES, python=ZYGOTE.python)
         cls.text = summary(cls.out) if os.path.exists(os.path.join(cls.out, "summary.txt")) else ""
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def test_every_stage_passes_on_the_cpu(self):
+    def assert_passed(self):
         r = self.result
         self.assertEqual(r.returncode, 0, r.stdout[-4000:] + r.stderr[-2000:])
         self.assertNotIn("FAIL", self.text)
+
+
+class DryRun(DryCall):
+    STAGES = ("all",)
+
+    def test_every_stage_passes_on_the_cpu(self):
+        self.assert_passed()
         for stage in STAGES:
             self.assertRegex(self.text, r"== stage %s: 0 failed, \d+ s" % stage)
         m = re.search(r"== gpu\.sh run build tests data train infer python: (\d+) passed, 0 failed", self.text)
@@ -79,21 +115,52 @@ class DryRun(unittest.TestCase):
         self.assertEqual(int(m.group(1)), self.text.count("\nPASS "))
 
     def test_each_measurement_ran_with_convnets_and_its_peer(self):
+        # Named by what ran: the dry run's fp32, never the GPU's amp, bf16 or tf32.
         for step in ["build/version", "tests/gpu-cases", "tests/unit-tests", "data/device-decode",
                      "data/loader-cpu", "data/loader-gpu", "data/train-from-files", "python/loader-cuda",
-                     "python/train-pytorch-example", "train/convnets-train-amp", "train/eager-train-amp",
-                     "train/compile-train-amp", "train/compare-train-amp", "train/compare-train-bf16",
-                     "train/compare-train-tf32", "train/one-process-nccl",
-                     "infer/convnets-infer-amp", "infer/eager-infer-amp", "infer/compare-infer-amp",
+                     "python/train-pytorch-example-fp32-convnets", "python/train-pytorch-example-fp32-synthetic",
+                     "python/train-pytorch-example-fp32-torchvision", "python/compare-example-fp32",
+                     "train/convnets-train-fp32", "train/eager-train-fp32",
+                     "train/compile-train-fp32", "train/compare-train-fp32", "train/one-process-nccl",
+                     "infer/convnets-infer-fp32", "infer/eager-infer-fp32", "infer/compare-infer-fp32",
                      "infer/convnets-infer-folded", "infer/convnets-gpunet-0", "infer/eager-gpunet-0",
                      "infer/convnets-gpunet-d1", "infer/eager-gpunet-d1"]:
             self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
+        for line in self.text.splitlines():
+            if line.startswith("PASS "):
+                self.assertNotRegex(line.split()[1], r"(?:^|[-/])(?:amp|bf16|tf32)(?:$|-)",
+                                    "a dry-run step named for what it did not run")
+        self.assertRegex(self.text, r"\nGPU  train/\{convnets,eager,compare\}-train-\{bf16,tf32\}: ")
         # The JPEG set is made once per build folder (on the GPU machine: once per warm machine).
         self.assertRegex(self.text, r"\n(PASS data/make-jpegs \(\d+ s\)|"
                                     r"REUSE data/make-jpegs: .*imagenet_like, made by an earlier call)\n")
-        # The comparison tables hold a row per batch size, convnets' and the peers' figures side by side.
-        self.assertRegex(self.text, r"\| 2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| [0-9.]+x \|")  # train: eager, compile
-        self.assertRegex(self.text, r"\| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|")
+        # The comparison tables hold a row per batch size, convnets' and the peers' figures side by side, every
+        # figure a positive number.
+        train = table_rows(self.text, "2")  # train: convnets, eager, compile, and the two ratios
+        self.assertTrue(any(len(r) == 6 and all(re.fullmatch(NUMBER + "x?", c) for c in r[1:]) for r in train), train)
+        infer = table_rows(self.text, "1")  # infer batch 1: img/s, eager's, ratio, then the latencies and theirs
+        self.assertTrue(any(len(r) == 7 and all(re.fullmatch(NUMBER + "x?", c) for c in r[1:]) for r in infer), infer)
+
+    def test_every_cell_lands_in_summary_json(self):
+        with open(os.path.join(self.out, "summary.json")) as f:
+            cells = json.load(f)
+        keys = {"figure", "convnets", "peer", "peer_value", "ratio", "unit", "command"}
+        self.assertTrue(cells)
+        for c in cells:
+            self.assertEqual(set(c), keys, c)
+            self.assertGreater(c["convnets"], 0, c)
+            self.assertGreater(c["peer_value"], 0, c)
+            self.assertAlmostEqual(c["ratio"], c["convnets"] / c["peer_value"], places=9)
+            self.assertIn(c["unit"], ("img/s", "ms"))
+            self.assertRegex(c["command"], r"^(convnets bench |python3 examples/train_pytorch\.py )")
+            self.assertNotIn("/gpu-work/", c["command"], "files by name, not by one machine's folders")
+        peers = {(c["figure"], c["peer"]) for c in cells}
+        self.assertIn(("train resnet18 fp32, batch 2", "pytorch-eager"), peers)
+        self.assertIn(("train resnet18 fp32, batch 2", "pytorch-compile"), peers)
+        self.assertIn(("infer resnet18 fp32, batch 1, latency", "pytorch-eager"), peers)
+        self.assertIn(("infer resnet18 fp32, batch 2, BN folded", "pytorch-eager"), peers)
+        self.assertIn(("examples/train_pytorch.py resnet18 fp32, batch 2, convnets.data.Loader",
+                       "the same loop on torchvision's DataLoader"), peers)
 
     def test_the_steps_only_a_gpu_runs_are_named_not_run(self):
         gpu_lines = [line for line in self.text.splitlines() if line.startswith("GPU  ")]
@@ -102,17 +169,100 @@ class DryRun(unittest.TestCase):
                          "python/ran-not-skipped", "data/train-from-files"} <= named, gpu_lines)
         configure = next(line for line in gpu_lines if line.startswith("GPU  build/configure"))
         self.assertIn("-DTORCH_CUDA_ARCH_LIST=9.0", configure)
-        # On the CPU the CUDA cases skip (that is the dry run's point); on the GPU a skip would be a FAIL.
-        self.assertIn("skipped", self.text)
+        # On the CPU every CUDA case skips (that is the dry run's point; on the GPU a skip is a FAIL: RanOnGpu).
+        m = re.search(r"\nPASS tests/gpu-cases \(\d+ s\)\n(?:    .*\n)*?    \[  SKIPPED \] (\d+) tests?, listed below",
+                      self.text)
+        self.assertTrue(m, self.text[:3000])
+        self.assertEqual(int(m.group(1)), gtest_count("Gpu"))
 
     def test_what_comes_back_fits_the_device_tools_limits(self):
         files = sorted(os.listdir(self.out))
-        self.assertEqual(files, sorted(["summary.txt"] + ["%s.tar.gz" % s for s in STAGES]))
+        self.assertEqual(files, sorted(["summary.txt", "summary.json"] + ["%s.tar.gz" % s for s in STAGES]))
         self.assertLessEqual(len(files), 8)  # the device tool returns at most 8 files from $OUT
         with tarfile.open(os.path.join(self.out, "train.tar.gz")) as t:
             names = {os.path.basename(n) for n in t.getnames()}
-        self.assertTrue({"convnets-train-amp.json", "eager-train-amp.json", "compile-train-amp.json",
-                         "convnets-train-amp.log", "one-process-nccl.log"} <= names, names)
+        self.assertTrue({"convnets-train-fp32.json", "eager-train-fp32.json", "compile-train-fp32.json",
+                         "convnets-train-fp32.log", "one-process-nccl.log"} <= names, names)
+
+
+class FusedStage(DryCall):
+    """Issue 58's stage, a call of its own on the GPU (`run build fused`): the fused step against itself unfused and
+    PyTorch's eager and compiled steps, each profiled per kernel family, then the JPEG rows."""
+    STAGES = ("fused",)
+
+    def test_each_step_ran_and_its_table_holds_every_peer(self):
+        self.assert_passed()
+        for step in ["fused/fused-numerics", "fused/convnets-fp32", "fused/convnets-fp32-no-fused-bn",
+                     "fused/convnets-fp32-eager-step", "fused/eager-fp32", "fused/compile-eager-default-fp32",
+                     "fused/compare-fp32", "fused/profile-fp32", "fused/train-from-imagenet_like",
+                     "fused/train-from-imagenet_like_x4"]:
+            self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
+        self.assertRegex(self.text, r"\nGPU  fused/ran-not-skipped: .*gpu\.sh _ran_on_gpu .*fused-numerics\.log gtest\n")
+        self.assertIn("SKIP fused/compile-inductor-max-autotune-fp32: inductor's modes run on the GPU only", self.text)
+        m = re.search(r"\[  SKIPPED \] (\d+) tests?, listed below", self.text)
+        self.assertTrue(m)
+        self.assertEqual(int(m.group(1)), len([n for n in gtest_names("Gpu") if n.startswith("Fused")]))
+        # convnets, then itself unfused, eager and compiled: img/s and the three ratios, all positive.
+        rows = table_rows(self.text, "2")
+        self.assertTrue(any(len(r) == 8 and all(re.fullmatch(NUMBER + "x?", c) for c in r[1:]) for r in rows), rows)
+        self.assertIn("| family | convnets ms | % | convnets --no-fused-bn ms | % | convnets eager step ms | % | "
+                      "pytorch eager ms | % |", self.text)
+        with open(os.path.join(self.out, "summary.json")) as f:
+            peers = {c["peer"] for c in json.load(f)}
+        self.assertEqual(peers, {"convnets --no-fused-bn", "pytorch-eager", "pytorch-compile"})
+        self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "fused.tar.gz", "summary.json", "summary.txt"])
+        with tarfile.open(os.path.join(self.out, "fused.tar.gz")) as t:
+            names = {os.path.basename(n) for n in t.getnames()}
+        self.assertTrue({"convnets-fp32.trace.json", "eager-fp32.trace.json", "profile-fp32.json",
+                         "train-from-imagenet_like_x4.json"} <= names, names)
+
+
+class RanOnGpu(unittest.TestCase):
+    """`gpu.sh _ran_on_gpu LOG KIND`, the verdict of each ran-not-skipped step on the GPU (a CUDA case that skips
+    there is a failure), on logs written here: a dry run never reaches it, its cases skipping by design."""
+
+    def verdict(self, text, kind):
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as f:
+            f.write(text)
+            f.flush()
+            r = subprocess.run([SCRIPT, "_ran_on_gpu", f.name, kind], capture_output=True, text=True, timeout=60)
+        return r.returncode, r.stdout + r.stderr
+
+    GTEST_OK = ("[==========] Running 2 tests from 1 test suite.\n[ RUN      ] Gpu.A\n[       OK ] Gpu.A (3 ms)\n"
+                "[ RUN      ] Gpu.B\n[       OK ] Gpu.B (4 ms)\n[==========] 2 tests from 1 test suite ran.\n"
+                "[  PASSED  ] 2 tests.\n")
+
+    def test_gtest_passed_and_none_skipped(self):
+        self.assertEqual(self.verdict(self.GTEST_OK, "gtest")[0], 0)
+
+    def test_a_gtest_skip_fails_naming_it(self):
+        text = self.GTEST_OK.replace("[       OK ] Gpu.B (4 ms)", "[  SKIPPED ] Gpu.B (0 ms)").replace(
+            "[  PASSED  ] 2 tests.", "[  PASSED  ] 1 test.\n[  SKIPPED ] 1 test, listed below:\n[  SKIPPED ] Gpu.B")
+        rc, out = self.verdict(text, "gtest")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("Gpu.B", out)
+        self.assertIn("a case skipped on the GPU", out)
+
+    def test_no_test_passed_fails(self):
+        rc, out = self.verdict("[==========] 0 tests from 0 test suites ran.\n[  PASSED  ] 0 tests.\n", "gtest")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no test passed", out)
+        self.assertEqual(self.verdict("", "gtest")[0], 1)
+
+    def test_unittest_ok_passes_and_ok_with_skips_fails(self):
+        ok = "test_a (m.Cuda.test_a) ... ok\n\n----------------------------------------------------------------------\n" \
+             "Ran 1 test in 0.1s\n\nOK\n"
+        self.assertEqual(self.verdict(ok, "unittest")[0], 0)
+        skipped = ok.replace("... ok", "... skipped 'no CUDA device'").replace("\nOK\n", "\nOK (skipped=1)\n")
+        rc, out = self.verdict(skipped, "unittest")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("skipped", out)
+        self.assertEqual(self.verdict(ok.replace("\nOK\n", "\nFAILED (failures=1)\n"), "unittest")[0], 1)
+
+    def test_an_unknown_log_kind_is_refused(self):
+        rc, out = self.verdict(self.GTEST_OK, "pytest")
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown log kind 'pytest'", out)
 
 
 class Interpreter(unittest.TestCase):
@@ -278,13 +428,13 @@ class Failures(unittest.TestCase):
             text = summary(out)
             os.remove(python)
             self.assertEqual(r.returncode, 1, r.stdout[-3000:])
-            self.assertRegex(text, r"\nFAIL infer/eager-infer-amp \(exit 3, \d+ s; log: infer\.tar\.gz "
-                                   r"eager-infer-amp\.log\)\n    \$ .*torch_peer\.py infer")
+            self.assertRegex(text, r"\nFAIL infer/eager-infer-fp32 \(exit 3, \d+ s; log: infer\.tar\.gz "
+                                   r"eager-infer-fp32\.log\)\n    \$ .*torch_peer\.py infer")
             self.assertIn("    peer broke", text)
-            self.assertRegex(text, r"\nPASS infer/convnets-infer-amp ")
+            self.assertRegex(text, r"\nPASS infer/convnets-infer-fp32 ")
             self.assertRegex(text, r"\nPASS infer/convnets-gpunet-d1 ")
             # The comparisons that need the peer's figures fail too, rather than print half a table.
-            self.assertRegex(text, r"\nFAIL infer/compare-infer-amp ")
+            self.assertRegex(text, r"\nFAIL infer/compare-infer-fp32 ")
             self.assertRegex(text, r"\nFAIL infer/compare-infer-folded ")
             # A crash names its native frames (scripts/crash-frames.c; the GPU machine has no gdb).
             self.assertRegex(text, r"\nFAIL infer/eager-gpunet-0 \(exit 139, ")
@@ -297,7 +447,8 @@ class Failures(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="gpu-usage-") as out:
             r = gpu_sh(out, "run", "--dry", "tarin")
             self.assertEqual(r.returncode, 2)
-            self.assertIn("unknown stage 'tarin' (expected: build tests data train infer python or all)", r.stderr)
+            self.assertIn("unknown stage 'tarin' (expected: build tests data train infer python fused or all)",
+                          r.stderr)
             self.assertFalse(os.path.exists(os.path.join(out, "summary.txt")))
 
 
