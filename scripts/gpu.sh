@@ -61,6 +61,11 @@ prepare() {
     libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev nlohmann-json3-dev libcli11-dev \
     libgtest-dev libgmock-dev libgloo-dev
   cp "$shared/tools/carry-debs.sh" .deps/
+  # cuDNN's header-only frontend (the NormConv graphs; the machine's PyTorch environment lacks it), from .venv.
+  local fe; fe=$(ls -d "$root"/.venv/lib/python3*/site-packages/include 2>/dev/null | head -1)
+  [[ -f $fe/cudnn_frontend.h ]] || die "prepare: no cudnn_frontend.h in .venv (scripts/setup.sh installs nvidia-cudnn-frontend)"
+  rm -rf .deps/cudnn-frontend; mkdir -p .deps/cudnn-frontend
+  cp -r "$fe" .deps/cudnn-frontend/include
   # The ImageNet-like set's source photographs (python3-skimage is not there).
   mkdir -p .deps/photos
   local skdata=/usr/lib/python3/dist-packages/skimage/data  # Debian's python3-skimage
@@ -417,13 +422,17 @@ stage_infer() {
 # numerics first; then the JPEG rows, whose loader must now keep up with a faster step.
 stage_fused() {
   need_build
-  step --gtest fused-numerics "$bin/tests/unit_tests" --gtest_filter='Gpu.Fused*'
+  step --gtest fused-numerics "$bin/tests/unit_tests" --gtest_filter='Gpu.Fused*:Gpu.NormConv*:Gpu.BnStats*'
   ran_on_gpu "$res/fused-numerics.log"
   local common p=$amp
   bench_args "$p"
   local prof=(--profile-steps "$profile_steps") files=()
   step --show 8 "convnets-$p" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$fused_batches" \
     --json "$res/convnets-$p.json" --profile "$res/convnets-$p.trace.json" "${prof[@]}"
+  # Part 2 alone (BN+ReLU and BN+add+ReLU fused, the blocks' convolutions as before), then nothing fused.
+  step --show 8 "convnets-$p-no-norm-conv" "$bin/convnets" bench train "${common[@]}" --no-norm-conv \
+    --batch-sizes "$fused_batches" --json "$res/convnets-$p-no-norm-conv.json" \
+    --profile "$res/convnets-$p-no-norm-conv.trace.json" "${prof[@]}"
   step --show 8 "convnets-$p-no-fused-bn" "$bin/convnets" bench train "${common[@]}" --no-fused-bn \
     --batch-sizes "$fused_batches" --json "$res/convnets-$p-no-fused-bn.json" \
     --profile "$res/convnets-$p-no-fused-bn.trace.json" "${prof[@]}"
@@ -433,7 +442,8 @@ stage_fused() {
     "${prof[@]}"
   step --show 1 "eager-$p" "$py" "$root/bench/torch_peer.py" train "${common[@]}" --batch-sizes "$fused_batches" \
     --json "$res/eager-$p.json" --profile "$res/eager-$p.trace.json" "${prof[@]}"
-  files+=("convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.json" "$res/eager-$p.json")
+  files+=("convnets --no-norm-conv=$res/convnets-$p-no-norm-conv.json"
+          "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.json" "$res/eager-$p.json")
   local mode modes=(default)
   # reduce-overhead and max-autotune are inductor's modes; the dry run's eager backend has none.
   if [[ $compile_backend == inductor ]]; then modes+=(reduce-overhead); fi
@@ -456,6 +466,7 @@ stage_fused() {
   step --show -1 "compare-$p" "$py" "$root/bench/compare.py" "$res/convnets-$p.json" "${files[@]}" \
     --figure-note "fused BN, synthetic data" --summary "$summary_json"
   step --show -1 "profile-$p" "$py" "$root/bench/profile_families.py" "convnets=$res/convnets-$p.trace.json" \
+    "convnets --no-norm-conv=$res/convnets-$p-no-norm-conv.trace.json" \
     "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.trace.json" \
     "convnets eager step=$res/convnets-$p-eager-step.trace.json" "pytorch eager=$res/eager-$p.trace.json" \
     --steps "$profile_steps" --json "$res/profile-$p.json"

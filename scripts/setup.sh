@@ -49,14 +49,18 @@ fi
 # Debian's interpreter, not whichever python3 comes first on PATH.
 venv=$PWD/.venv
 requirements=scripts/requirements.txt
-if [[ ! -x $venv/bin/python ]] || ! cmp -s "$requirements" "$venv/requirements.installed"; then
-  echo "setup: installing the Python environment .venv ($requirements; about 5.5 GB the first time)"
+nodeps=scripts/requirements-nodeps.txt
+if [[ ! -x $venv/bin/python ]] || ! cmp -s "$requirements" "$venv/requirements.installed" ||
+   ! cmp -s "$nodeps" "$venv/requirements-nodeps.installed"; then
+  echo "setup: installing the Python environment .venv ($requirements, $nodeps; about 5.5 GB the first time)"
   [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input --no-deps -r "$nodeps"
   cp "$requirements" "$venv/requirements.installed"
+  cp "$nodeps" "$venv/requirements-nodeps.installed"
   done_part "Python environment .venv: installed"
 else
-  done_part "Python environment .venv: up to date with $requirements"
+  done_part "Python environment .venv: up to date with $requirements and $nodeps"
 fi
 
 # The wheels' CUDA (nvidia/cu13) laid out as a toolkit, for CMake and nvcc.

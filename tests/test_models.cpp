@@ -3,7 +3,11 @@
 #include "io/state_dict.h"
 #include "export/onnx_export.h"
 #include "models/graph.h"
+#include "kernels/bn_stats.h"
 #include "models/layers.h"
+#include "models/norm_conv.h"
+#include "models/resnet.h"
+#include "norm_conv_block.h"
 #include "models/registry.h"
 #include "test_util.h"
 
@@ -221,6 +225,196 @@ TEST(Models, FusedBnFallsBackToTheSameOpsOffCuda) {
   EXPECT_TRUE(torch::allclose(bn->running_var, var));
   EXPECT_EQ(bn->num_batches_tracked.item<std::int64_t>(), 1);
   EXPECT_THROW(bn->forward_fused(in), c10::Error) << "AddRelu needs its residual";
+}
+
+// ---- Part 3 of issue 58: the residual block with its BN statistics taken in the convolutions (NormConv) --------
+
+// The decomposition, with ATen's ops for its primitives, is the block's function: in fp64, the output, every
+// gradient (input, each conv weight, each BN gamma and beta) and each BN's running statistics and batch count equal
+// autograd's through the plain modules to 1e-10. This is the arithmetic the GPU runs with cuDNN's graphs and the
+// project's kernels in their place (Gpu.NormConv* compare those with these ops there).
+TEST(Models, NormConvBlockIsTheBlocksFunctionForwardAndBackward) {
+  struct Case {
+    const char* what;
+    std::int64_t in;
+    std::vector<std::int64_t> widths;
+    std::int64_t stride;
+  };
+  for (const Case& c : {Case{"bottleneck, downsample, stride 2", 16, {8, 8, 32}, 2},
+                        Case{"bottleneck, identity shortcut", 32, {8, 8, 32}, 1},
+                        Case{"basic block, downsample, stride 2", 8, {16, 16}, 2},
+                        Case{"basic block, identity shortcut", 16, {16, 16}, 1}}) {
+    testing_blocks::BlockModules plain_mods(c.in, c.widths, c.stride, 21, torch::kDouble),
+        fused_mods(c.in, c.widths, c.stride, 21, torch::kDouble);
+    torch::manual_seed(22);
+    // A conv output's statistics: off-centre, not unit scale.
+    const auto x0 = (torch::rand({3, c.in, 9, 7}, torch::kDouble) * 2.0).contiguous(at::MemoryFormat::ChannelsLast);
+    const auto dout = torch::randn({3, c.widths.back(), (9 - 1) / c.stride + 1, (7 - 1) / c.stride + 1}, torch::kDouble);
+    auto xa = x0.clone().requires_grad_(true), xb = x0.clone().requires_grad_(true);
+    const auto want = plain_mods.plain(xa);
+    const auto got = layers::norm_conv::forward(fused_mods.block, xb, layers::norm_conv::Backend::Aten);
+    ASSERT_EQ(got.sizes(), want.sizes()) << c.what;
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-10) << c.what << ": output";
+    want.backward(dout);
+    got.backward(dout);
+    EXPECT_LE((xb.grad() - xa.grad()).abs().max().item<double>(), 1e-10) << c.what << ": d(input)";
+    const auto a = plain_mods.gradients_and_buffers(), b = fused_mods.gradients_and_buffers();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(b[i].value.defined()) << c.what << ": " << a[i].name;
+      EXPECT_LE((b[i].value.to(torch::kDouble) - a[i].value.to(torch::kDouble)).abs().max().item<double>(), 1e-10)
+          << c.what << ": " << a[i].name;
+    }
+  }
+}
+
+// kernels/bn_stats.h's arithmetic, as the CPU loops run it (the CUDA kernels share each per-element function), against
+// the formulas in fp64 written out with ATen: BN finalised from sums (nn.BatchNorm2d's unbiased running variance),
+// the block's closing scale-bias-add-ReLU, its backward reductions and BN's backward applied.
+TEST(Models, BnStatsArithmeticMatchesTheFormulas) {
+  namespace bn = kernels::bn;
+  torch::manual_seed(31);
+  const std::int64_t rows = 50, C = 16;
+  const double m = 0.1, eps = 1e-5;
+  auto f32 = [](const at::Tensor& t) { return t.to(torch::kFloat).contiguous(); };
+  const auto y = torch::randn({rows, C}, torch::kDouble) * 1.5 + 0.4, yr = torch::randn({rows, C}, torch::kDouble);
+  const auto gamma = torch::rand({C}, torch::kDouble) + 0.5, beta = torch::randn({C}, torch::kDouble) * 0.2;
+  const auto rm0 = torch::randn({C}, torch::kDouble) * 0.1, rv0 = torch::rand({C}, torch::kDouble) + 0.5;
+  // finalize
+  auto sum = f32(y.sum(0)), sumsq = f32(y.square().sum(0)), g = f32(gamma), b = f32(beta), rm = f32(rm0), rv = f32(rv0);
+  auto mean = torch::empty({C}), invstd = torch::empty({C}), scale = torch::empty({C}), bias = torch::empty({C});
+  auto scale2 = torch::empty({C}), bias2 = torch::empty({C});
+  bn::FinalizeArgs fa;
+  fa.sum = sum.data_ptr<float>(), fa.sumsq = sumsq.data_ptr<float>(), fa.gamma = g.data_ptr<float>();
+  fa.beta = b.data_ptr<float>(), fa.running_mean = rm.data_ptr<float>(), fa.running_var = rv.data_ptr<float>();
+  fa.mean = mean.data_ptr<float>(), fa.invstd = invstd.data_ptr<float>(), fa.scale = scale.data_ptr<float>();
+  fa.bias = bias.data_ptr<float>(), fa.scale_lowp = scale2.data_ptr(), fa.bias_lowp = bias2.data_ptr();
+  fa.lowp = bn::Storage::Float32, fa.channels = C, fa.count = rows, fa.momentum = m, fa.eps = eps;
+  bn::finalize_cpu(fa);
+  const auto mu = y.mean(0), var = y.var(0, /*unbiased=*/false), is = (var + eps).rsqrt();
+  auto near = [](const at::Tensor& got, const at::Tensor& want, double tol) {
+    return (got.to(torch::kDouble) - want).abs().max().item<double>() <= tol * (1 + want.abs().max().item<double>());
+  };
+  EXPECT_TRUE(near(mean, mu, 1e-5));
+  EXPECT_TRUE(near(invstd, is, 1e-4));
+  EXPECT_TRUE(near(scale, gamma * is, 1e-4));
+  EXPECT_TRUE(near(bias, beta - mu * gamma * is, 1e-4));
+  EXPECT_TRUE(torch::equal(scale2, scale));
+  EXPECT_TRUE(near(rm, (1 - m) * rm0 + m * mu, 1e-5));
+  EXPECT_TRUE(near(rv, (1 - m) * rv0 + m * y.var(0, /*unbiased=*/true), 1e-5)) << "the unbiased batch variance";
+  // scale-bias-add-ReLU, with a BN on the residual and without
+  const auto yf = f32(y), yrf = f32(yr), rs = f32(gamma * 0.5), rb = f32(beta * 2);
+  for (const bool res_bn : {true, false}) {
+    auto out = torch::empty({rows, C});
+    bn::AddReluArgs aa;
+    aa.y = yf.data_ptr(), aa.scale = scale.data_ptr<float>(), aa.bias = bias.data_ptr<float>(), aa.residual = yrf.data_ptr();
+    if (res_bn) aa.res_scale = rs.data_ptr<float>(), aa.res_bias = rb.data_ptr<float>();
+    aa.out = out.data_ptr(), aa.storage = bn::Storage::Float32, aa.rows = rows, aa.channels = C;
+    bn::scale_bias_add_relu_cpu(aa);
+    const auto r = res_bn ? yr * (gamma * 0.5) + beta * 2 : yr;
+    EXPECT_TRUE(near(out, torch::relu(y * scale.to(torch::kDouble) + bias.to(torch::kDouble) + r), 1e-5)) << res_bn;
+  }
+  // the ReLU's backward and BN's reductions
+  const auto out = f32(torch::relu(torch::randn({rows, C}, torch::kDouble)));
+  const auto dout = torch::randn({rows, C}, torch::kDouble), doutf = f32(dout);
+  auto dz = torch::empty({rows, C}), dsum = torch::zeros({C}), dsx = torch::zeros({C}), dsxr = torch::zeros({C});
+  const auto mr = f32(yr.mean(0)), isr = f32((yr.var(0, false) + eps).rsqrt());
+  bn::ReluBackwardArgs ra;
+  ra.dout = doutf.data_ptr(), ra.out = out.data_ptr(), ra.y = yf.data_ptr(), ra.mean = mean.data_ptr<float>();
+  ra.invstd = invstd.data_ptr<float>(), ra.y_res = yrf.data_ptr(), ra.mean_res = mr.data_ptr<float>();
+  ra.invstd_res = isr.data_ptr<float>(), ra.dz = dz.data_ptr(), ra.dsum = dsum.data_ptr<float>();
+  ra.dsum_xhat = dsx.data_ptr<float>(), ra.dsum_xhat_res = dsxr.data_ptr<float>(), ra.storage = bn::Storage::Float32;
+  ra.rows = rows, ra.channels = C;
+  bn::relu_backward_reduce_cpu(ra);
+  const auto dzd = dout * (out.to(torch::kDouble) > 0).to(torch::kDouble);
+  const auto xhat = (y - mean.to(torch::kDouble)) * invstd.to(torch::kDouble);
+  EXPECT_TRUE(near(dz, dzd, 1e-6));
+  EXPECT_TRUE(near(dsum, dzd.sum(0), 1e-5));
+  EXPECT_TRUE(near(dsx, (dzd * xhat).sum(0), 1e-5));
+  EXPECT_TRUE(near(dsxr, (dzd * (yr - mr.to(torch::kDouble)) * isr.to(torch::kDouble)).sum(0), 1e-5));
+  // BN's backward applied, against autograd through batch_norm in fp64
+  auto yg = y.clone().requires_grad_(true);
+  auto gg = gamma.clone().requires_grad_(true);
+  torch::batch_norm(yg.t().unsqueeze(0).unsqueeze(-1), gg, beta, {}, {}, true, 0.1, eps, false)
+      .squeeze(-1).squeeze(0).t().backward(dzd);
+  auto dy = torch::empty({rows, C});
+  const auto dzf = f32(dzd);
+  bn::DbnApplyArgs da;
+  da.dz = dzf.data_ptr(), da.y = yf.data_ptr(), da.gamma = g.data_ptr<float>(), da.mean = mean.data_ptr<float>();
+  da.invstd = invstd.data_ptr<float>(), da.dsum = dsum.data_ptr<float>(), da.dsum_xhat = dsx.data_ptr<float>();
+  da.dy = dy.data_ptr(), da.storage = bn::Storage::Float32, da.rows = rows, da.channels = C, da.count = rows;
+  bn::dbn_apply_cpu(da);
+  EXPECT_TRUE(near(dy, yg.grad(), 1e-4));
+  EXPECT_TRUE(near(dsx, gg.grad(), 1e-4)) << "d(gamma) = sum(dz * xhat)";
+}
+
+// Each cuDNN graph of ResNet-50's convolutions (the shapes of its four stages, the strided ones included) is one
+// cuDNN takes: validated and lowered to its operation graph, which cuDNN 9.8 and later do without a GPU. Whether an
+// engine runs it is the GPU's to say (Gpu.NormConv*).
+TEST(Models, NormConvGraphsAreValidCudnnGraphs) {
+  using layers::norm_conv::ConvGeometry;
+  std::vector<ConvGeometry> shapes;
+  auto add = [&](std::int64_t c, std::int64_t hw, std::int64_t k, std::int64_t r, std::int64_t stride, at::ScalarType t) {
+    ConvGeometry g;
+    g.n = 32, g.c = c, g.h = hw, g.w = hw, g.k = k, g.r = r, g.s = r, g.stride = stride, g.pad = r / 2, g.dtype = t;
+    shapes.push_back(g);
+  };
+  for (const auto t : {at::kHalf, at::kBFloat16}) {
+    add(64, 56, 64, 1, 1, t);     // layer1: 1x1 reduce
+    add(64, 56, 64, 3, 1, t);     // layer1: 3x3
+    add(64, 56, 256, 1, 1, t);    // layer1: 1x1 expand
+    add(256, 56, 128, 1, 1, t);   // layer2.0: 1x1 at the input's resolution
+    add(128, 56, 128, 3, 2, t);   // layer2.0: the strided 3x3 (v1.5)
+    add(256, 56, 512, 1, 2, t);   // layer2.0: the strided downsample
+    add(1024, 14, 512, 1, 1, t);  // layer4.0
+    add(512, 7, 2048, 1, 1, t);   // layer4: expand
+  }
+  for (const auto& g : shapes) EXPECT_EQ(layers::norm_conv::check_graphs(g), "") << g.str();
+  // A graph cuDNN must refuse is refused, naming it: a filter whose channels are not the input's.
+  ConvGeometry bad = shapes.front();
+  bad.r = 0;
+  EXPECT_NE(layers::norm_conv::check_graphs(bad), "");
+}
+
+// Which residual blocks train as NormConv (layers::norm_conv_plan), and why the others do not.
+TEST(Models, NormConvPlanNamesEveryBlockAndWhy) {
+  layers::ShapesOnly shapes_only;
+  ModelOptions listing;
+  listing.initialize = false;
+  layers::FusedBnContext gpu;
+  gpu.cuda = true;
+  gpu.dtype = torch::kHalf;
+  auto count_on = [](const std::vector<layers::NormConvEntry>& plan) {
+    return std::count_if(plan.begin(), plan.end(), [](const auto& e) { return e.refusal.empty(); });
+  };
+  auto resnet50 = build_model(find_architecture("resnet50"), listing);
+  auto plan = layers::norm_conv_plan(*resnet50, gpu);
+  ASSERT_EQ(plan.size(), 16u);
+  EXPECT_EQ(count_on(plan), 16);
+  EXPECT_EQ(plan.front().name, "layer1.0");
+  EXPECT_EQ(layers::describe_norm_conv_plan(plan), "16 of 16 residual blocks as NormConv (BN statistics in the convolutions)");
+  EXPECT_EQ(layers::set_norm_conv(*resnet50, gpu), 16);
+  auto resnet18 = build_model(find_architecture("resnet18"), listing);
+  EXPECT_EQ(count_on(layers::norm_conv_plan(*resnet18, gpu)), 8);
+  auto resnext = build_model(find_architecture("resnext50_32x4d"), listing);
+  const auto rx = layers::norm_conv_plan(*resnext, gpu);
+  EXPECT_EQ(count_on(rx), 0);
+  EXPECT_NE(rx.front().refusal.find("grouped convolution (ResNeXt)"), std::string::npos) << rx.front().refusal;
+  auto se = build_model(find_architecture("se_resnext101_32x4d"), listing);
+  const auto sp = layers::norm_conv_plan(*se, gpu);
+  EXPECT_NE(sp.front().refusal.find("SE gate"), std::string::npos) << sp.front().refusal;
+  auto c = gpu;
+  c.norm_conv = false;
+  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--no-norm-conv");
+  c = gpu, c.enabled = false;
+  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--no-fused-bn");
+  c = gpu, c.dtype = torch::kFloat;
+  EXPECT_NE(layers::norm_conv_plan(*resnet50, c).front().refusal.find("fp32 activations"), std::string::npos);
+  EXPECT_EQ(layers::set_norm_conv(*resnet50, c), 0);
+  // Part 2's probe is not part 3's: a cuDNN that refused the fused BN kernels may still run the graphs.
+  c = gpu, c.cudnn_refusal = "cuDNN 91900 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED";
+  EXPECT_EQ(count_on(layers::norm_conv_plan(*resnet50, c)), 16);
+  EXPECT_EQ(layers::describe_norm_conv_plan(layers::norm_conv_plan(*build_model(find_architecture("gpunet-0"), listing), gpu)), "");
 }
 
 TEST(Models, ShapesOnlyBuildsTheSameNetworkWithZeros) {

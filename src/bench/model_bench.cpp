@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <new>
 #include <optional>
@@ -89,14 +90,28 @@ void profile_steps(const std::string& path, int steps, const c10::Device& device
   namespace prof = torch::profiler::impl;
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
   std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
-  if (device.is_cuda()) activities.insert(prof::ActivityType::CUDA);
+  if (device.is_cuda()) {
+    activities.insert(prof::ActivityType::CUDA);
+    // What torch.profiler sets when CUDA graphs are about (torch/profiler/profiler.py; pytorch#75504): CUPTI torn
+    // down and re-initialised around a replayed graph loses or breaks its kernel records.
+    ::setenv("TEARDOWN_CUPTI", "0", 0);
+    ::setenv("DISABLE_CUPTI_LAZY_REINIT", "1", 0);
+  }
+  std::remove(path.c_str());  // a trace left by an earlier run must not pass for this one's
   synchronize(device);
   torch::autograd::profiler::prepareProfiler(config, activities);
   torch::autograd::profiler::enableProfiler(config, activities);
+  // Disabled however the steps end: a profiler left on would record the rest of the run.
+  struct Stop {
+    std::unique_ptr<torch::autograd::profiler::ProfilerResult> result;
+    ~Stop() {
+      if (!result) torch::autograd::profiler::disableProfiler();
+    }
+  } stop;
   for (int i = 0; i < steps; ++i) iteration();
   synchronize(device);
-  auto result = torch::autograd::profiler::disableProfiler();
-  result->save(path);
+  stop.result = torch::autograd::profiler::disableProfiler();
+  stop.result->save(path);
   if (!std::ifstream(path)) throw Error("--profile " + path + ": the profiler wrote no trace there");
 }
 
@@ -153,7 +168,6 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   if (o.train) {
     if (!o.train_step) throw Error("bench train: no training step was given (ModelBenchOptions::train_step)");
     const auto stepper = o.train_step(*model, rt, o);
-    row.fused_bn = stepper->fused_bn();
     auto iteration = [&] {
       if (!files) {
         stepper->run(runtime::network_input(images, pre, rt), labels);
@@ -172,8 +186,9 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     };
     // Throughput as training sees it: the host runs ahead, one sync at the end.
     seconds = timed(iteration, false);
-    // Known once the warm-up has built (and captured) the step.
+    // Known once the warm-up has built (and captured) the step: whether it replays, which blocks fell back.
     row.cuda_graph = stepper->graphed();
+    row.fused_bn = stepper->fused_bn();
     row.mean_ms = seconds * 1e3 / iterations;
     if (!o.profile.empty() && !files && batch == o.batch_sizes.back()) {
       profile_steps(o.profile, o.profile_steps, rt.device, iteration);

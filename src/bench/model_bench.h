@@ -49,6 +49,7 @@ struct ModelBenchOptions {
   int warmup = 10, iterations = 50;
   bool cuda_graph = true;  // whole-step capture where the device allows it
   bool fused_bn = true;    // training: BN+ReLU and BN+add+ReLU as one cuDNN call where the run allows it
+  bool norm_conv = true;   // training, with fused_bn: residual blocks as NormConv (models/norm_conv.h)
   // Training: after the timed iterations of the last batch size, this many more steps under LibTorch's profiler
   // (Kineto: host ops and GPU kernels), its Chrome trace written to `profile` (bench/profile_families.py reads it).
   std::string profile;

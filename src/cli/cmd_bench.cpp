@@ -179,7 +179,7 @@ struct BenchModelArgs {
   std::vector<std::string> engines{"auto"};
   std::string checkpoint;
   bool as_float = false, arch_given = false;
-  bool no_cuda_graph = false, no_fused_bn = false;
+  bool no_cuda_graph = false, no_fused_bn = false, no_norm_conv = false;
   distributed::LaunchOptions launch;
 };
 
@@ -275,6 +275,7 @@ void run_bench_model(BenchModelArgs& a) {
   }
   o.cuda_graph = !a.no_cuda_graph;
   o.fused_bn = !a.no_fused_bn;
+  o.norm_conv = !a.no_norm_conv;
   std::unique_ptr<distributed::Group> group;
   if (worker && (worker->world_size > 1 || std::getenv(kBenchGroup))) {
     group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");
@@ -341,6 +342,9 @@ void add_model_bench(CLI::App& bench, bool train) {
     cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run the step eagerly instead of replaying a CUDA graph");
     cmd->add_flag("--no-fused-bn", args->no_fused_bn,
                   "Run BN, the residual add and ReLU as separate ops instead of one cuDNN call (as train's --no-fused-bn)");
+    cmd->add_flag("--no-norm-conv", args->no_norm_conv,
+                  "Keep the fused BN+ReLU but not the residual blocks with their BN statistics in the convolutions "
+                  "(as train's --no-norm-conv)");
     cmd->add_option("--profile", o.profile,
                     "After timing the last batch size, profile more steps (Kineto: host ops, GPU kernels) into this "
                     "Chrome trace file (bench/profile_families.py sums its kernels by family)");

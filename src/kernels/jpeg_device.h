@@ -1,13 +1,9 @@
 // The device half of hybrid JPEG decoding (dequantise + IDCT, chroma upsampling + colour conversion, resample + flip + normalise) as per-element functions that the CUDA kernels and their CPU loops share; no torch headers.
 #pragma once
 
-#include <cstdint>
+#include "kernels/host_device.h"
 
-#if defined(__CUDACC__)
-#define CONVNETS_HD __host__ __device__ __forceinline__
-#else
-#define CONVNETS_HD inline
-#endif
+#include <cstdint>
 
 namespace convnets::kernels::jpeg {
 

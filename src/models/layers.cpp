@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -395,14 +396,17 @@ FusedBackward fused_bn_backward(const at::Tensor& x, const at::Tensor& y, const 
 }
 
 struct FusedBnReluFunction : public torch::autograd::Function<FusedBnReluFunction> {
-  // `residual` undefined: BN+ReLU; defined: BN+add+ReLU.
+  // No residual: BN+ReLU; one: BN+add+ReLU. An optional, not an undefined tensor: Function::apply records every
+  // tensor argument's device, and an undefined one has none.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
-                               const torch::Tensor& residual, const torch::Tensor& weight, const torch::Tensor& bias,
-                               torch::Tensor running_mean, torch::Tensor running_var, double momentum, double eps) {
-    auto f = fused_bn_forward(input, residual, weight, bias, running_mean, running_var, momentum, eps);
+                               const std::optional<torch::Tensor>& residual, const torch::Tensor& weight,
+                               const torch::Tensor& bias, torch::Tensor running_mean, torch::Tensor running_var,
+                               double momentum, double eps) {
+    const at::Tensor z = residual.value_or(at::Tensor());
+    auto f = fused_bn_forward(input, z, weight, bias, running_mean, running_var, momentum, eps);
     ctx->save_for_backward({input, f.y, weight, bias, f.save_mean, f.save_invstd, f.reserve});
     ctx->saved_data["eps"] = eps;
-    ctx->saved_data["with_residual"] = residual.defined();
+    ctx->saved_data["with_residual"] = z.defined();
     return f.y;
   }
 
@@ -486,13 +490,23 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& input) {
 torch::Tensor BatchNorm2dImpl::forward_fused(const torch::Tensor& input, const torch::Tensor& residual) {
   TORCH_CHECK(residual.defined() == (fusion_ == BnFusion::AddRelu),
               "BatchNorm2d::forward_fused: a residual goes with BnFusion::AddRelu, and only with it");
-  if (fused_ && is_training() && !sync_ && !folded_ && fused_bn_takes(input, residual, weight)) {
-    {
+  if (fused_ && fused_failure_.empty() && is_training() && !sync_ && !folded_ && fused_bn_takes(input, residual, weight)) {
+    const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+    try {
+      auto y = FusedBnReluFunction::apply(input, residual.defined() ? std::optional<at::Tensor>(residual) : std::nullopt,
+                                          weight, bias, running_mean, running_var, options.momentum().value_or(0.1),
+                                          options.eps());
       torch::NoGradGuard no_grad;
       num_batches_tracked.add_(1);
+      return y;
+    } catch (const Error& e) {
+      // cuDNN refused this layer's shape (it checks before it computes anything): outside a capture the layer
+      // keeps the three ops from here on, said once; inside one, the capture is already lost.
+      if (capturing) throw;
+      fused_failure_ = e.what();
+      std::cerr << "convnets: note: a BatchNorm layer (" << options.num_features()
+                << " channels) keeps separate BN, add and ReLU: " << fused_failure_ << "\n";
     }
-    return FusedBnReluFunction::apply(input, residual, weight, bias, running_mean, running_var,
-                                      options.momentum().value_or(0.1), options.eps());
   }
   auto y = forward(input);
   if (residual.defined()) y = y + residual;
@@ -516,24 +530,29 @@ std::string fused_bn_refusal(const FusedBnContext& c, BnFusion fusion, std::int6
 
 std::string cudnn_fused_bn_refusal(at::ScalarType dtype) {
   if (auto verdict = cached_probe(dtype)) return *verdict;
+  TORCH_CHECK(!at::cuda::is_available() ||
+                  c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
+              "cudnn_fused_bn_refusal: a first probe inside a CUDA graph capture would be recorded into the graph");
   std::string why;
   if (!is_fused_dtype(dtype)) {
     why = std::string("cuDNN's fused BN kernels take fp16 or bfloat16, not ") + dtype_name(dtype);
   } else {
     try {
-      // The smallest case of each: 2 x 4 x 2 x 2, BN+add+ReLU forward and backward, then BN+ReLU forward.
+      // A small case of each, of a ResNet's smallest width: 2 x 64 x 4 x 4, BN+add+ReLU and BN+ReLU, forward and
+      // backward.
       torch::NoGradGuard no_grad;
       const auto o = at::TensorOptions().device(at::kCUDA).dtype(dtype);
       const auto f32 = o.dtype(at::kFloat);
       // Fixed values, not random ones: a probe must not move the CUDA generator a seeded run draws from.
-      const auto ramp = (at::arange(16, f32) / 8.0 - 1.0).view({2, 4, 2, 2});
+      const auto ramp = (at::arange(2 * 64 * 16, f32) / 1024.0 - 1.0).view({2, 64, 4, 4});
       const auto x = ramp.to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
       const auto z = (ramp * 0.5).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
-      const auto w = at::ones({4}, f32), b = at::zeros({4}, f32);
-      auto mean = at::zeros({4}, f32), var = at::ones({4}, f32);
-      auto f = fused_bn_forward(x, z, w, b, mean, var, 0.1, 1e-5);
-      fused_bn_backward(x, f.y, at::ones_like(f.y), true, w, b, f.save_mean, f.save_invstd, f.reserve, 1e-5);
-      fused_bn_forward(x, {}, w, b, mean, var, 0.1, 1e-5);
+      const auto w = at::ones({64}, f32), b = at::zeros({64}, f32);
+      auto mean = at::zeros({64}, f32), var = at::ones({64}, f32);
+      for (const bool add : {true, false}) {
+        auto f = fused_bn_forward(x, add ? z : at::Tensor(), w, b, mean, var, 0.1, 1e-5);
+        fused_bn_backward(x, f.y, at::ones_like(f.y), add, w, b, f.save_mean, f.save_invstd, f.reserve, 1e-5);
+      }
       // A kernel that did not launch shows here, not in cuDNN's status.
       const auto launched = cudaDeviceSynchronize();
       if (launched != cudaSuccess) throw Error(std::string("the probe's kernels failed: ") + cudaGetErrorString(launched));
@@ -564,28 +583,80 @@ std::vector<FusedBnLayer> fused_bn_plan(torch::nn::Module& module, const FusedBn
   return plan;
 }
 
-std::string describe_fused_bn_plan(const std::vector<FusedBnLayer>& plan) {
-  int relu = 0, add_relu = 0;
-  std::vector<std::pair<std::string, std::vector<std::string>>> refused;  // reason -> layers, in first-seen order
-  for (const auto& l : plan) {
-    if (l.refusal.empty()) {
-      (l.fusion == BnFusion::AddRelu ? add_relu : relu) += 1;
-      continue;
-    }
-    auto it = std::find_if(refused.begin(), refused.end(), [&](const auto& r) { return r.first == l.refusal; });
-    if (it == refused.end()) it = refused.insert(refused.end(), {l.refusal, {}});
-    it->second.push_back(l.name);
+namespace {
+
+// "; not fused: 4 for REASON (first, ...); 1 for OTHER (name)": the refused entries grouped by reason, in the order
+// each reason first appears.
+std::string grouped_refusals(const std::vector<std::pair<std::string, std::string>>& refused_names,
+                             const char* lead) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const auto& [name, reason] : refused_names) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == reason; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {reason, {}});
+    it->second.push_back(name);
   }
   std::ostringstream s;
-  s << relu + add_relu << " of " << plan.size() << " BatchNorm layers fused (" << relu << " BN+ReLU, " << add_relu
-    << " BN+add+ReLU)";
-  for (std::size_t i = 0; i < refused.size(); ++i) {
-    const auto& [reason, names] = refused[i];
-    s << (i == 0 ? "; not fused: " : "; ") << names.size() << " for " << reason << " (" << names.front();
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const auto& [reason, names] = groups[i];
+    s << (i == 0 ? lead : "; ") << names.size() << " for " << reason << " (" << names.front();
     if (names.size() > 1) s << ", " << (names.size() == 2 ? names[1] : "...");
     s << ")";
   }
   return s.str();
+}
+
+}  // namespace
+
+std::string describe_fused_bn_plan(const std::vector<FusedBnLayer>& plan) {
+  int relu = 0, add_relu = 0;
+  std::vector<std::pair<std::string, std::string>> refused;
+  for (const auto& l : plan) {
+    if (l.refusal.empty()) {
+      (l.fusion == BnFusion::AddRelu ? add_relu : relu) += 1;
+    } else {
+      refused.emplace_back(l.name, l.refusal);
+    }
+  }
+  std::ostringstream s;
+  s << relu + add_relu << " of " << plan.size() << " BatchNorm layers fused (" << relu << " BN+ReLU, " << add_relu
+    << " BN+add+ReLU)" << grouped_refusals(refused, "; not fused: ");
+  return s.str();
+}
+
+std::vector<NormConvEntry> norm_conv_plan(torch::nn::Module& module, const FusedBnContext& context) {
+  std::vector<NormConvEntry> plan;
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    if (const auto* block = dynamic_cast<const NormConvCapable*>(item.value().get())) {
+      plan.push_back({item.key(), block->norm_conv_refusal(context)});
+    }
+  }
+  return plan;
+}
+
+std::string describe_norm_conv_plan(const std::vector<NormConvEntry>& plan) {
+  if (plan.empty()) return "";
+  int taken = 0;
+  std::vector<std::pair<std::string, std::string>> refused;
+  for (const auto& e : plan) {
+    if (e.refusal.empty()) ++taken;
+    else refused.emplace_back(e.name, e.refusal);
+  }
+  std::ostringstream s;
+  s << taken << " of " << plan.size() << " residual blocks as NormConv (BN statistics in the convolutions)"
+    << grouped_refusals(refused, "; not: ");
+  return s.str();
+}
+
+int set_norm_conv(torch::nn::Module& module, const FusedBnContext& context) {
+  int count = 0;
+  for (auto& m : module.modules(/*include_self=*/true)) {
+    if (auto* block = dynamic_cast<NormConvCapable*>(m.get())) {
+      const bool on = block->norm_conv_refusal(context).empty();
+      block->set_norm_conv(on);
+      count += on ? 1 : 0;
+    }
+  }
+  return count;
 }
 
 int set_fused_batchnorm(torch::nn::Module& module, bool on) {

@@ -136,6 +136,7 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   bool folded_ = false;
   BnFusion fusion_ = BnFusion::None;
   bool fused_ = false;
+  std::string fused_failure_;  // what cuDNN said when it refused this layer's shape: the three ops from then on
 };
 TORCH_MODULE(BatchNorm2d);
 
@@ -143,7 +144,8 @@ TORCH_MODULE(BatchNorm2d);
 // training run's device, the activations' dtype (autocast's), their memory format, and whether cuDNN took a probe
 // call of the fused kernels in that dtype (cudnn_fused_bn_refusal; the CPU tests set it by hand).
 struct FusedBnContext {
-  bool enabled = true;           // --no-fused-bn: false
+  bool enabled = true;           // --no-fused-bn: false (this and the blocks' NormConv below)
+  bool norm_conv = true;         // --no-norm-conv: false (the blocks keep part 2's fused BN+ReLU)
   bool cuda = false;
   bool training = true;
   at::ScalarType dtype = at::kFloat;
@@ -174,6 +176,27 @@ std::vector<FusedBnLayer> fused_bn_plan(torch::nn::Module& module, const FusedBn
 std::string describe_fused_bn_plan(const std::vector<FusedBnLayer>& plan);
 // Turns the fused path of every BatchNorm2d in `module` on or off; returns how many have a fusion to run.
 int set_fused_batchnorm(torch::nn::Module& module, bool on);
+
+// A residual block that can train as one function with its BN statistics taken in its convolutions (NormConv:
+// models/norm_conv.h): the plan asks each why not, training switches them on.
+class NormConvCapable {
+ public:
+  virtual ~NormConvCapable() = default;
+  virtual void set_norm_conv(bool on) = 0;
+  // Why this block cannot run so in `context` ("" if it can); after a CUDA step, also why its first CUDA forward
+  // fell back (cuDNN had no engine for a graph of its shape).
+  virtual std::string norm_conv_refusal(const FusedBnContext& context) const = 0;
+};
+
+struct NormConvEntry {
+  std::string name;     // the block's state_dict prefix: layer1.0
+  std::string refusal;  // "" where it runs as NormConv
+};
+std::vector<NormConvEntry> norm_conv_plan(torch::nn::Module& module, const FusedBnContext& context);
+// "16 of 16 residual blocks as NormConv" and the reasons of the others, grouped; "" for a network without such blocks.
+std::string describe_norm_conv_plan(const std::vector<NormConvEntry>& plan);
+// Switches NormConv on in each block whose refusal in `context` is empty, off in the others; returns how many are on.
+int set_norm_conv(torch::nn::Module& module, const FusedBnContext& context);
 
 // Turns synchronized BatchNorm on for every layers::BatchNorm2d in `module`;
 // returns how many there are.

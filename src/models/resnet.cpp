@@ -2,9 +2,13 @@
 
 #include "models/graph.h"
 #include "models/layers.h"
+#include "models/norm_conv.h"
 
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <torch/torch.h>
 
+#include <iostream>
+#include <map>
 #include <regex>
 
 namespace convnets {
@@ -46,7 +50,7 @@ TORCH_MODULE(SqueezeExcitation);
 // BasicBlock and Bottleneck in one class: the registration order below is the
 // state_dict order of torchvision (conv/bn pairs, then downsample) and of DLE
 // (SE registered after downsample).
-class BlockImpl : public nn::Module {
+class BlockImpl : public nn::Module, public layers::NormConvCapable {
  public:
   BlockImpl(const ResNetConfig& c, int64_t in, int64_t planes, int64_t stride) {
     const int64_t expansion = c.bottleneck ? 4 : 1;
@@ -71,11 +75,29 @@ class BlockImpl : public nn::Module {
       downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), layers::BatchNorm2d(out)));
     }
     if (c.se_channels > 0) se_ = register_module("squeeze", SqueezeExcitation(out, c.se_channels));
+    for (size_t i = 0; i < convs_.size(); ++i) norm_block_.branch.push_back({convs_[i].get(), bns_[i].get()});
+    if (downsample_) {
+      norm_block_.downsample = {downsample_[0]->as<layers::Conv2dImpl>(), downsample_[1]->as<layers::BatchNorm2dImpl>()};
+    }
   }
 
-  // BN+ReLU and BN+add+ReLU through forward_fused: one cuDNN call each when training on CUDA in half precision
-  // (Paddle's fuse_bn_act_ops / fuse_bn_add_act_ops), the same three ops elsewhere.
+  void set_norm_conv(bool on) override { norm_conv_ = on; }
+
+  std::string norm_conv_refusal(const layers::FusedBnContext& context) const override {
+    if (auto why = layers::norm_conv::refusal(context, norm_block_); !why.empty()) return why;
+    for (const auto& [shape, why] : verdicts_) {
+      if (!why.empty()) return why;
+    }
+    return "";
+  }
+
+  // Training on CUDA in half precision: the whole block as one NormConv function where its plans build (part 3,
+  // models/norm_conv.h), else BN+ReLU and BN+add+ReLU through forward_fused, one cuDNN call each (Paddle's
+  // fuse_bn_act_ops / fuse_bn_add_act_ops); elsewhere the same function as separate ops.
   torch::Tensor forward(const torch::Tensor& x) {
+    if (norm_conv_ && is_training() && layers::norm_conv::takes(x, norm_block_) && planned(x)) {
+      return layers::norm_conv::forward(norm_block_, x, layers::norm_conv::Backend::Cudnn);
+    }
     auto y = x;
     for (size_t i = 0; i + 1 < convs_.size(); ++i) y = bns_[i]->forward_fused(convs_[i](y));
     auto shortcut = downsample_ ? downsample_->forward(x) : x;
@@ -105,6 +127,21 @@ class BlockImpl : public nn::Module {
   layers::BatchNorm2d last_bn() { return bns_.back(); }
 
  private:
+  // Whether cuDNN built every plan of this block for x's shape: asked once per shape, outside a capture (the
+  // training step's eager warm-up); a shape it has no engine for keeps part 2's path, said once.
+  bool planned(const torch::Tensor& x) {
+    std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
+    key.push_back(static_cast<std::int64_t>(x.scalar_type()));
+    if (auto it = verdicts_.find(key); it != verdicts_.end()) return it->second.empty();
+    if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) return false;
+    const auto why = layers::norm_conv::prepare(norm_block_, x);
+    if (!why.empty()) std::cerr << "convnets: note: a residual block keeps the fused BN+ReLU path: " << why << "\n";
+    return verdicts_.emplace(std::move(key), why).first->second.empty();
+  }
+
+  layers::norm_conv::Block norm_block_;
+  bool norm_conv_ = false;
+  std::map<std::vector<std::int64_t>, std::string> verdicts_;
   std::vector<Conv2d> convs_;
   std::vector<layers::BatchNorm2d> bns_;
   nn::Sequential downsample_{nullptr};

@@ -5,6 +5,7 @@
 #include "core/options.h"
 #include "data/loader.h"
 #include "models/layers.h"
+#include "models/norm_conv_graphs.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -89,7 +90,9 @@ void prepare_model(NetworkImpl& model, const Runtime& rt) {
   }
 }
 
-std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled) {
+namespace {
+
+layers::FusedBnContext fusion_context(const Runtime& rt, bool enabled, bool norm_conv) {
   layers::FusedBnContext c;
   c.enabled = enabled;
   c.cuda = rt.device.is_cuda();
@@ -99,8 +102,32 @@ std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enab
   if (layers::fused_bn_refusal(c, layers::BnFusion::Relu, 4, false).empty()) {
     c.cudnn_refusal = layers::cudnn_fused_bn_refusal(c.dtype);
   }
+  c.norm_conv = norm_conv;
+  return c;
+}
+
+std::string describe(NetworkImpl& model, const layers::FusedBnContext& c) {
+  auto out = layers::describe_fused_bn_plan(layers::fused_bn_plan(model, c));
+  if (const auto blocks = layers::describe_norm_conv_plan(layers::norm_conv_plan(model, c)); !blocks.empty()) {
+    out += "; " + blocks;
+  }
+  if (const auto unfused = layers::norm_conv::backward_fallbacks(); !unfused.empty()) {
+    out += "; unfused where cuDNN has no engine: " + unfused;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled, bool norm_conv) {
+  const auto c = fusion_context(rt, enabled, norm_conv);
   layers::set_fused_batchnorm(model, enabled);
-  return layers::describe_fused_bn_plan(layers::fused_bn_plan(model, c));
+  layers::set_norm_conv(model, c);
+  return describe(model, c);
+}
+
+std::string describe_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled, bool norm_conv) {
+  return describe(model, fusion_context(rt, enabled, norm_conv));
 }
 
 at::Tensor network_input(const at::Tensor& images, const Preprocessing& pre, const Runtime& rt) {

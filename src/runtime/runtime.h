@@ -37,9 +37,13 @@ void check_runtime(const std::string& device, const std::string& precision);
 // Moves the model to the device and, for channels-last, its 4-D weights to NHWC memory.
 void prepare_model(NetworkImpl& model, const Runtime& rt);
 
-// Training's BN+ReLU and BN+add+ReLU fusion (layers::BatchNorm2dImpl::forward_fused) on for `rt` where `enabled`,
-// cuDNN probed once on CUDA first; returns the start line's account of which layers fuse and why the rest do not.
-std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled);
+// Training's fusions on for `rt` where `enabled`: BN+ReLU and BN+add+ReLU (layers::BatchNorm2dImpl::forward_fused,
+// cuDNN probed once on CUDA first) and, unless `norm_conv` is false, whole residual blocks with their BN statistics
+// taken in the convolutions (models/norm_conv.h). Returns the start line's account of which layers and blocks fuse
+// and why the rest do not.
+std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled, bool norm_conv = true);
+// The same account, later: after a CUDA step it also names the blocks that fell back when cuDNN had no engine.
+std::string describe_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled, bool norm_conv = true);
 
 // A loader batch (uint8 NHWC on the host) as the network's input on the
 // device: normalised in one pass, in the autocast dtype (fp16/bf16 input

@@ -16,8 +16,9 @@ namespace {
 class BenchStep : public bench::TimedTrainStep {
  public:
   BenchStep(NetworkImpl& model, const runtime::Runtime& rt, const bench::ModelBenchOptions& o)
-      : sgd_(model, {o.momentum, false, o.weight_decay, false}),
-        fused_bn_(runtime::set_fused_batchnorm(model, rt, o.fused_bn)) {
+      : model_(model), rt_(rt), fused_(o.fused_bn), norm_conv_(o.norm_conv),
+        sgd_(model, {o.momentum, false, o.weight_decay, false}) {
+    runtime::set_fused_batchnorm(model, rt, fused_, norm_conv_);
     if (rt.loss_scaling) scaler_.emplace(rt.device);
     StepOptions so;
     so.label_smoothing = o.label_smoothing;
@@ -36,12 +37,14 @@ class BenchStep : public bench::TimedTrainStep {
     runner_->run(micro, 0.1, 0);
   }
   bool graphed() const override { return runner_->graphed(); }
-  std::string fused_bn() const override { return fused_bn_; }
+  std::string fused_bn() const override { return runtime::describe_fused_batchnorm(model_, rt_, fused_, norm_conv_); }
   const distributed::ReducerStats* sync_stats() const override { return reducer_ ? &reducer_->stats() : nullptr; }
 
  private:
+  NetworkImpl& model_;
+  runtime::Runtime rt_;
+  bool fused_, norm_conv_;
   Sgd sgd_;
-  std::string fused_bn_;
   std::optional<LossScaler> scaler_;
   std::unique_ptr<distributed::GradientReducer> reducer_;
   std::optional<StepRunner> runner_;  // last: it holds the optimizer, scaler and reducer above

@@ -254,7 +254,7 @@ void build_network(TrainingRun& run) {
     layers::enable_sync_batchnorm(*run.model, std::shared_ptr<layers::BatchNormSync>(run.group, [](auto*) {}));
   }
   // QAT trains through the graph form (quant/eager.h), which fake-quantizes between BN and ReLU: nothing to fuse.
-  if (!c.qat) run.fused_bn = runtime::set_fused_batchnorm(*run.model, run.rt, c.fused_bn);
+  if (!c.qat) run.fused_bn = runtime::set_fused_batchnorm(*run.model, run.rt, c.fused_bn, c.norm_conv);
   if (c.qat) {
     start_qat(run);
   } else if (run.resume && run.resume->meta.contains("quantization")) {

@@ -1,0 +1,61 @@
+// The cuDNN graphs of a bottleneck trained with its BN statistics taken in the convolutions (MLPerf's NormConv, Paddle's fused_resunit): a convolution with a scale+bias+ReLU prologue and per-channel statistics in its epilogue, its dgrad with the ReLU's and BN's backward reductions, its wgrad with the prologue again; built and cached per shape through cuDNN's header-only frontend (the one file that includes it).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace convnets::layers::norm_conv {
+
+// One convolution of a block: its input (sizes in NCHW order, memory NHWC), filters [k, c, r, s] (memory KRSC: a
+// channels-last weight), stride and padding; fp16 or bfloat16 activations, fp32 statistics.
+struct ConvGeometry {
+  std::int64_t n = 0, c = 0, h = 0, w = 0;
+  std::int64_t k = 0, r = 1, s = 1;
+  std::int64_t stride = 1, pad = 0;
+  at::ScalarType dtype = at::kHalf;
+
+  std::int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  std::int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
+  std::string str() const;  // "3x3/2 256->256 at 28x28, batch 64, fp16"
+};
+
+// y = conv(prologue ? relu(x * scale + bias) : x, w), and sum(y) and sum(y^2) per output channel (fp32 [k]).
+// scale and bias: [c] in the activations' dtype (the previous BN as one affine map).
+void conv_genstats(const ConvGeometry& g, bool prologue, const at::Tensor& x, const at::Tensor& w,
+                   const at::Tensor& scale, const at::Tensor& bias, const at::Tensor& y, const at::Tensor& sum,
+                   const at::Tensor& sumsq);
+
+// The backward of relu(bn(y)) followed by the convolution `g` (whose input is that ReLU's output): the conv's
+// dgrad of dy, masked where gamma * (y - mean) * invstd + beta <= 0, written to dz; and per channel of y the sums
+// BN's backward needs, sum(dz) into dsum and sum(dz * (y - mean) * invstd) into dsum_xhat (fp32 [c]).
+void dgrad_drelu_dbn(const ConvGeometry& g, const at::Tensor& dy, const at::Tensor& w, const at::Tensor& y,
+                     const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& gamma, const at::Tensor& beta,
+                     const at::Tensor& dz, const at::Tensor& dsum, const at::Tensor& dsum_xhat);
+
+// The filters' gradient of `g` when its input is relu(x * scale + bias): dw = wgrad(dy, that input), in the
+// activations' dtype.
+void wgrad_prologue(const ConvGeometry& g, const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
+                    const at::Tensor& bias, const at::Tensor& dw);
+
+// Builds (and caches) the plans a block's convolution `g` will run: its forward graph (with or without the
+// prologue: an Error naming it where cuDNN has no engine, and the block keeps part 2's path) and, with the
+// prologue, its two backward graphs, whose absence is not an error: that step of the backward then runs unfused
+// (ATen's convolution and the project's kernels), which fused_dgrad / fused_wgrad say. Call outside a capture.
+void prepare(const ConvGeometry& g, bool prologue);
+bool fused_dgrad(const ConvGeometry& g);
+bool fused_wgrad(const ConvGeometry& g);
+// Off: every backward step runs unfused as where cuDNN has no engine (the GPU tests check that path this way).
+void set_fused_backward(bool on);
+// What cuDNN said of each graph it had no engine for (forward or backward), "; "-separated; "" if none.
+std::string backward_fallbacks();
+
+// Each graph of `g` (with and without the prologue, dgrad, wgrad) taken as far as cuDNN goes without a GPU:
+// validated and lowered to cuDNN's operation graph. "" when all pass, else which failed and what cuDNN said.
+std::string check_graphs(const ConvGeometry& g);
+
+// How many plans the cache holds (each a graph built for one shape on one cuDNN handle).
+std::size_t cached_plans();
+
+}  // namespace convnets::layers::norm_conv
