@@ -376,6 +376,50 @@ TEST(Models, NormConvGraphsAreValidCudnnGraphs) {
   EXPECT_NE(layers::norm_conv::check_graphs(bad), "");
 }
 
+// An NVIDIA H100 80GB HBM3 (SXM), as cuDNN's DeviceProperties::serialize writes one (its JSON keys): compute
+// capability 9.0, 132 SMs, 50 MiB of L2, 227 KiB of opt-in shared memory per block, the CUDA 13.0 driver; the
+// device tool's H100 (KINDS.md: 132 multiprocessors, 50 MB of L2, 81,559 MiB).
+constexpr const char* kH100 =
+    R"({"maxGridSize": [2147483647, 65535, 65535], "maxBlockSize": [1024, 1024, 64], "regsPerBlock": 65536, )"
+    R"("multiProcessorCount": 132, "warpSize": 32, "maxSharedMemoryPerBlock": 49152, )"
+    R"("maxSharedMemoryPerBlockOptin": 232448, "reservedSharedMemoryPerBlock": 1024, "maxRegistersPerSM": 65536, )"
+    R"("maxCtasPerSM": 32, "maxThreadsPerBlock": 1024, "maxThreadsPerSM": 2048, "pciDeviceId": 9008, )"
+    R"("isTccDriver": 0, "supportCoopLaunch": 1, "totalGlobalMem": 85031714816, "smClockRateKHz": 1980000, )"
+    R"("memClockRateKHz": 2619000, "l2CacheSize": 52428800, "cudaDeviceId": 0, "deviceVer": 900, )"
+    R"("driverVer": 13000, "deviceName": "NVIDIA H100 80GB HBM3"})";
+
+// cuDNN (the wheels' 9.24) plans every graph of a ResNet-50 and a ResNet-18 training step at batch 256 in fp16
+// for an H100, without one: heuristics, support check and plan build, deviceless. The GPU machine's cuDNN (9.19)
+// may choose other engines; whether they run is the GPU's to say. In bfloat16 it finds none: why the plan refuses
+// NormConv there.
+TEST(Models, NormConvPlansBuildForAnH100) {
+  using layers::norm_conv::ConvGeometry;
+  struct Case {
+    std::int64_t c, hw, k, r, stride;
+    bool prologue;
+  };
+  const std::vector<Case> cases{
+      {256, 56, 64, 1, 1, false},   // layer1.1.conv1: reads the block's input as it is
+      {64, 56, 64, 3, 1, true},     // layer1.x.conv2: BN1 + ReLU as its prologue
+      {64, 56, 256, 1, 1, true},    // layer1.x.conv3
+      {128, 56, 128, 3, 2, true},   // layer2.0.conv2: the strided 3x3 (v1.5)
+      {256, 56, 512, 1, 2, false},  // layer2.0's downsample
+      {512, 7, 2048, 1, 1, true},   // layer4.x.conv3
+      {64, 56, 128, 3, 2, false},   // ResNet-18 layer2.0.conv1
+      {128, 28, 128, 3, 1, true},   // ResNet-18 layer2.0.conv2
+  };
+  for (const auto& c : cases) {
+    ConvGeometry g;
+    g.n = 256, g.c = c.c, g.h = c.hw, g.w = c.hw, g.k = c.k, g.r = c.r, g.s = c.r, g.stride = c.stride, g.pad = c.r / 2;
+    g.dtype = at::kHalf;
+    EXPECT_EQ(layers::norm_conv::check_plans(g, c.prologue, kH100, 90), "") << g.str();
+  }
+  ConvGeometry bf16;
+  bf16.n = 256, bf16.c = 64, bf16.h = 56, bf16.w = 56, bf16.k = 64, bf16.r = 3, bf16.s = 3, bf16.pad = 1;
+  bf16.dtype = at::kBFloat16;
+  EXPECT_NE(layers::norm_conv::check_plans(bf16, true, kH100, 90), "") << "cuDNN found bf16 engines: lift the refusal";
+}
+
 // Which residual blocks train as NormConv (layers::norm_conv_plan), and why the others do not.
 TEST(Models, NormConvPlanNamesEveryBlockAndWhy) {
   layers::ShapesOnly shapes_only;
@@ -410,6 +454,8 @@ TEST(Models, NormConvPlanNamesEveryBlockAndWhy) {
   EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--no-fused-bn");
   c = gpu, c.dtype = torch::kFloat;
   EXPECT_NE(layers::norm_conv_plan(*resnet50, c).front().refusal.find("fp32 activations"), std::string::npos);
+  c.dtype = torch::kBFloat16;
+  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "bfloat16 (cuDNN's fused convolution engines take fp16)");
   EXPECT_EQ(layers::set_norm_conv(*resnet50, c), 0);
   // Part 2's probe is not part 3's: a cuDNN that refused the fused BN kernels may still run the graphs.
   c = gpu, c.cudnn_refusal = "cuDNN 91900 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED";

@@ -143,6 +143,8 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   std::optional<FileInput> files;
   if (backend != "synthetic") files.emplace(o, batch, pre.input_size, runtime::use_device_decode(backend, rt));
 
+  // The row's own peak: a larger batch fits where a smaller peak at the same batch leaves room (issue 58).
+  if (rt.device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(rt.device.index());
   BenchRow row;
   row.batch = batch;
   row.data_backend = backend;
@@ -254,6 +256,11 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
   }
   row.images_per_s = static_cast<double>(batch) * iterations / seconds;
   row.total_images_per_s = row.images_per_s;
+  if (rt.device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(rt.device.index());
+    const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    row.peak_memory_mb = static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1 << 20);
+  }
   if (o.group && o.train) {
     auto t = torch::full({1}, row.images_per_s, torch::kDouble);
     o.group->all_reduce_sum(t);
@@ -468,6 +475,7 @@ nlohmann::ordered_json to_json(const ModelBenchOptions& o, const std::vector<Ben
     } else {
       row["images_per_s"] = r.images_per_s;
       row["mean_ms"] = r.mean_ms;
+      if (o.runtime.device.is_cuda()) row["peak_memory_mb"] = r.peak_memory_mb;
       if (o.train) {
         row["cuda_graph"] = r.cuda_graph;
         row["fused_bn"] = r.fused_bn;

@@ -85,6 +85,7 @@ struct BenchRow {
   std::int64_t largest_fitting = 0;  // set when it does not fit (0: not even batch 1)
   bool cuda_graph = false;
   std::string fused_bn;  // training: TimedTrainStep::fused_bn
+  double peak_memory_mb = 0;  // CUDA: the most the caching allocator held allocated during the row (warm-up included)
   double images_per_s = 0;
   double mean_ms = 0, p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0;  // per iteration (a step, or a forward)
   // Data-parallel rows: images_per_s is this process's, total sums all processes.

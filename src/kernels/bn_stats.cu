@@ -42,7 +42,10 @@ __global__ void finalize_kernel(FinalizeArgs a) {
   a.mean[c] = f.mean, a.invstd[c] = f.invstd, a.scale[c] = f.scale, a.bias[c] = f.bias;
   a.running_mean[c] = f.running_mean, a.running_var[c] = f.running_var;
   if (a.scale_lowp) {
-    if (a.lowp == Storage::BFloat16) {
+    if (a.lowp == Storage::Float32) {
+      static_cast<float*>(a.scale_lowp)[c] = f.scale;
+      static_cast<float*>(a.bias_lowp)[c] = f.bias;
+    } else if (a.lowp == Storage::BFloat16) {
       static_cast<__nv_bfloat16*>(a.scale_lowp)[c] = __float2bfloat16_rn(f.scale);
       static_cast<__nv_bfloat16*>(a.bias_lowp)[c] = __float2bfloat16_rn(f.bias);
     } else {

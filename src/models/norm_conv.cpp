@@ -499,6 +499,11 @@ std::string refusal(const FusedBnContext& context, const Block& block) {
       !why.empty()) {
     return why;
   }
+  // cuDNN 9.24's heuristics offer no sm90 engine for these graphs in bfloat16 (HALF only: its dgrad+dbn_weight,
+  // scale-bias-relu+wgrad and fused conv engines), asked without a GPU for an H100 (2026-11-27).
+  if (context.enabled && context.norm_conv && context.dtype == at::kBFloat16) {
+    return "bfloat16 (cuDNN's fused convolution engines take fp16)";
+  }
   std::vector<const ConvBn*> all;
   for (const auto& cb : block.branch) all.push_back(&cb);
   if (block.downsample.conv) all.push_back(&block.downsample);
@@ -538,6 +543,7 @@ std::vector<ConvGeometry> geometries(const Block& block, const at::Tensor& x) {
 }
 
 std::string prepare(const Block& block, const at::Tensor& x) {
+  const c10::cuda::CUDAGuard guard(x.device());
   const auto gs = geometries(block, x);
   try {
     for (std::size_t i = 0; i < gs.size(); ++i) {

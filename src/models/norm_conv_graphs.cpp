@@ -10,8 +10,11 @@
 #define CUDNN_FRONTEND_SKIP_JSON_LIB
 #include <cudnn_frontend.h>
 
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+
 #include <atomic>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -139,15 +142,24 @@ struct Plan {
 };
 
 std::mutex cache_mutex;
-std::map<std::string, std::shared_ptr<const Plan>> cache;
+// Never destroyed: cuDNN's plans must not be torn down after cuDNN and the CUDA context at the process's exit.
+auto& cache = *new std::map<std::string, std::shared_ptr<const Plan>>;
 
-// The plan of `kind` for `c` on the current device's cuDNN handle: built on first use (cuDNN's heuristics, then its
-// fallback list), cached after, a failure too (asked once).
+// The plan of `kind` for `c` on this thread's cuDNN handle (PyTorch keeps one per thread and device, and a plan
+// belongs to the handle it was built with: the forward's graphs are built on the training thread, the backward's
+// on autograd's device thread, each at its first use in the step's eager warm-up): built on first use (cuDNN's
+// heuristics, then its fallback list), cached after, a failure too (asked once). Inside a CUDA graph capture
+// nothing is built: an unseen graph there is an absent one.
 std::shared_ptr<const Plan> lookup(Kind kind, const ConvGeometry& c) {
   auto handle = at::native::getCudnnHandle();
   const auto k = key(kind, c, handle);
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (auto it = cache.find(k); it != cache.end()) return it->second;
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+    auto absent = std::make_shared<Plan>();
+    absent->failure = std::string("the ") + kind_name(kind) + " graph of " + c.str() + " was not built before the capture";
+    return absent;
+  }
   auto p = std::make_shared<Plan>();
   p->graph = describe(kind, c);
   auto built = p->graph->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
@@ -252,12 +264,8 @@ void wgrad_prologue(const ConvGeometry& g, const at::Tensor& dy, const at::Tenso
 }
 
 void prepare(const ConvGeometry& g, bool with_prologue) {
+  // The backward's graphs are built where they run, on autograd's thread and its handle, at the first backward.
   plan(with_prologue ? Kind::SbrConvGenstats : Kind::ConvGenstats, g);
-  if (with_prologue) {
-    // Asked now, outside any capture; where cuDNN has no engine the backward runs that step unfused.
-    lookup(Kind::DgradDreluDbn, g);
-    lookup(Kind::SbrWgrad, g);
-  }
 }
 
 std::atomic<bool> fused_backward{true};
@@ -268,9 +276,10 @@ void set_fused_backward(bool on) { fused_backward = on; }
 
 std::string backward_fallbacks() {
   std::lock_guard<std::mutex> lock(cache_mutex);
+  std::set<std::string> seen;  // one line per graph and shape, whichever handles asked
   std::string out;
   for (const auto& [k, p] : cache) {
-    if (!p->graph) out += (out.empty() ? "" : "; ") + p->failure;
+    if (!p->graph && seen.insert(p->failure).second) out += (out.empty() ? "" : "; ") + p->failure;
   }
   return out;
 }
@@ -282,6 +291,27 @@ std::string check_graphs(const ConvGeometry& g) {
     auto status = graph->validate();
     // Without a handle: cuDNN 9.8 and later lower a graph to its operation graph on the CPU alone.
     if (status.is_good()) status = graph->build_operation_graph(nullptr);
+    if (!status.is_good()) failed += std::string(failed.empty() ? "" : "; ") + kind_name(kind) + ": " + status.get_message();
+  }
+  return failed;
+}
+
+std::string check_plans(const ConvGeometry& g, bool with_prologue, const std::string& device_json, int sm_version) {
+  auto device = std::make_shared<fe::DeviceProperties>();
+  auto status = device->deserialize(std::vector<std::uint8_t>(device_json.begin(), device_json.end()));
+  if (!status.is_good()) return "the device description: " + status.get_message();
+  std::string failed;
+  std::vector<Kind> kinds{Kind::ConvGenstats};
+  if (with_prologue) kinds = {Kind::SbrConvGenstats, Kind::DgradDreluDbn, Kind::SbrWgrad};
+  for (const Kind kind : kinds) {
+    auto graph = describe(kind, g);
+    // Both said: without them the frontend asks the CUDA driver, which a machine without a GPU has not.
+    graph->set_device_properties(device).set_sm_version(sm_version);
+    status = graph->validate();
+    if (status.is_good()) status = graph->build_operation_graph();
+    if (status.is_good()) status = graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (status.is_good()) status = graph->check_support();
+    if (status.is_good()) status = graph->build_plans();
     if (!status.is_good()) failed += std::string(failed.empty() ? "" : "; ") + kind_name(kind) + ": " + status.get_message();
   }
   return failed;

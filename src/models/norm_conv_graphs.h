@@ -39,10 +39,10 @@ void dgrad_drelu_dbn(const ConvGeometry& g, const at::Tensor& dy, const at::Tens
 void wgrad_prologue(const ConvGeometry& g, const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
                     const at::Tensor& bias, const at::Tensor& dw);
 
-// Builds (and caches) the plans a block's convolution `g` will run: its forward graph (with or without the
-// prologue: an Error naming it where cuDNN has no engine, and the block keeps part 2's path) and, with the
-// prologue, its two backward graphs, whose absence is not an error: that step of the backward then runs unfused
-// (ATen's convolution and the project's kernels), which fused_dgrad / fused_wgrad say. Call outside a capture.
+// Builds (and caches) the plan of a block's convolution `g`'s forward graph (with or without the prologue): an
+// Error naming it where cuDNN has no engine, and the block keeps part 2's path. Call outside a capture. Its two
+// backward graphs are built at the first backward, on autograd's thread; their absence is not an error: that step
+// then runs unfused (ATen's convolution and the project's kernels), which fused_dgrad / fused_wgrad say.
 void prepare(const ConvGeometry& g, bool prologue);
 bool fused_dgrad(const ConvGeometry& g);
 bool fused_wgrad(const ConvGeometry& g);
@@ -54,6 +54,13 @@ std::string backward_fallbacks();
 // Each graph of `g` (with and without the prologue, dgrad, wgrad) taken as far as cuDNN goes without a GPU:
 // validated and lowered to cuDNN's operation graph. "" when all pass, else which failed and what cuDNN said.
 std::string check_graphs(const ConvGeometry& g);
+
+// Further, still without a GPU, for the device `device_json` describes (cuDNN's own JSON form of a device's
+// properties, as DeviceProperties::serialize writes it on one: cuDNN 9.8 and later plan for it deviceless): cuDNN's
+// heuristics asked for engines, their support checked and the plans built, for each graph a training step of `g`
+// runs (with a prologue: the three; without: the forward's). "" when all build, else which did not and why.
+// `sm_version`: the device's compute capability as cuDNN counts it (90: an H100 or H200).
+std::string check_plans(const ConvGeometry& g, bool prologue, const std::string& device_json, int sm_version);
 
 // How many plans the cache holds (each a graph built for one shape on one cuDNN handle).
 std::size_t cached_plans();
