@@ -104,6 +104,12 @@ def main(argv=None):
             out += ["%.3f" % row["mean_ms"]] + ["%.3f" % o["mean_ms"] if o else "-" for o in others]
             out += ["%.2f" % (row["mean_ms"] / o["mean_ms"]) if o else "-" for o in others]
         print("| " + " | ".join(out) + " |")
+    # Peak GPU memory at each batch (convnets' rows and its own variants): where a smaller peak at the same batch
+    # leaves room, a larger batch fits.
+    for run in [ours] + [r for r in peers if r.get("tool") == "convnets"]:
+        peaks = ["batch %d: %.0f MiB" % (x["batch"], x["peak_memory_mb"]) for x in run["rows"] if "peak_memory_mb" in x]
+        if peaks:
+            print("peak memory, %s: %s" % (run["label"], ", ".join(peaks)))
     if a.summary:
         append_summary(a.summary, cells(ours, peers, a.figure_note))
 
