@@ -272,6 +272,7 @@ BnResult run_bn(const at::Tensor& x, const at::Tensor& z, const at::Tensor& dy, 
 // simulation of this test: relative L2 0.006-0.017 in fp16). Whole tensors by relative L2 distance.
 TEST(Gpu, FusedBnReluMatchesAtenOps) {
   SKIP_WITHOUT_CUDA();
+  layers::install_fused_bn_backend(&layers::cudnn_fused_bn_backend());
   for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
     const std::string refusal = layers::cudnn_fused_bn_refusal(dtype);
     std::cout << (dtype == torch::kHalf ? "fp16" : "bf16") << ": cuDNN's fused BN "

@@ -160,7 +160,27 @@ std::string fused_bn_refusal(const FusedBnContext& context, BnFusion fusion, std
 // cuDNN asked once per dtype (cached), with a tiny BN+add+ReLU forward and backward on the current CUDA device:
 // "" if it ran them, else what cuDNN said ("cuDNN 9.19.0 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED"). The
 // kernels exist for fp16 in every cuDNN 9; for bfloat16 only in some. Must not run while a CUDA graph is captured.
+// Defined with the kernels' calls in models/fused_bn.cpp.
 std::string cudnn_fused_bn_refusal(at::ScalarType dtype);
+
+// What forward_fused calls where it may fuse: the cuDNN implementation (models/fused_bn.cpp), installed once by
+// the CUDA build (runtime::set_fused_batchnorm does). The models alone (the fuzz targets, built without CUDA) have
+// none, and forward_fused is then always the three ops.
+class FusedBnBackend {
+ public:
+  virtual ~FusedBnBackend() = default;
+  // These tensors are what the fused kernels take (CUDA, fp16/bf16 NHWC, C % 4, fp32 parameters, ...).
+  virtual bool takes(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight) const = 0;
+  // relu(bn(x) [+ residual]) in training mode, the running statistics updated; an Error where cuDNN refuses.
+  virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                             const at::Tensor& bias, at::Tensor running_mean, at::Tensor running_var, double momentum,
+                             double eps) const = 0;
+  // Whether the current stream is being captured into a CUDA graph.
+  virtual bool capturing() const = 0;
+};
+void install_fused_bn_backend(const FusedBnBackend* backend);
+// The cuDNN backend (models/fused_bn.cpp).
+const FusedBnBackend& cudnn_fused_bn_backend();
 
 // One BatchNorm2d of a network and what happens to it.
 struct FusedBnLayer {

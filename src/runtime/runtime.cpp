@@ -120,6 +120,7 @@ std::string describe(NetworkImpl& model, const layers::FusedBnContext& c) {
 }  // namespace
 
 std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled, bool norm_conv) {
+  layers::install_fused_bn_backend(&layers::cudnn_fused_bn_backend());
   const auto c = fusion_context(rt, enabled, norm_conv);
   layers::set_fused_batchnorm(model, enabled);
   layers::set_norm_conv(model, c);
