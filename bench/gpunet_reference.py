@@ -15,6 +15,8 @@ import argparse
 import contextlib
 import json
 import math
+import os
+import sys
 import time
 
 import torch
@@ -201,11 +203,17 @@ class GPUNet(nn.Module):
         return self.network(x)
 
 
-def latency(model, batch, size, precision, iterations, warmup, device, memory_format):
+def latency(model, batch, size, precision, iterations, warmup, device, memory_format, compile_mode=None):
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     fmt = torch.channels_last if memory_format == "nhwc" else torch.contiguous_format
     x = torch.randn(batch, 3, size, size, device=device).to(memory_format=fmt)
     model = model.to(device).eval().to(memory_format=fmt)
+    mark_step = None
+    if compile_mode:
+        model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
+        # reduce-overhead replays CUDA graphs that reuse their output memory: each pass says a new one begins.
+        if compile_mode == "reduce-overhead":
+            mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     # fp32 takes no autocast context at all: CPU autocast accepts only bf16 and fp16.
@@ -214,6 +222,8 @@ def latency(model, batch, size, precision, iterations, warmup, device, memory_fo
         for i in range(warmup + iterations):
             sync()
             t0 = time.perf_counter()
+            if mark_step:
+                mark_step()
             model(x)
             sync()
             if i >= warmup:
@@ -234,6 +244,9 @@ def main():
     p.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"])
     p.add_argument("--iterations", type=int, default=200)
     p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
+                   help="torch.compile the network in this mode first (inductor)")
+    p.add_argument("--json", help="also write the latency as `convnets bench infer`'s JSON (bench/compare.py reads it)")
     a = p.parse_args()
     with open(a.config) as f:
         model = GPUNet(json.load(f))
@@ -244,12 +257,27 @@ def main():
         if a.threads > 0:
             torch.set_num_threads(a.threads)
         mean, med, p90 = latency(model, a.batch_size, model.img_resolution, a.precision, a.iterations, a.warmup,
-                                 a.device, a.memory_format)
+                                 a.device, a.memory_format, a.compile_mode)
         out.update({"device": a.device, "threads": torch.get_num_threads(), "memory_format": a.memory_format,
                     "batch_size": a.batch_size,
                     "precision": a.precision, "mean_ms": mean, "median_ms": med, "p90_ms": p90,
                     "torch": torch.__version__})
     print(json.dumps(out))
+    if a.json:
+        if not a.latency:
+            sys.exit("gpunet_reference: --json writes the --latency figures; add --latency")
+        # convnets' amp is fp16 autocast, which this runs for --precision fp16.
+        precision = {"fp16": "amp", "bf16": "bf16", "fp32": "fp32"}[a.precision]
+        tool = "pytorch-eager" if not a.compile_mode else "pytorch-compile" + (
+            "" if a.compile_mode == "default" else "-" + a.compile_mode)
+        row = {"batch": a.batch_size, "fits": True, "data_backend": "synthetic", "engine": "pytorch",
+               "images_per_s": a.batch_size * 1e3 / mean, "mean_ms": mean, "p50_ms": med, "p90_ms": p90}
+        result = {"tool": tool, "mode": "infer", "arch": os.path.splitext(os.path.basename(a.config))[0],
+                  "precision": precision, "image_size": model.img_resolution, "device": a.device,
+                  "torch_version": torch.__version__, "warmup": a.warmup, "iterations": a.iterations,
+                  "command": " ".join(["python3", "bench/gpunet_reference.py"] + sys.argv[1:]), "rows": [row]}
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
 
 
 if __name__ == "__main__":

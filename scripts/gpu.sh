@@ -6,7 +6,8 @@
 #                                              every stage on the CPU with that build, and its binaries into .deps/ to travel
 #          scripts/gpu.sh run --dry STAGE...   every stage's shell logic and peer scripts on the CPU at a tiny size
 #   there: scripts/gpu.sh run STAGE...         (device tool, carry [".deps"]); STAGE: build tests data train infer python,
-#                                              all (those six), or fused (issue 58's stage, about 7 minutes: its own call)
+#                                              all (those six); fused (issue 58's stage, about 7 minutes) and graphs
+#                                              (issue 59's, about 5 minutes) each take a call of their own
 #
 # Results: $OUT/summary.txt (one PASS/FAIL line per step), $OUT/summary.json (every measured cell against its peer
 # of the same call: bench/compare.py --summary; committed as bench/results/DATE-GPU/summary.json) and
@@ -21,7 +22,7 @@ root=$PWD
 # where a 10-minute call runs short it is the stage cut, not the figures against the peers.
 STAGES=(build tests data train infer python)
 # Stages outside `all`: an open GPU issue's, each sized to a call of its own.
-EXTRA_STAGES=(fused)
+EXTRA_STAGES=(fused graphs)
 # The binaries every stage but python runs; the preflight's travel prebuilt (.deps/prebuilt.tar.gz).
 TARGETS=(convnets tests/unit_tests tests/data_tests)
 # What the binaries are compiled from: a prebuilt set is used only where these are unchanged since it was made.
@@ -407,13 +408,28 @@ stage_infer() {
   step --show -1 compare-infer-folded "$py" "$root/bench/compare.py" "$res/convnets-infer-folded.json" \
     "$res/eager-infer-$amp.json" --figure-note "BN folded" --summary "$summary_json"
   local net
-  for net in gpunet-0 gpunet-d1; do
-    step "$net-definition" sh -c '"$1" models --arch "$2" --definition >"$3"' _ "$bin/convnets" "$net" "$res/$net.json"
-    step --show 6 "convnets-$net" "$bin/convnets" bench infer --arch "$net" --device "$device" --precision "$amp" \
-      --batch-sizes 1 --warmup "$warmup" --iterations "$latency_iterations" --json "$res/convnets-$net.json"
-    step --show 2 "eager-$net" "$py" "$root/bench/gpunet_reference.py" --config "$res/$net.json" --latency \
-      --device "$device" --batch-size 1 --precision "$half" --warmup "$warmup" --iterations "$latency_iterations"
-  done
+  for net in gpunet-0 gpunet-d1; do gpunet_latency "$net"; done
+}
+
+# gpunet_latency NET [compile]: NET's batch-1 latency in convnets (its definition from `convnets models`) and in
+# bench/gpunet_reference.py's PyTorch build of the same definition, eager (and under torch.compile reduce-overhead,
+# where inductor runs), compared into summary.json.
+gpunet_latency() {
+  local net=$1 with_compile=${2:-}
+  step "$net-definition" sh -c '"$1" models --arch "$2" --definition >"$3"' _ "$bin/convnets" "$net" "$res/$net.json"
+  step --show 6 "convnets-$net" "$bin/convnets" bench infer --arch "$net" --device "$device" --precision "$amp" \
+    --batch-sizes 1 --warmup "$warmup" --iterations "$latency_iterations" --json "$res/convnets-$net.json"
+  local reference=("$py" "$root/bench/gpunet_reference.py" --config "$res/$net.json" --latency --device "$device"
+                   --batch-size 1 --precision "$half" --warmup "$warmup" --iterations "$latency_iterations")
+  step --show 1 "eager-$net" "${reference[@]}" --json "$res/eager-$net.json"
+  local peers=("$res/eager-$net.json")
+  if [[ -n $with_compile && $compile_backend == inductor ]]; then
+    step --show 1 "compile-reduce-overhead-$net" "${reference[@]}" --compile-mode reduce-overhead \
+      --json "$res/compile-reduce-overhead-$net.json"
+    peers+=("$res/compile-reduce-overhead-$net.json")
+  fi
+  step --show -1 "compare-$net" "$py" "$root/bench/compare.py" "$res/convnets-$net.json" "${peers[@]}" \
+    --summary "$summary_json"
 }
 
 # Issue 58: the ResNet training step with BN+ReLU and BN+add+ReLU fused (one cuDNN call each, forward and backward)
@@ -444,15 +460,9 @@ stage_fused() {
     --json "$res/eager-$p.json" --profile "$res/eager-$p.trace.json" "${prof[@]}"
   files+=("convnets --no-norm-conv=$res/convnets-$p-no-norm-conv.json"
           "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.json" "$res/eager-$p.json")
-  local mode modes=(default)
-  # reduce-overhead and max-autotune are inductor's modes; the dry run's eager backend has none.
+  local modes=(default)
   if [[ $compile_backend == inductor ]]; then modes+=(reduce-overhead); fi
-  for mode in "${modes[@]}"; do
-    step --show 1 "compile-$compile_backend-$mode-$p" "$py" "$root/bench/torch_peer.py" train --compile \
-      --compile-backend "$compile_backend" --compile-mode "$mode" "${common[@]}" --batch-sizes "$big" \
-      --json "$res/compile-$compile_backend-$mode-$p.json"
-    files+=("$res/compile-$compile_backend-$mode-$p.json")
-  done
+  compile_peers train "" "$big" "${modes[@]}"
   # max-autotune benchmarks Triton and cuBLAS candidates for every kernel: minutes; only where they are left.
   if [[ $compile_backend == inductor ]] && ((!deadline || deadline - SECONDS > max_autotune_s)); then
     step --limit "$max_autotune_s" --show 1 "compile-inductor-max-autotune-$p" "$py" "$root/bench/torch_peer.py" \
@@ -479,6 +489,47 @@ stage_fused() {
     step --show 12 "train-from-$(basename "$set")" "$bin/convnets" bench train --arch "$arch" --device "$device" \
       --precision "$p" --batch-sizes "$big" --image-size "$size" --warmup "$warmup" --iterations "$files_iterations" \
       --data "$set" --data-backend synthetic,cpu --json "$res/train-from-$(basename "$set").json"
+  done
+}
+
+# Issue 59: inference replaying a CUDA graph per batch size against the same engine eager and PyTorch eager and
+# torch.compile "reduce-overhead" (CUDA graphs too; max-autotune where the call has room): ResNet-50 amp at 1, 64 and
+# 256; GPUNet-0 and GPUNet-D1 at batch 1 in fp16, with the GPU compute time (CUDA events, trtexec's figure) beside
+# the end-to-end latency. The graphs' numerics first.
+stage_graphs() {
+  need_build
+  step --gtest graph-numerics "$bin/tests/unit_tests" --gtest_filter='Gpu.Graphed*'
+  ran_on_gpu "$res/graph-numerics.log"
+  local common p=$amp files=() mode
+  bench_args "$p"
+  step --show 12 "convnets-infer-$p" "$bin/convnets" bench infer "${common[@]}" --batch-sizes "$infer_batches" \
+    --json "$res/convnets-infer-$p.json"
+  step --show 8 "convnets-infer-$p-no-cuda-graph" "$bin/convnets" bench infer "${common[@]}" --no-cuda-graph \
+    --batch-sizes "$infer_batches" --json "$res/convnets-infer-$p-no-cuda-graph.json"
+  step --show 1 "eager-infer-$p" "$py" "$root/bench/torch_peer.py" infer "${common[@]}" --batch-sizes "$infer_batches" \
+    --json "$res/eager-infer-$p.json"
+  files+=("convnets --no-cuda-graph=$res/convnets-infer-$p-no-cuda-graph.json" "$res/eager-infer-$p.json")
+  # One compiled shape per batch size: the smallest and the largest.
+  local modes=(default)
+  if [[ $compile_backend == inductor ]]; then modes=(reduce-overhead); fi
+  compile_peers infer -infer "${infer_batches%%,*},${infer_batches##*,}" "${modes[@]}"
+  step --show -1 "compare-infer-$p" "$py" "$root/bench/compare.py" "$res/convnets-infer-$p.json" "${files[@]}" \
+    --figure-note "CUDA graphs" --summary "$summary_json"
+  local net
+  for net in gpunet-0 gpunet-d1; do gpunet_latency "$net" compile; done
+}
+
+# compile_peers train|infer INFIX BATCHES MODE...: bench/torch_peer.py under torch.compile in each mode (the modes
+# beside the default are inductor's; the dry run's eager backend has its default only), step
+# compile-BACKEND-MODE{INFIX}-PRECISION, each JSON added to the caller's `files`; `common` and `p` are the caller's.
+compile_peers() {
+  local what=$1 infix=$2 batches=$3 mode tag
+  shift 3
+  for mode in "$@"; do
+    tag="compile-$compile_backend-$mode$infix-$p"
+    step --show 1 "$tag" "$py" "$root/bench/torch_peer.py" "$what" --compile --compile-backend "$compile_backend" \
+      --compile-mode "$mode" "${common[@]}" --batch-sizes "$batches" --json "$res/$tag.json"
+    files+=("$res/$tag.json")
   done
 }
 

@@ -2,6 +2,7 @@
 #include "core/compat.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "deploy/graph_engine.h"
 #include "distributed/env.h"
 #include "distributed/group.h"
 #include "kernels/normalize.h"
@@ -32,6 +33,54 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+// Which CUDA graph serves a batch (deploy::choose_graph): replay a captured size, capture a new one while the
+// memory allows, pad up to a captured size once it does not, run eagerly past the declared sizes or when nothing fits.
+TEST(CudaBuild, GraphPolicyReplaysCapturesPadsOrRunsEagerly) {
+  using How = deploy::GraphChoice::How;
+  deploy::GraphPolicy each;  // no declared sizes: each new size captured on first use
+  each.memory_mb = 100;
+  auto c = deploy::choose_graph(each, {}, 5);
+  EXPECT_EQ(c.how, How::Capture);
+  EXPECT_EQ(c.size, 5);
+  c = deploy::choose_graph(each, {{5, 40.0}}, 5);
+  EXPECT_EQ(c.how, How::Replay);
+  EXPECT_EQ(c.size, 5);
+  c = deploy::choose_graph(each, {{5, 40.0}}, 3);
+  EXPECT_EQ(c.how, How::Capture) << "a new capture while memory allows: padding would cost every call";
+  EXPECT_EQ(c.size, 3);
+  c = deploy::choose_graph(each, {{5, 40.0}, {8, 70.0}}, 3);
+  EXPECT_EQ(c.how, How::Replay) << "110 of 100 MiB: padded up to the smallest captured size that holds 3";
+  EXPECT_EQ(c.size, 5);
+  c = deploy::choose_graph(each, {{5, 40.0}, {8, 70.0}}, 9);
+  EXPECT_EQ(c.how, How::Eager);
+  EXPECT_EQ(c.why, "the graphs hold 110 MiB of --graph-memory-mb 100");
+
+  deploy::GraphPolicy declared{{1, 8, 32}, 100};
+  c = deploy::choose_graph(declared, {}, 5);
+  EXPECT_EQ(c.how, How::Capture);
+  EXPECT_EQ(c.size, 8) << "padded up to the smallest declared size that holds it";
+  c = deploy::choose_graph(declared, {{8, 10.0}}, 8);
+  EXPECT_EQ(c.how, How::Replay);
+  EXPECT_EQ(c.size, 8);
+  c = deploy::choose_graph(declared, {{8, 10.0}}, 1);
+  EXPECT_EQ(c.how, How::Capture);
+  EXPECT_EQ(c.size, 1);
+  c = deploy::choose_graph(declared, {{1, 5.0}, {32, 120.0}}, 8);
+  EXPECT_EQ(c.how, How::Replay) << "no room for 8's graph: 32's holds 8 rows";
+  EXPECT_EQ(c.size, 32);
+  c = deploy::choose_graph(declared, {}, 33);
+  EXPECT_EQ(c.how, How::Eager);
+  EXPECT_EQ(c.why, "33 rows: more than the largest of --graph-batch-sizes (32)");
+
+  EXPECT_EQ(deploy::parse_graph_sizes("1,8,256"), (std::vector<std::int64_t>{1, 8, 256}));
+  for (const char* bad : {"8,4", "1,1", "0,2", "1,,2", "1,x", ""}) {
+    EXPECT_NE(error_of([&] { deploy::parse_graph_sizes(bad); }).find("--graph-batch-sizes"), std::string::npos) << bad;
+  }
+  EXPECT_NE(error_of([] { deploy::check_graph_policy({{4, 2}, 10}); }).find("--graph-batch-sizes"), std::string::npos);
+  EXPECT_NE(error_of([] { deploy::check_graph_policy({{}, 0}); }).find("--graph-memory-mb must be positive"),
+            std::string::npos);
 }
 
 TEST(CudaBuild, LibTorchCudaIsLinkedAndNamesItsVersions) {

@@ -1,5 +1,7 @@
 // The CUDA training path against the CPU: fp32 step equality, amp/bf16 loss curves, the normalisation kernel, graph replay, the fused BN+ReLU and BN+add+ReLU against ATen's ops. Each skips without a GPU.
 #include "data/loader.h"
+#include "deploy/engine.h"
+#include "deploy/graph_engine.h"
 #include "kernels/bn_stats.h"
 #include "models/layers.h"
 #include "models/norm_conv.h"
@@ -571,6 +573,59 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
   }
   layers::norm_conv::set_fused_backward(true);
   std::cout << "cuDNN's refusals: " << layers::norm_conv::backward_fallbacks() << "\n";
+}
+
+// ---- Issue 59: inference replaying a CUDA graph per batch size ---------------------------------------------------
+
+// The graphed engine against the eager one on the same weights (amp: fp16 on CUDA), batches of 1, 3 (padded to a
+// declared 8), 8 and 64: logits within 1e-3 relative L2 (the same fp16 kernels; the graphed network holds its
+// weights in fp16 where eager autocast casts them per pass, which rounds the same), and the same top-1 wherever
+// the eager top-2 margin is above fp16's rounding. The graphs' memory is bounded: with a budget of 1 MiB the second
+// size pads or runs eagerly, and the engine says so.
+TEST(Gpu, GraphedInferenceEqualsTheEagerEngine) {
+  SKIP_WITHOUT_CUDA();
+  auto spec_for = [](const std::string& arch) {
+    torch::manual_seed(61);
+    ModelOptions mo;
+    mo.num_classes = 1000;
+    deploy::EngineSpec spec;
+    spec.arch = arch;
+    spec.model = build_model(find_architecture(arch), mo);
+    spec.rt = resolve_runtime("cuda", "amp", "nhwc");
+    prepare_model(*spec.model, spec.rt);
+    spec.model->eval();
+    spec.pre = find_architecture(arch).preprocessing;
+    spec.num_classes = 1000;
+    return spec;
+  };
+  for (const std::string arch : {"resnet50", "gpunet-0"}) {
+    auto eager = deploy::make_engine("torch", spec_for(arch));
+    auto graphed = deploy::make_graphed_engine(spec_for(arch), {{1, 8, 64}, 4096});
+    const int side = find_architecture(arch).preprocessing.input_size;
+    for (const std::int64_t rows : {1, 3, 8, 64, 3}) {
+      const auto pixels = torch::randint(0, 256, {rows, side, side, 3}, torch::kByte).cuda();
+      const auto want = eager->logits(pixels), got = graphed->logits(pixels);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_LE(relative_l2(got, want), 1e-3) << arch << ", " << rows << " rows";
+      const auto top2 = want.topk(2, 1);
+      const auto margin = (std::get<0>(top2).select(1, 0) - std::get<0>(top2).select(1, 1)).cpu();
+      const auto same = (got.argmax(1) == want.argmax(1)).cpu();
+      for (std::int64_t i = 0; i < rows; ++i) {
+        if (margin[i].item<double>() > 1e-2) EXPECT_TRUE(same[i].item<bool>()) << arch << ", row " << i << " of " << rows;
+      }
+    }
+    const auto graphs = deploy::describe_graphs(*graphed);
+    std::cout << arch << ": " << graphs << "\n";
+    EXPECT_NE(graphs.find("batch 1, 8 (padded from 3), 64"), std::string::npos) << graphs;
+  }
+  auto tight = deploy::make_graphed_engine(spec_for("resnet50"), {{}, 1.0});
+  const auto one = torch::randint(0, 256, {1, 224, 224, 3}, torch::kByte).cuda();
+  const auto two = torch::randint(0, 256, {2, 224, 224, 3}, torch::kByte).cuda();
+  tight->logits(one);
+  const auto eager_two = deploy::make_engine("torch", spec_for("resnet50"))->logits(two);
+  EXPECT_LE(relative_l2(tight->logits(two), eager_two), 1e-3) << "past the budget: eager, still right";
+  EXPECT_NE(deploy::describe_graphs(*tight).find("eager where the graphs hold"), std::string::npos)
+      << deploy::describe_graphs(*tight);
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ class Model(_convnets._Model):
 def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", precision: str = "fp32",
          memory_format: str = "nhwc", fold_bn: bool = False, float_weights: bool = False,
          arch: Optional[str] = None, num_classes: Optional[int] = None, engine: str = "auto",
-         image_size: int = 0, key_layout: str = "auto") -> Model:
+         image_size: int = 0, key_layout: str = "auto", cuda_graph: bool = True,
+         graph_batch_sizes: Optional[Sequence[int]] = None, graph_memory_mb: float = 4096) -> Model:
     """The network of a checkpoint, as ``convnets classify`` and ``convnets eval`` load it.
 
     Args:
@@ -113,6 +114,13 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
             "torchvision" (timm's ResNets too), "timm", "dle" (DLE's ResNets,
             ``layers.N``) or "gpunet" (DLE's GPUNets). ``convnets.choices()``
             lists them.
+        cuda_graph: on CUDA, replay a captured CUDA graph per batch size
+            instead of running each pass eagerly (``--no-cuda-graph``: False).
+        graph_batch_sizes: on CUDA, the batch sizes to capture (each on first
+            use); a batch is padded up to the smallest that holds it (None:
+            each new batch size captured on first use; ``--graph-batch-sizes``).
+        graph_memory_mb: on CUDA, the graphs' memory together, in MiB; past
+            it no new graph is captured (``--graph-memory-mb``).
 
     Raises:
         FileNotFoundError: no such checkpoint.
@@ -130,6 +138,9 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
     o.arch = arch or ""
     o.num_classes = num_classes
     o.key_layout = key_layout
+    o.cuda_graph = cuda_graph
+    o.graph_batch_sizes = list(graph_batch_sizes or [])
+    o.graph_memory_mb = graph_memory_mb
     return Model(os.fspath(checkpoint), o)
 
 

@@ -122,6 +122,9 @@ class InferenceOptions:
     arch: str
     num_classes: Optional[int]
     key_layout: str
+    cuda_graph: bool
+    graph_batch_sizes: List[int]
+    graph_memory_mb: float
     def __init__(self) -> None: ...
 
 class _Model:

@@ -47,7 +47,9 @@ struct ModelBenchOptions {
   int image_size = 0;  // 0: the arch's own input size
   std::int64_t num_classes = 1000;
   int warmup = 10, iterations = 50;
-  bool cuda_graph = true;  // whole-step capture where the device allows it
+  bool cuda_graph = true;  // training: whole-step capture; inference: a CUDA graph per batch size (deploy/graph_engine.h)
+  std::vector<std::int64_t> graph_batch_sizes;  // inference on CUDA: declared graph sizes (empty: each on first use)
+  double graph_memory_mb = 4096;
   bool fused_bn = true;    // training: BN+ReLU and BN+add+ReLU as one cuDNN call where the run allows it
   bool norm_conv = true;   // training, with fused_bn: residual blocks as NormConv (models/norm_conv.h)
   // Training: after the timed iterations of the last batch size, this many more steps under LibTorch's profiler
@@ -86,6 +88,10 @@ struct BenchRow {
   bool cuda_graph = false;
   std::string fused_bn;  // training: TimedTrainStep::fused_bn
   double peak_memory_mb = 0;  // CUDA: the most the caching allocator held allocated during the row (warm-up included)
+  // Inference on CUDA: the GPU's time per forward pass, CUDA events around it (the copy into the graph's input, the
+  // replay, the logits' copy), as trtexec's "GPU Compute Time"; and which graphs the engine held.
+  double gpu_mean_ms = 0, gpu_p50_ms = 0, gpu_p90_ms = 0, gpu_p99_ms = 0;
+  std::string graphs;
   double images_per_s = 0;
   double mean_ms = 0, p50_ms = 0, p90_ms = 0, p95_ms = 0, p99_ms = 0;  // per iteration (a step, or a forward)
   // Data-parallel rows: images_per_s is this process's, total sums all processes.

@@ -180,6 +180,7 @@ struct BenchModelArgs {
   std::string checkpoint;
   bool as_float = false, arch_given = false;
   bool no_cuda_graph = false, no_fused_bn = false, no_norm_conv = false;
+  bool infer_graphs = true;  // bench infer's --no-cuda-graph (add_graph_options)
   distributed::LaunchOptions launch;
 };
 
@@ -267,13 +268,14 @@ void run_bench_model(BenchModelArgs& a) {
       deploy::InferenceOptions io;
       io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
       io.fold_bn = o.fold_bn;
+      io.cuda_graph = a.infer_graphs, io.graph_batch_sizes = o.graph_batch_sizes, io.graph_memory_mb = o.graph_memory_mb;
       io.as_float = a.as_float;
       if (a.arch_given) io.arch = o.arch;  // a training checkpoint names its own
       io.num_classes = o.num_classes;       // a plain weights file's classifier
       bench::set_checkpoint(o, a.checkpoint, io);
     }
   }
-  o.cuda_graph = !a.no_cuda_graph;
+  o.cuda_graph = o.train ? !a.no_cuda_graph : a.infer_graphs;
   o.fused_bn = !a.no_fused_bn;
   o.norm_conv = !a.no_norm_conv;
   std::unique_ptr<distributed::Group> group;
@@ -374,6 +376,7 @@ void add_model_bench(CLI::App& bench, bool train) {
                     "Time this checkpoint, weights file (with --arch) or exported .onnx instead of random weights; "
                     "a QAT checkpoint or an INT8 export runs as INT8 (OpenVINO: INT8 kernels)");
     cmd->add_flag("--float", args->as_float, "A QAT checkpoint: time its float weights instead of the INT8 network");
+    add_graph_options(cmd, args->infer_graphs, o.graph_batch_sizes, o.graph_memory_mb);
   }
   cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
   cmd->callback([args] { run_bench_model(*args); });

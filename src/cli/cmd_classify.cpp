@@ -24,6 +24,9 @@ struct ClassifyArgs {
   std::optional<std::int64_t> num_classes;
   std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels, image_size = 0;
   bool ema = false, json = false, fold_bn = false, as_float = false;
+  bool cuda_graph = true;
+  std::vector<std::int64_t> graph_batch_sizes;
+  double graph_memory_mb = 4096;
 };
 
 // The image arguments, with "-" replaced by the paths read from stdin (one per line).
@@ -66,6 +69,7 @@ void run(const ClassifyArgs& a) {
   io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
   io.fold_bn = a.fold_bn;
   io.engine = a.engine;
+  io.cuda_graph = a.cuda_graph, io.graph_batch_sizes = a.graph_batch_sizes, io.graph_memory_mb = a.graph_memory_mb;
   io.as_float = a.as_float;
   io.arch = a.arch;
   io.num_classes = a.num_classes;
@@ -125,6 +129,7 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
+  add_graph_options(cmd, a->cuda_graph, a->graph_batch_sizes, a->graph_memory_mb);
   cmd->add_flag("--float", a->as_float,
                 "a QAT checkpoint: its float weights (default: the INT8 network, fake-quantized, as eval measures it)");
   cmd->add_flag("--json", a->json, "print JSON: per image its top-k (class, index, probability) or its error");

@@ -1,7 +1,9 @@
 // Registration of the CLI's subcommands (one function per command, one file each) and the flags several share.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -27,5 +29,8 @@ CLI::Option* add_precision_option(CLI::App* cmd, std::string& target);
 
 // --key-layout: how a plain weights file names its tensors (options::key_layout).
 CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target);
+// --no-cuda-graph, --graph-batch-sizes, --graph-memory-mb: the inference engine's CUDA graphs
+// (deploy/graph_engine.h), into `options` (a deploy::InferenceOptions' fields).
+void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t>& sizes, double& memory_mb);
 
 }  // namespace convnets::cli

@@ -1,6 +1,7 @@
 // Flags several commands take with the same spelling and check: --precision and --key-layout.
 #include "cli/commands.h"
 #include "core/options.h"
+#include "deploy/graph_engine.h"
 
 #include <CLI/CLI.hpp>
 
@@ -31,6 +32,18 @@ CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target) {
                        " (auto: the arch's layout most of them fit; torchvision = timm's ResNets; dle: DLE's "
                        "ResNets, layers.N; gpunet: DLE's GPUNets)")
       ->check(CLI::IsMember(options::key_layout.values));
+}
+
+void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t>& sizes, double& memory_mb) {
+  cmd->add_flag_callback("--no-cuda-graph", [&cuda_graph] { cuda_graph = false; },
+                         "on CUDA, run each forward pass eagerly instead of replaying a CUDA graph of its batch size");
+  cmd->add_option_function<std::string>(
+      "--graph-batch-sizes", [&sizes](const std::string& text) { sizes = deploy::parse_graph_sizes(text); },
+      "on CUDA, the batch sizes to capture a CUDA graph of (each on first use); a batch is padded up to the "
+      "smallest that holds it (default: each new batch size captured on first use, up to --graph-memory-mb)");
+  cmd->add_option("--graph-memory-mb", memory_mb, "on CUDA, the CUDA graphs' memory together, in MiB")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 }  // namespace convnets::cli

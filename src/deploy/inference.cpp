@@ -1,5 +1,6 @@
 #include "deploy/inference.h"
 
+#include "deploy/graph_engine.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/options.h"
@@ -60,6 +61,7 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
   if (o.image_size > 0) pre_.input_size = o.image_size;
   rt_ = runtime::resolve_runtime(o.device, o.precision, o.memory_format);
   engine_name_ = resolve_engine(o.engine, rt_);
+  check_graph_policy({o.graph_batch_sizes, o.graph_memory_mb});
   ModelOptions mo;
   mo.num_classes = num_classes_;
   model_ = build_model(*arch_, mo);
@@ -83,7 +85,12 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
   spec.pre = pre_;
   spec.num_classes = num_classes_;
   spec.rt = rt_;
-  engine_ = make_engine(engine_name_, std::move(spec));
+  // A QAT network's fake quantization rounds on the host's schedule of observers: it stays eager.
+  if (engine_name_ == "torch" && rt_.device.is_cuda() && o.cuda_graph && !quantized_) {
+    engine_ = make_graphed_engine(std::move(spec), GraphPolicy{o.graph_batch_sizes, o.graph_memory_mb});
+  } else {
+    engine_ = make_engine(engine_name_, std::move(spec));
+  }
 }
 
 void InferenceModel::open_onnx() {
@@ -177,6 +184,7 @@ std::string InferenceModel::describe_engine() const {
     s += engine_name_ == "openvino" ? ", INT8 kernels" : ", INT8 fake-quantized";
     s += model_ ? " (the QAT run's ranges)" : " (the graph's calibrated ranges)";
   }
+  if (const auto graphs = describe_graphs(*engine_); !graphs.empty()) s += ", " + graphs;
   return s;
 }
 

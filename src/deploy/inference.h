@@ -37,6 +37,11 @@ struct InferenceOptions {
   // How a plain weights file names its tensors (options::key_layout): auto
   // detects it among the arch's layouts.
   std::string key_layout = "auto";
+  // The torch engine on CUDA replays a captured CUDA graph per batch size (deploy/graph_engine.h): these sizes
+  // declared (empty: each captured on first use), their memory bounded; false: every pass eager.
+  bool cuda_graph = true;
+  std::vector<std::int64_t> graph_batch_sizes;
+  double graph_memory_mb = 4096;
 };
 
 // One file's top-k, or why it could not be classified.

@@ -458,6 +458,9 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("as_float", &deploy::InferenceOptions::as_float)
       .def_readwrite("arch", &deploy::InferenceOptions::arch)
       .def_readwrite("key_layout", &deploy::InferenceOptions::key_layout)
+      .def_readwrite("cuda_graph", &deploy::InferenceOptions::cuda_graph)
+      .def_readwrite("graph_batch_sizes", &deploy::InferenceOptions::graph_batch_sizes)
+      .def_readwrite("graph_memory_mb", &deploy::InferenceOptions::graph_memory_mb)
       .def_readwrite("num_classes", &deploy::InferenceOptions::num_classes);
 
   py::class_<PyModel>(m, "_Model")

@@ -99,6 +99,17 @@ class Classify(unittest.TestCase):
         self.assertEqual(f.returncode, 0, f.stderr)
         folded = [x["top"][0]["index"] for x in json.loads(f.stdout)["results"]]
         self.assertGreaterEqual(float(np.mean(np.array(folded) == np.array(top1))), 0.999)
+        # The CUDA graphs' flags: parsed and checked on any device, refused by name.
+        for flag, value, message in (("--graph-batch-sizes", "8,4", "expected ascending sizes without repeats"),
+                                     ("--graph-batch-sizes", "0", "expected positive batch sizes"),
+                                     ("--graph-memory-mb", "0", "--graph-memory-mb")):
+            r = convnets("classify", self.pngs[0], "--checkpoint", self.ckpt, flag, value)
+            self.assertNotEqual(r.returncode, 0, flag + " " + value)
+            self.assertIn(message, r.stderr)
+        g = convnets("classify", self.pngs[0], "--checkpoint", self.ckpt, "--graph-batch-sizes", "1,8",
+                     "--no-cuda-graph", "--json")
+        self.assertEqual(g.returncode, 0, g.stderr)
+        self.assertEqual(json.loads(g.stdout)["results"][0]["top"][0]["index"], top1[0])
 
     def test_table_jpeg_and_an_undecodable_file_among_good_ones(self):
         jpeg = os.path.join(self.tmp, "shoe.jpg")

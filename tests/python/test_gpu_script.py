@@ -220,6 +220,31 @@ class FusedStage(DryCall):
                          "train-from-imagenet_like_x4.json"} <= names, names)
 
 
+class GraphsStage(DryCall):
+    """Issue 59's stage, a call of its own on the GPU (`run build graphs`): inference replaying a CUDA graph per batch
+    size against itself eager, PyTorch eager and torch.compile; GPUNet batch-1 latency with its GPU compute time."""
+    STAGES = ("graphs",)
+
+    def test_each_step_ran_and_each_comparison_holds_its_peers(self):
+        self.assert_passed()
+        for step in ["graphs/graph-numerics", "graphs/convnets-infer-fp32", "graphs/convnets-infer-fp32-no-cuda-graph",
+                     "graphs/eager-infer-fp32", "graphs/compile-eager-default-infer-fp32", "graphs/compare-infer-fp32",
+                     "graphs/convnets-gpunet-0", "graphs/eager-gpunet-0", "graphs/compare-gpunet-0",
+                     "graphs/convnets-gpunet-d1", "graphs/eager-gpunet-d1", "graphs/compare-gpunet-d1"]:
+            self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
+        self.assertRegex(self.text, r"\nGPU  graphs/ran-not-skipped: .*graph-numerics\.log gtest\n")
+        m = re.search(r"\[  SKIPPED \] (\d+) tests?, listed below", self.text)
+        self.assertTrue(m)
+        self.assertEqual(int(m.group(1)), len([n for n in gtest_names("Gpu") if n.startswith("Graphed")]))
+        with open(os.path.join(self.out, "summary.json")) as f:
+            cells = json.load(f)
+        peers = {(c["figure"], c["peer"]) for c in cells}
+        self.assertIn(("infer resnet18 fp32, batch 1, CUDA graphs, latency", "convnets --no-cuda-graph"), peers)
+        self.assertIn(("infer resnet18 fp32, batch 2, CUDA graphs", "pytorch-compile"), peers)
+        self.assertIn(("infer gpunet-0 fp32, batch 1, latency", "pytorch-eager"), peers)
+        self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "graphs.tar.gz", "summary.json", "summary.txt"])
+
+
 class RanOnGpu(unittest.TestCase):
     """`gpu.sh _ran_on_gpu LOG KIND`, the verdict of each ran-not-skipped step on the GPU (a CUDA case that skips
     there is a failure), on logs written here: a dry run never reaches it, its cases skipping by design."""
@@ -443,14 +468,15 @@ class Failures(unittest.TestCase):
             self.assertRegex(text, r"\nFAIL infer/eager-gpunet-0 \(exit 139, ")
             self.assertIn("    native frames of the crash (scripts/crash-frames.c):", text)
             self.assertRegex(text, r"\n      crash-frames\.so 0x[0-9a-f]+ print_frames\n")
-            self.assertRegex(text, r"== stage infer: 5 failed")
-            self.assertRegex(text, r"== gpu\.sh run infer: \d+ passed, 5 failed")
+            self.assertRegex(text, r"\nFAIL infer/compare-gpunet-0 ")
+            self.assertRegex(text, r"== stage infer: 7 failed")
+            self.assertRegex(text, r"== gpu\.sh run infer: \d+ passed, 7 failed")
 
     def test_an_unknown_stage_is_refused_by_name(self):
         with tempfile.TemporaryDirectory(prefix="gpu-usage-") as out:
             r = gpu_sh(out, "run", "--dry", "tarin")
             self.assertEqual(r.returncode, 2)
-            self.assertIn("unknown stage 'tarin' (expected: build tests data train infer python fused or all)",
+            self.assertIn("unknown stage 'tarin' (expected: build tests data train infer python fused graphs or all)",
                           r.stderr)
             self.assertFalse(os.path.exists(os.path.join(out, "summary.txt")))
 

@@ -684,6 +684,11 @@ class Checkpoints(unittest.TestCase):
         torch.testing.assert_close(model(next(iter(normed))[0]), model(next(iter(raw))[0]), rtol=1e-5, atol=1e-5)
         with self.assertRaisesRegex(ValueError, "expected a batch of uint8"):
             model(torch.zeros(2, 28, 28))
+        # The CUDA graphs' options are checked here too (where no GPU would use them), named as Python spells them.
+        with self.assertRaisesRegex(ValueError, "graph_batch_sizes: expected ascending positive batch sizes"):
+            convnets.load(self.ckpt, device="cpu", graph_batch_sizes=[8, 4])
+        with self.assertRaisesRegex(ValueError, "graph_memory_mb must be positive"):
+            convnets.load(self.ckpt, device="cpu", graph_memory_mb=0)
 
     def test_per_class_results_are_numpys_from_the_same_predictions(self):
         # The predictions from Python (the package's loader and model, as above), every figure from NumPy: the
