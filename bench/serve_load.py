@@ -14,11 +14,15 @@ resident memory sampled every tenth of the run (flat within 10 % from the first 
 SIGTERM during load: every answer counted, the exit status 0.
 
     .venv/bin/python bench/serve_load.py --convnets build/convnets --soak-checkpoint CKPT [--json out.json]
+
+On a GPU (scripts/gpu.sh's graphs stage): --device cuda --precision amp --model-args=--fold-bn, the server's
+CUDA graphs at the batch sizes its batcher fills.
 """
 import argparse
 import json
 import os
 import platform
+import shlex
 import signal
 import statistics
 import subprocess
@@ -144,24 +148,32 @@ def main():
     ap.add_argument("--overload-queue", type=int, default=16)
     ap.add_argument("--soak", type=int, default=100000)
     ap.add_argument("--soak-checkpoint")
+    ap.add_argument("--device", default="cpu", help="where the server and bench infer run (cpu, cuda)")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--model-args", default="", help="more options for both, e.g. --fold-bn")
     ap.add_argument("--json")
+    ap.add_argument("--summary", help="append each concurrency's cells to this summary.json (bench/compare.py's "
+                                      "format): throughput against bench infer's at --batch-size, p99 against its "
+                                      "batch-1 latency")
     a = ap.parse_args()
+    model_args = ["--device", a.device, "--precision", a.precision, *shlex.split(a.model_args)]
     result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.node()} ({os.cpu_count()} CPUs)",
-              "arch": a.arch, "batch_size": a.batch_size}
+              "arch": a.arch, "batch_size": a.batch_size, "model_args": model_args}
     with tempfile.TemporaryDirectory() as d:
         weights = os.path.join(d, a.arch + ".safetensors")
         subprocess.run([a.convnets, "models", "--arch", a.arch, "--seed", "5", "--save", weights], check=True,
                        capture_output=True)
         bench_json = os.path.join(d, "bench.json")
         subprocess.run([a.convnets, "bench", "infer", "--checkpoint", weights, "--arch", a.arch, "--batch-sizes",
-                        f"1,{a.batch_size}", "--device", "cpu", "--json", bench_json, "--iterations", "10",
+                        f"1,{a.batch_size}", *model_args, "--json", bench_json, "--iterations", "10",
                         "--warmup", "3"], check=True, capture_output=True)
         with open(bench_json) as f:
             result["bench_infer"] = json.load(f)
         side = 224
-        server = Server(a.convnets, weights, "--arch", a.arch, "--max-batch-size", str(a.batch_size),
+        server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
                         "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size", "256")
         result["server"] = server.startup
+        print(server.startup, end="", flush=True)
         rows = []
         for c in (int(x) for x in a.concurrency.split(",")):
             lat, span, counts = load(server.url, a.arch, tensor_maker(side), c, seconds=a.seconds,
@@ -177,7 +189,7 @@ def main():
         result["load_server_exit"] = rc
 
         # Above saturation: a short queue, many clients.
-        server = Server(a.convnets, weights, "--arch", a.arch, "--max-batch-size", str(a.batch_size),
+        server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
                         "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size",
                         str(a.overload_queue))
         lat, span, counts = load(server.url, a.arch, tensor_maker(side), a.overload_concurrency, seconds=a.seconds / 2)
@@ -218,6 +230,23 @@ def main():
                        top["inferences_per_s"], "concurrency": top["concurrency"],
                        "serve_over_bench": top["inferences_per_s"] / bench["images_per_s"]}
     print(json.dumps(result["ratio"]), flush=True)
+    if a.summary:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import compare  # noqa: E402 - the summary's one writer, beside this script
+        one = next(r for r in result["bench_infer"]["rows"] if r["batch"] == 1)
+        command = compare.short(" ".join(sys.argv[:1] + sys.argv[1:]))
+        cells = []
+        for row in result["load"]:
+            figure = "serve %s %s, concurrency %d (tritonclient HTTP, batches up to %d)" % (
+                a.arch, a.precision, row["concurrency"], a.batch_size)
+            cells.append({"figure": figure, "convnets": row["inferences_per_s"],
+                          "peer": "convnets bench infer, batch %d" % a.batch_size, "peer_value": bench["images_per_s"],
+                          "ratio": row["inferences_per_s"] / bench["images_per_s"], "unit": "img/s",
+                          "command": command})
+            cells.append({"figure": figure + ", p99 latency", "convnets": row["p99_ms"],
+                          "peer": "convnets bench infer, batch 1", "peer_value": one["mean_ms"],
+                          "ratio": row["p99_ms"] / one["mean_ms"], "unit": "ms", "command": command})
+        compare.append_summary(a.summary, cells)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -7,7 +7,7 @@
 #          scripts/gpu.sh run --dry STAGE...   every stage's shell logic and peer scripts on the CPU at a tiny size
 #   there: scripts/gpu.sh run STAGE...         (device tool, carry [".deps"]); STAGE: build tests data train infer python,
 #                                              all (those six); fused (issue 58's stage, about 7 minutes) and graphs
-#                                              (issue 59's, about 5 minutes) each take a call of their own
+#                                              (issue 59's, about 7 minutes) each take a call of their own
 #
 # Results: $OUT/summary.txt (one PASS/FAIL line per step), $OUT/summary.json (every measured cell against its peer
 # of the same call: bench/compare.py --summary; committed as bench/results/DATE-GPU/summary.json) and
@@ -60,8 +60,19 @@ prepare() {
   # backend_gloo.cpp compiles with. Debian's zlib1g (the runtime) is not carried: every system has one.
   "$shared/tools/carry-debs.sh" download -o .deps \
     libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev nlohmann-json3-dev libcli11-dev \
-    libgtest-dev libgmock-dev libgloo-dev
+    libgtest-dev libgmock-dev libgloo-dev libcpp-httplib0.11 libcpp-httplib-dev libbrotli1
   cp "$shared/tools/carry-debs.sh" .deps/
+  # bench/serve_load.py's client (tritonclient's HTTP half, what it imports) for the GPU machine's Python 3.12, at the
+  # versions scripts/requirements.txt pins; unpacked there by need_serve_client.
+  local wheel pins=()
+  for wheel in tritonclient geventhttpclient gevent greenlet zope.event zope.interface brotli certifi urllib3 \
+               python-rapidjson ml_dtypes; do
+    pins+=("$(grep -m 1 -i -E "^$wheel(\[|==)" "$root/scripts/requirements.txt" | sed 's/\[.*\]//')")
+  done
+  rm -rf .deps/wheels
+  "$root/.venv/bin/python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_5_x86_64 \
+    --platform manylinux1_x86_64 -d .deps/wheels "${pins[@]}" || die "prepare: pip download ${pins[*]} failed"
   # cuDNN's header-only frontend (the NormConv graphs; the machine's PyTorch environment lacks it), from .venv.
   local fe; fe=$(ls -d "$root"/.venv/lib/python3*/site-packages/include 2>/dev/null | head -1)
   [[ -f $fe/cudnn_frontend.h ]] || die "prepare: no cudnn_frontend.h in .venv (scripts/setup.sh installs nvidia-cudnn-frontend)"
@@ -190,9 +201,8 @@ free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 
 # ---------------------------------------------------------------------------------------------------- stages
 # native_build TARGET...: the GPU build, what CI builds with the kernels for Hopper (9.0) only, against the machine's
-# own PyTorch; configured once per build folder. Without ONNX, OpenVINO and serve (cpp-httplib): the GPU machine has
-# none of them and no stage
-# needs them. No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
+# own PyTorch; configured once per build folder. Without ONNX and OpenVINO: the GPU machine has neither and no stage
+# needs them; with serve (Debian's cpp-httplib, carried), which the graphs stage loads. No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
 # (run sets it), the same way here and there, so the preflight's binaries can travel. Debian's jconfig.h sits in the
 # multiarch folder that CMake's FindJPEG does not add.
 native_build() {
@@ -202,7 +212,6 @@ native_build() {
     "-DCMAKE_PREFIX_PATH=$deps_prefix;$torch_prefix" -DTORCH_CUDA_ARCH_LIST=9.0
     "-DCMAKE_CUDA_COMPILER=$nvcc" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc")")"
     "-DCONVNETS_PYTHON=$(command -v "$py")" -DCONVNETS_WITH_OPENVINO=OFF -DCMAKE_DISABLE_FIND_PACKAGE_ONNX=ON
-    -DCONVNETS_WITH_SERVE=OFF
     -DCMAKE_SKIP_BUILD_RPATH=ON "-DCMAKE_CXX_FLAGS=-isystem $deps_prefix/include/x86_64-linux-gnu")
   local line="${configure[*]}"
   if ((!do_build)); then
@@ -417,12 +426,15 @@ stage_infer() {
 gpunet_latency() {
   local net=$1 with_compile=${2:-}
   step "$net-definition" sh -c '"$1" models --arch "$2" --definition >"$3"' _ "$bin/convnets" "$net" "$res/$net.json"
-  step --show 6 "convnets-$net" "$bin/convnets" bench infer --arch "$net" --device "$device" --precision "$amp" \
-    --batch-sizes 1 --warmup "$warmup" --iterations "$latency_iterations" --json "$res/convnets-$net.json"
+  local ours=("$bin/convnets" bench infer --arch "$net" --device "$device" --precision "$amp" --batch-sizes 1
+              --warmup "$warmup" --iterations "$latency_iterations")
+  # BN folded and the convs fused (the engine at its best), and as it runs unfolded.
+  step --show 6 "convnets-$net" "${ours[@]}" --fold-bn --json "$res/convnets-$net.json"
+  step --show 6 "convnets-$net-unfolded" "${ours[@]}" --json "$res/convnets-$net-unfolded.json"
   local reference=("$py" "$root/bench/gpunet_reference.py" --config "$res/$net.json" --latency --device "$device"
                    --batch-size 1 --precision "$half" --warmup "$warmup" --iterations "$latency_iterations")
   step --show 1 "eager-$net" "${reference[@]}" --json "$res/eager-$net.json"
-  local peers=("$res/eager-$net.json")
+  local peers=("convnets BN unfolded=$res/convnets-$net-unfolded.json" "$res/eager-$net.json")
   if [[ -n $with_compile && $compile_backend == inductor ]]; then
     step --show 1 "compile-reduce-overhead-$net" "${reference[@]}" --compile-mode reduce-overhead \
       --json "$res/compile-reduce-overhead-$net.json"
@@ -498,25 +510,40 @@ stage_fused() {
 # the end-to-end latency. The graphs' numerics first.
 stage_graphs() {
   need_build
-  step --gtest graph-numerics "$bin/tests/unit_tests" --gtest_filter='Gpu.Graphed*'
+  step --gtest graph-numerics "$bin/tests/unit_tests" --gtest_filter='Gpu.Graphed*:Gpu.Inference*'
   ran_on_gpu "$res/graph-numerics.log"
   local common p=$amp files=() mode
   bench_args "$p"
+  # convnets at its best first (BN folded, each conv with its bias, activation and skip one cuDNN graph), then
+  # what each part buys: the folded convs unfused, BN unfolded, no CUDA graph.
+  step --show 12 "convnets-infer-$p-fold-bn" "$bin/convnets" bench infer "${common[@]}" --fold-bn \
+    --batch-sizes "$infer_batches" --json "$res/convnets-infer-$p-fold-bn.json"
+  step --show 12 "convnets-infer-$p-no-fused-conv" "$bin/convnets" bench infer "${common[@]}" --fold-bn \
+    --no-fused-conv --batch-sizes "$infer_batches" --json "$res/convnets-infer-$p-no-fused-conv.json"
   step --show 12 "convnets-infer-$p" "$bin/convnets" bench infer "${common[@]}" --batch-sizes "$infer_batches" \
     --json "$res/convnets-infer-$p.json"
   step --show 8 "convnets-infer-$p-no-cuda-graph" "$bin/convnets" bench infer "${common[@]}" --no-cuda-graph \
     --batch-sizes "$infer_batches" --json "$res/convnets-infer-$p-no-cuda-graph.json"
   step --show 1 "eager-infer-$p" "$py" "$root/bench/torch_peer.py" infer "${common[@]}" --batch-sizes "$infer_batches" \
     --json "$res/eager-infer-$p.json"
-  files+=("convnets --no-cuda-graph=$res/convnets-infer-$p-no-cuda-graph.json" "$res/eager-infer-$p.json")
+  files+=("convnets --fold-bn --no-fused-conv=$res/convnets-infer-$p-no-fused-conv.json"
+          "convnets BN unfolded=$res/convnets-infer-$p.json"
+          "convnets --no-cuda-graph=$res/convnets-infer-$p-no-cuda-graph.json" "$res/eager-infer-$p.json")
   # One compiled shape per batch size: the smallest and the largest.
   local modes=(default)
   if [[ $compile_backend == inductor ]]; then modes=(reduce-overhead); fi
   compile_peers infer -infer "${infer_batches%%,*},${infer_batches##*,}" "${modes[@]}"
-  step --show -1 "compare-infer-$p" "$py" "$root/bench/compare.py" "$res/convnets-infer-$p.json" "${files[@]}" \
-    --figure-note "CUDA graphs" --summary "$summary_json"
+  step --show -1 "compare-infer-$p" "$py" "$root/bench/compare.py" "$res/convnets-infer-$p-fold-bn.json" "${files[@]}" \
+    --figure-note "CUDA graphs, fused convs" --summary "$summary_json"
   local net
   for net in gpunet-0 gpunet-d1; do gpunet_latency "$net" compile; done
+  # `serve` on the same engine (BN folded, fused, a CUDA graph per size its batcher fills) under tritonclient's
+  # load on loopback, against `bench infer` in the same step: DLE's Triton tables.
+  need_serve_client
+  step --show 14 "serve-load-$p" "${serve_client[@]}" "$root/bench/serve_load.py" --convnets "$bin/convnets" \
+    --arch "$arch" --device "$device" --precision "$p" --model-args=--fold-bn --batch-size "$serve_batch" \
+    --concurrency "$serve_concurrency" --seconds "$serve_seconds" --warmup-seconds "$serve_warmup" --soak 0 \
+    --json "$res/serve-load-$p.json" --summary "$summary_json"
 }
 
 # compile_peers train|infer INFIX BATCHES MODE...: bench/torch_peer.py under torch.compile in each mode (the modes
@@ -531,6 +558,21 @@ compile_peers() {
       --compile-mode "$mode" "${common[@]}" --batch-sizes "$batches" --json "$res/$tag.json"
     files+=("$res/$tag.json")
   done
+}
+
+# serve_client: the interpreter bench/serve_load.py runs under, with tritonclient's HTTP client. On the GPU the
+# machine's own with the carried wheels unpacked beside it (wheels are zip files; none of these needs installing);
+# here the project's .venv, which holds them (the preflight's scratch venv has torch alone, and the script needs none).
+need_serve_client() {
+  if ((!gpu)); then serve_client=("$root/.venv/bin/python"); return 0; fi
+  local lib=$work/pylib
+  if [[ ! -f $lib/.unpacked ]]; then
+    rm -rf "$lib"
+    step unpack-serve-client "$py" -c 'import sys, zipfile
+for w in sys.argv[2:]: zipfile.ZipFile(w).extractall(sys.argv[1])' "$lib" "$root"/.deps/wheels/*.whl
+    if ((last_rc == 0)); then touch "$lib/.unpacked"; fi
+  fi
+  serve_client=(env "PYTHONPATH=$lib" "$py")
 }
 
 # The JPEG set's training files linked 4 times over (hard links: no copies), with its validation files.
@@ -556,12 +598,14 @@ settings() {
     per_class=300 val_per_class=8 data_images=6000 data_images_1=1500 data_batch=256 example_steps=60
     example_epochs=6 example_workers=12 file_backends=synthetic,cpu,gpu compile_backend=inductor
     fused_batches=64,256 profile_steps=3 max_autotune_s=300 example_amp=--amp example_precision=amp
+    serve_batch=32 serve_concurrency=1,8,32,64 serve_seconds=8 serve_warmup=2
   else
     device=cpu arch=resnet18 size=32 big=2 train_batches=2 infer_batches=1,2
     amp=fp32 bf16=fp32 tf32=fp32 half=fp32 warmup=1 iterations=2 latency_iterations=2 files_iterations=2
     per_class=10 val_per_class=4 data_images=24 data_images_1=8 data_batch=8 example_steps=2 example_epochs=1
     example_workers=1 file_backends=synthetic,cpu compile_backend=eager  # inductor's CPU code generation takes minutes
     fused_batches=2 profile_steps=1 max_autotune_s=300 example_amp='' example_precision=fp32
+    serve_batch=2 serve_concurrency=1,2 serve_seconds=1 serve_warmup=0.5
   fi
 }
 

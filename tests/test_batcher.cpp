@@ -14,6 +14,8 @@
 using convnets::serve::Batcher;
 using convnets::serve::BatchingOptions;
 using convnets::serve::Outcome;
+using convnets::serve::batching_for_graphs;
+using convnets::serve::serving_graph_sizes;
 
 namespace {
 
@@ -194,6 +196,21 @@ TEST(Batcher, FinishRunsWhatIsQueuedAndRefusesWhatComesAfter) {
   const auto after = b.submit(rows_of(2, 1)).get();
   EXPECT_EQ(after.status, 503);
   EXPECT_NE(after.error.find("shutting down"), std::string::npos);
+}
+
+// On CUDA graphs: the sizes captured where none are declared, and the preferred sizes that fill them.
+TEST(Batcher, GraphSizesDoubleUpToTheLargestBatchAndAreItsPreferredSizes) {
+  using V = std::vector<std::int64_t>;
+  EXPECT_EQ(serving_graph_sizes(1), V({1}));
+  EXPECT_EQ(serving_graph_sizes(8), V({1, 2, 4, 8}));
+  EXPECT_EQ(serving_graph_sizes(24), V({1, 2, 4, 8, 16, 24}));
+  BatchingOptions o;
+  o.max_batch_size = 16;
+  EXPECT_EQ(batching_for_graphs(o, {1, 2, 4, 8, 16}).preferred_batch_sizes, V({2, 4, 8, 16})) << "1 would never wait";
+  EXPECT_EQ(batching_for_graphs(o, {1, 8, 32}).preferred_batch_sizes, V({8})) << "within --max-batch-size";
+  EXPECT_NO_THROW(batching_for_graphs(o, {1, 8, 32}).validate());
+  o.preferred_batch_sizes = {4};
+  EXPECT_EQ(batching_for_graphs(o, {1, 2, 4, 8, 16}).preferred_batch_sizes, V({4})) << "the user's own, kept";
 }
 
 TEST(Batcher, SettingsAreCheckedByFlag) {

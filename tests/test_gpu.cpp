@@ -1,8 +1,9 @@
-// The CUDA training path against the CPU: fp32 step equality, amp/bf16 loss curves, the normalisation kernel, graph replay, the fused BN+ReLU and BN+add+ReLU against ATen's ops. Each skips without a GPU.
+// The CUDA training path against the CPU: fp32 step equality, amp/bf16 loss curves, the normalisation kernel, graph replay, the fused BN+ReLU and BN+add+ReLU against ATen's ops; inference's CUDA graphs and fused convolutions against the eager engine. Each skips without a GPU.
 #include "data/loader.h"
 #include "deploy/engine.h"
 #include "deploy/graph_engine.h"
 #include "kernels/bn_stats.h"
+#include "models/graph.h"
 #include "models/layers.h"
 #include "models/norm_conv.h"
 #include "norm_conv_block.h"
@@ -582,9 +583,66 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
 // weights in fp16 where eager autocast casts them per pass, which rounds the same), and the same top-1 wherever
 // the eager top-2 margin is above fp16's rounding. The graphs' memory is bounded: with a budget of 1 MiB the second
 // size pads or runs eagerly, and the engine says so.
+// cuDNN's conv+bias(+residual)+act graph (layers::conv_bn_act on the graph engine's path) against the same conv,
+// bias, add and activation as ATen's ops in fp32, for the shapes ResNet-50 and GPUNet run; the refusals it must make
+// leave the ops in place.
+TEST(Gpu, InferenceFusedConvMatchesItsAtenOps) {
+  SKIP_WITHOUT_CUDA();
+  using layers::Activation;
+  layers::install_fused_conv_backend(&layers::cudnn_fused_conv_backend());
+  struct Case {
+    std::int64_t n, c, hw, k, r, stride, groups;
+    Activation act;
+    bool residual, fuses;
+  };
+  const std::vector<Case> cases{
+      {1, 3, 224, 64, 7, 2, 1, Activation::ReLU, false, true},      // ResNet-50's stem, batch 1
+      {8, 64, 56, 64, 3, 1, 1, Activation::ReLU, false, true},      // layer1's 3x3
+      {8, 64, 56, 256, 1, 1, 1, Activation::ReLU, true, true},      // conv3 + shortcut + ReLU
+      {8, 256, 56, 512, 1, 2, 1, Activation::None, false, true},    // the strided downsample
+      {1, 32, 112, 64, 3, 1, 1, Activation::SiLU, false, true},     // GPUNet's swish convs
+      {1, 96, 28, 96, 1, 1, 1, Activation::None, true, true},       // an inverted residual's projection + skip
+      {1, 64, 28, 64, 3, 1, 64, Activation::ReLU, false, false},    // depthwise: refused, the ops
+  };
+  torch::NoGradGuard no_grad;
+  for (const auto& c : cases) {
+    torch::manual_seed(5);
+    layers::Conv2d conv(torch::nn::Conv2dOptions(c.c, c.k, c.r).stride(c.stride).padding(c.r / 2).groups(c.groups)
+                            .bias(false));
+    layers::BatchNorm2d bn(c.k);
+    bn->running_mean.uniform_(-0.5, 0.5), bn->running_var.uniform_(0.5, 2), bn->bias.uniform_(-0.5, 0.5);
+    auto [w, b] = fold_conv_bn(*conv, *bn);
+    conv->weight.copy_(w);
+    conv->set_bias(b);
+    bn->set_folded();
+    conv->eval(), bn->eval();
+    conv->to(torch::kCUDA, torch::kHalf);
+    conv->weight.set_data(conv->weight.contiguous(at::MemoryFormat::ChannelsLast));
+    const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kHalf);
+    const auto x = torch::randn({c.n, c.c, c.hw, c.hw}, o).contiguous(at::MemoryFormat::ChannelsLast);
+    const std::int64_t out = (c.hw + 2 * (c.r / 2) - c.r) / c.stride + 1;
+    const auto r = c.residual ? torch::randn({c.n, c.k, out, out}, o).contiguous(at::MemoryFormat::ChannelsLast)
+                              : torch::Tensor();
+    auto want = torch::conv2d(x.to(torch::kFloat), conv->weight.to(torch::kFloat), conv->bias.to(torch::kFloat),
+                              c.stride, c.r / 2, 1, c.groups);
+    if (c.residual) want = want + r.to(torch::kFloat);
+    want = layers::activate(want, c.act);
+    layers::set_fused_inference(*conv, true);
+    const auto got = layers::conv_bn_act(*conv, *bn, x, c.act, r);
+    const std::string name = std::to_string(c.r) + "x" + std::to_string(c.r) + " " + std::to_string(c.c) + "->" +
+                             std::to_string(c.k) + " act " + std::to_string(static_cast<int>(c.act));
+    EXPECT_EQ(conv->fused_ran, c.fuses) << name << ": " << conv->fused_failure;
+    if (!c.fuses) EXPECT_NE(conv->fused_failure.find("grouped"), std::string::npos) << name;
+    ASSERT_EQ(got.sizes(), want.sizes()) << name;
+    EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast)) << name;
+    EXPECT_LE(relative_l2(got, want), 2e-3) << name;
+  }
+  layers::install_fused_conv_backend(nullptr);
+}
+
 TEST(Gpu, GraphedInferenceEqualsTheEagerEngine) {
   SKIP_WITHOUT_CUDA();
-  auto spec_for = [](const std::string& arch) {
+  auto spec_for = [](const std::string& arch, bool fold = false) {
     torch::manual_seed(61);
     ModelOptions mo;
     mo.num_classes = 1000;
@@ -594,6 +652,7 @@ TEST(Gpu, GraphedInferenceEqualsTheEagerEngine) {
     spec.rt = resolve_runtime("cuda", "amp", "nhwc");
     prepare_model(*spec.model, spec.rt);
     spec.model->eval();
+    if (fold) fold_batchnorm(*spec.model);
     spec.pre = find_architecture(arch).preprocessing;
     spec.num_classes = 1000;
     return spec;
@@ -617,6 +676,26 @@ TEST(Gpu, GraphedInferenceEqualsTheEagerEngine) {
     const auto graphs = deploy::describe_graphs(*graphed);
     std::cout << arch << ": " << graphs << "\n";
     EXPECT_NE(graphs.find("batch 1, 8 (padded from 3), 64"), std::string::npos) << graphs;
+    EXPECT_EQ(graphs.find("conv+bias+act"), std::string::npos) << "BN not folded: nothing to fuse. " << graphs;
+  }
+  // BN folded: each conv, its bias, ReLU/SiLU and skip as one cuDNN graph, inside the CUDA graphs; against the
+  // unfolded eager engine, fp16 roundings in other places (the folded weights, the fused epilogue's fp32).
+  for (const std::string arch : {"resnet50", "gpunet-0"}) {
+    auto eager = deploy::make_engine("torch", spec_for(arch));
+    auto fused = deploy::make_graphed_engine(spec_for(arch, true), {{1, 8}, 4096});
+    const int side = find_architecture(arch).preprocessing.input_size;
+    for (const std::int64_t rows : {1, 8}) {
+      const auto pixels = torch::randint(0, 256, {rows, side, side, 3}, torch::kByte).cuda();
+      EXPECT_LE(relative_l2(fused->logits(pixels), eager->logits(pixels)), 1e-2) << arch << ", " << rows << " rows";
+    }
+    const auto graphs = deploy::describe_graphs(*fused);
+    std::cout << arch << " with BN folded: " << graphs << "\n";
+    if (arch == "resnet50") {
+      EXPECT_NE(graphs.find("cuDNN conv+bias+act: 53 of 53 convs"), std::string::npos) << graphs;
+    } else {
+      EXPECT_NE(graphs.find("unfused: "), std::string::npos) << "the depthwise convs: " << graphs;
+      EXPECT_NE(graphs.find("a grouped convolution"), std::string::npos) << graphs;
+    }
   }
   auto tight = deploy::make_graphed_engine(spec_for("resnet50"), {{}, 1.0});
   const auto one = torch::randint(0, 256, {1, 224, 224, 3}, torch::kByte).cuda();

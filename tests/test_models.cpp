@@ -463,6 +463,192 @@ TEST(Models, NormConvPlanNamesEveryBlockAndWhy) {
   EXPECT_EQ(layers::describe_norm_conv_plan(layers::norm_conv_plan(*build_model(find_architecture("gpunet-0"), listing), gpu)), "");
 }
 
+// A stand-in for the cuDNN backend: says no to every conv (so conv_bn_act computes the ops) or yes with a sentinel
+// output, counting what it was asked.
+class FakeConvBackend : public layers::FusedConvBackend {
+ public:
+  explicit FakeConvBackend(bool accept) : accept_(accept) {}
+  std::string refusal(const layers::Conv2dImpl&, const at::Tensor&, layers::Activation act,
+                      const at::Tensor& residual) const override {
+    ++asked;
+    last_act = act, last_residual = residual.defined();
+    return accept_ ? "" : "the fake backend says no";
+  }
+  at::Tensor forward(const layers::Conv2dImpl&, const at::Tensor& x, layers::Activation, const at::Tensor&) const override {
+    return torch::full({1}, 42.0, x.options());
+  }
+  mutable int asked = 0;
+  mutable layers::Activation last_act = layers::Activation::None;
+  mutable bool last_residual = false;
+
+ private:
+  bool accept_;
+};
+
+// Removes an installed backend at the end of a test, whatever it asserted.
+struct ConvBackendScope {
+  explicit ConvBackendScope(const layers::FusedConvBackend* b) { layers::install_fused_conv_backend(b); }
+  ~ConvBackendScope() { layers::install_fused_conv_backend(nullptr); }
+};
+
+// conv_bn_act is act(bn(conv(x)) [+ residual]) on every path that is not cuDNN's, and asks its backend only where
+// the fused graph applies: in inference, with the BN folded and the conv's fused path switched on.
+TEST(Models, ConvBnActIsTheOpsItNames) {
+  using layers::Activation;
+  torch::manual_seed(7);
+  layers::Conv2d conv(torch::nn::Conv2dOptions(8, 16, 3).padding(1).bias(false));
+  layers::BatchNorm2d bn(16);
+  {
+    torch::NoGradGuard no_grad;
+    bn->running_mean.uniform_(-1, 1), bn->running_var.uniform_(0.5, 2), bn->weight.uniform_(0.5, 1.5);
+    bn->bias.uniform_(-1, 1);
+  }
+  conv->eval(), bn->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 8, 6, 6}), r = torch::randn({2, 16, 6, 6});
+  for (const auto act : {Activation::None, Activation::ReLU, Activation::SiLU}) {
+    for (const bool res : {false, true}) {
+      auto want = bn(conv(x));
+      if (res) want = want + r;
+      want = act == Activation::ReLU ? torch::relu(want) : act == Activation::SiLU ? torch::silu(want) : want;
+      EXPECT_TRUE(torch::allclose(layers::conv_bn_act(*conv, *bn, x, act, res ? r : torch::Tensor()), want, 1e-5, 1e-5))
+          << static_cast<int>(act) << " " << res;
+    }
+  }
+  const auto unfolded = layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
+  auto [w, b] = fold_conv_bn(*conv, *bn);
+  conv->weight.copy_(w);
+  conv->set_bias(b);
+  bn->set_folded();
+  FakeConvBackend no(false), yes(true);
+  {
+    ConvBackendScope scope(&yes);
+    EXPECT_TRUE(torch::allclose(layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r), unfolded, 1e-4, 1e-4));
+    EXPECT_EQ(yes.asked, 0) << "fused inference is off until the engine turns it on";
+    layers::set_fused_inference(*conv, true);
+    conv->train();
+    layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
+    EXPECT_EQ(yes.asked, 0) << "not in training";
+    conv->eval();
+    EXPECT_EQ(layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r).item<double>(), 42.0);
+    EXPECT_EQ(yes.asked, 1);
+    EXPECT_EQ(yes.last_act, Activation::SiLU);
+    EXPECT_TRUE(yes.last_residual);
+    EXPECT_TRUE(conv->fused_ran);
+    EXPECT_EQ(layers::describe_fused_convs(*conv), "");  // a module's own self is not among its named children
+  }
+  {
+    ConvBackendScope scope(&no);
+    layers::set_fused_inference(*conv, true);
+    EXPECT_TRUE(torch::allclose(layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r), unfolded, 1e-4, 1e-4));
+    layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
+    EXPECT_EQ(no.asked, 1) << "a refusal is asked once per conv";
+    EXPECT_EQ(conv->fused_failure, "the fake backend says no");
+  }
+}
+
+// What a conv's options allow of the fused graph, before cuDNN is asked; and the graph it would be.
+TEST(Models, FusedConvShapeRefusalNamesWhatItCannotFuse) {
+  using layers::Activation;
+  using torch::nn::Conv2dOptions;
+  layers::norm_conv::ConvAct c;
+  auto refusal = [&](const layers::Conv2dImpl& conv, at::ScalarType t = at::kHalf) {
+    return layers::fused_conv_shape_refusal(conv, {4, 32, 28, 28}, t, Activation::ReLU, true, c);
+  };
+  layers::Conv2d plain(Conv2dOptions(32, 64, 3).stride(2).padding(1).bias(false));
+  ASSERT_EQ(refusal(*plain), "");
+  EXPECT_EQ(c.g.str(), "3x3/2 32->64 at 28x28, batch 4, fp16");
+  EXPECT_EQ(c.g.pad, 1);
+  EXPECT_EQ(c.act, Activation::ReLU);
+  EXPECT_TRUE(c.residual);
+  EXPECT_EQ(refusal(*plain, at::kBFloat16), "");
+  EXPECT_NE(refusal(*plain, at::kFloat).find("fp32 activations"), std::string::npos) << refusal(*plain, at::kFloat);
+  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).groups(32))).find("grouped"), std::string::npos);
+  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).dilation(2))).find("dilated"), std::string::npos);
+  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, {1, 3}))).find("not square"), std::string::npos);
+  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).padding({1, 0}))).find("symmetric"), std::string::npos);
+  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).padding(1).padding_mode(torch::kReflect))).find("zeros"),
+            std::string::npos);
+  EXPECT_NE(refusal(*layers::Conv2dSame(Conv2dOptions(32, 32, 3).stride(2))).find("SAME"), std::string::npos);
+  EXPECT_EQ(refusal(*layers::Conv2dSame(Conv2dOptions(32, 32, 3))), "") << "stride 1: a fixed padding of 1";
+}
+
+// Every conv+BN of ResNet-50 and GPUNet-0 reaches conv_bn_act with its epilogue, and cuDNN (the wheels' 9.24)
+// plans the fused graph of each one its options allow for an H100 at batch 1 in fp16, without one; the others are
+// named. Whether the engines run is the GPU's to say (Gpu.InferenceFusedConv*).
+TEST(Models, FusedConvPlansBuildForAnH100) {
+  using layers::Activation;
+  struct Site {
+    std::string refusal;  // the options' refusal, else cuDNN's deviceless planning's ("" when it plans)
+    Activation act;
+    bool residual;
+  };
+  class Planner : public layers::FusedConvBackend {
+   public:
+    std::string refusal(const layers::Conv2dImpl& conv, const at::Tensor& x, Activation act,
+                        const at::Tensor& residual) const override {
+      layers::norm_conv::ConvAct c;
+      auto why = layers::fused_conv_shape_refusal(conv, x.sizes(), at::kHalf, act, residual.defined(), c);
+      if (why.empty()) why = layers::norm_conv::check_conv_act_plans(c, kH100, 90);
+      sites[&conv] = {why, act, residual.defined()};
+      return "planned";  // the ops compute the pass
+    }
+    at::Tensor forward(const layers::Conv2dImpl&, const at::Tensor&, Activation, const at::Tensor&) const override {
+      throw std::logic_error("the planner runs nothing");
+    }
+    mutable std::map<const layers::Conv2dImpl*, Site> sites;
+  };
+  for (const std::string arch : {"resnet50", "gpunet-0"}) {
+    ModelOptions listing;
+    listing.initialize = false;
+    auto model = [&] {
+      layers::ShapesOnly shapes_only;
+      return build_model(find_architecture(arch), listing);
+    }();
+    model->eval();
+    const int pairs = fold_batchnorm(*model);
+    layers::set_fused_inference(*model, true);
+    Planner planner;
+    ConvBackendScope scope(&planner);
+    const int side = find_architecture(arch).preprocessing.input_size;
+    torch::NoGradGuard no_grad;
+    model->forward(torch::zeros({1, 3, side, side}));
+    ASSERT_EQ(static_cast<int>(planner.sites.size()), pairs) << arch << ": every folded conv+BN went through conv_bn_act";
+    int planned = 0, relu = 0, silu = 0, residual = 0, grouped = 0;
+    for (const auto& item : model->named_modules()) {
+      const auto* conv = dynamic_cast<const layers::Conv2dImpl*>(item.value().get());
+      if (!conv || !planner.sites.count(conv)) continue;
+      const auto& site = planner.sites.at(conv);
+      EXPECT_EQ(conv->fused_failure, "planned") << item.key();
+      relu += site.act == Activation::ReLU, silu += site.act == Activation::SiLU, residual += site.residual;
+      if (site.refusal.empty()) {
+        ++planned;
+      } else if (conv->options.groups() > 1) {
+        ++grouped;
+        EXPECT_NE(site.refusal.find("a grouped convolution"), std::string::npos) << item.key() << ": " << site.refusal;
+      } else if (site.act != Activation::SiLU) {
+        // SiLU's engines are compiled at run time (NVRTC needs the driver): only the GPU can say. The rest, cuDNN's
+        // precompiled conv+bias(+add)+ReLU engines, plan here.
+        ADD_FAILURE() << arch << " " << item.key() << ": " << site.refusal;
+      }
+    }
+    std::cout << arch << ": " << planned << " of " << pairs << " planned deviceless, " << grouped << " grouped, "
+              << silu << " with SiLU\n";
+    if (arch == "resnet50") {
+      EXPECT_EQ(pairs, 53);
+      EXPECT_EQ(relu, 49) << "the stem and each block's three; the downsamples have none";
+      EXPECT_EQ(residual, 16) << "each block's last conv takes the shortcut";
+      EXPECT_EQ(planned, 53);
+      EXPECT_EQ(layers::describe_fused_convs(*model), "cuDNN conv+bias+act: 0 of 53 convs; unfused: conv1 and 52 more (planned)");
+    } else {
+      EXPECT_EQ(grouped, 5) << "GPUNet-0's five inverted residuals' depthwise convs";
+      EXPECT_GT(silu, 0);
+      EXPECT_GT(residual, 0);
+      EXPECT_GE(planned, pairs - grouped - silu);
+    }
+  }
+}
+
 TEST(Models, ShapesOnlyBuildsTheSameNetworkWithZeros) {
   for (const char* name : {"resnext50_32x4d", "se_resnext101_32x4d", "gpunet-0", "tf_efficientnet_b2"}) {
     const auto& arch = find_architecture(name);

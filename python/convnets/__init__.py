@@ -86,7 +86,8 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
          memory_format: str = "nhwc", fold_bn: bool = False, float_weights: bool = False,
          arch: Optional[str] = None, num_classes: Optional[int] = None, engine: str = "auto",
          image_size: int = 0, key_layout: str = "auto", cuda_graph: bool = True,
-         graph_batch_sizes: Optional[Sequence[int]] = None, graph_memory_mb: float = 4096) -> Model:
+         graph_batch_sizes: Optional[Sequence[int]] = None, graph_memory_mb: float = 4096,
+         fused_conv: bool = True) -> Model:
     """The network of a checkpoint, as ``convnets classify`` and ``convnets eval`` load it.
 
     Args:
@@ -121,6 +122,9 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
             each new batch size captured on first use; ``--graph-batch-sizes``).
         graph_memory_mb: on CUDA, the graphs' memory together, in MiB; past
             it no new graph is captured (``--graph-memory-mb``).
+        fused_conv: on CUDA graphs with ``fold_bn``, each convolution with
+            its bias, activation and skip as one cuDNN graph where cuDNN has
+            an engine (``--no-fused-conv``: False).
 
     Raises:
         FileNotFoundError: no such checkpoint.
@@ -141,6 +145,7 @@ def load(checkpoint: _StrPath, *, ema: bool = False, device: str = "auto", preci
     o.cuda_graph = cuda_graph
     o.graph_batch_sizes = list(graph_batch_sizes or [])
     o.graph_memory_mb = graph_memory_mb
+    o.fused_conv = fused_conv
     return Model(os.fspath(checkpoint), o)
 
 

@@ -125,6 +125,7 @@ class InferenceOptions:
     cuda_graph: bool
     graph_batch_sizes: List[int]
     graph_memory_mb: float
+    fused_conv: bool
     def __init__(self) -> None: ...
 
 class _Model:

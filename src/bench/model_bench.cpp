@@ -246,7 +246,7 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
       spec.rt = rt;
       // The torch engine on CUDA as classify, eval and serve run it: a CUDA graph per batch size.
       built = engine_name == "torch" && rt.device.is_cuda() && o.cuda_graph
-                  ? deploy::make_graphed_engine(std::move(spec), {o.graph_batch_sizes, o.graph_memory_mb})
+                  ? deploy::make_graphed_engine(std::move(spec), {o.graph_batch_sizes, o.graph_memory_mb, o.fused_conv})
                   : deploy::make_engine(engine_name, std::move(spec));
     }
     const deploy::Engine& engine = loaded ? loaded->engine() : *built;

@@ -50,6 +50,7 @@ struct ModelBenchOptions {
   bool cuda_graph = true;  // training: whole-step capture; inference: a CUDA graph per batch size (deploy/graph_engine.h)
   std::vector<std::int64_t> graph_batch_sizes;  // inference on CUDA: declared graph sizes (empty: each on first use)
   double graph_memory_mb = 4096;
+  bool fused_conv = true;  // inference on CUDA graphs with fold_bn: conv+bias+act as one cuDNN graph (--no-fused-conv)
   bool fused_bn = true;    // training: BN+ReLU and BN+add+ReLU as one cuDNN call where the run allows it
   bool norm_conv = true;   // training, with fused_bn: residual blocks as NormConv (models/norm_conv.h)
   // Training: after the timed iterations of the last batch size, this many more steps under LibTorch's profiler

@@ -269,6 +269,7 @@ void run_bench_model(BenchModelArgs& a) {
       io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
       io.fold_bn = o.fold_bn;
       io.cuda_graph = a.infer_graphs, io.graph_batch_sizes = o.graph_batch_sizes, io.graph_memory_mb = o.graph_memory_mb;
+      io.fused_conv = o.fused_conv;
       io.as_float = a.as_float;
       if (a.arch_given) io.arch = o.arch;  // a training checkpoint names its own
       io.num_classes = o.num_classes;       // a plain weights file's classifier
@@ -376,7 +377,7 @@ void add_model_bench(CLI::App& bench, bool train) {
                     "Time this checkpoint, weights file (with --arch) or exported .onnx instead of random weights; "
                     "a QAT checkpoint or an INT8 export runs as INT8 (OpenVINO: INT8 kernels)");
     cmd->add_flag("--float", args->as_float, "A QAT checkpoint: time its float weights instead of the INT8 network");
-    add_graph_options(cmd, args->infer_graphs, o.graph_batch_sizes, o.graph_memory_mb);
+    add_graph_options(cmd, args->infer_graphs, o.graph_batch_sizes, o.graph_memory_mb, o.fused_conv);
   }
   cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
   cmd->callback([args] { run_bench_model(*args); });

@@ -27,6 +27,7 @@ struct ClassifyArgs {
   bool cuda_graph = true;
   std::vector<std::int64_t> graph_batch_sizes;
   double graph_memory_mb = 4096;
+  bool fused_conv = true;
 };
 
 // The image arguments, with "-" replaced by the paths read from stdin (one per line).
@@ -70,6 +71,7 @@ void run(const ClassifyArgs& a) {
   io.fold_bn = a.fold_bn;
   io.engine = a.engine;
   io.cuda_graph = a.cuda_graph, io.graph_batch_sizes = a.graph_batch_sizes, io.graph_memory_mb = a.graph_memory_mb;
+  io.fused_conv = a.fused_conv;
   io.as_float = a.as_float;
   io.arch = a.arch;
   io.num_classes = a.num_classes;
@@ -129,7 +131,7 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
-  add_graph_options(cmd, a->cuda_graph, a->graph_batch_sizes, a->graph_memory_mb);
+  add_graph_options(cmd, a->cuda_graph, a->graph_batch_sizes, a->graph_memory_mb, a->fused_conv);
   cmd->add_flag("--float", a->as_float,
                 "a QAT checkpoint: its float weights (default: the INT8 network, fake-quantized, as eval measures it)");
   cmd->add_flag("--json", a->json, "print JSON: per image its top-k (class, index, probability) or its error");

@@ -35,6 +35,7 @@ struct EvalArgs {
   bool cuda_graph = true;
   std::vector<std::int64_t> graph_batch_sizes;
   double graph_memory_mb = 4096;
+  bool fused_conv = true;
 };
 
 std::string csv_field(const std::string& s) {
@@ -114,6 +115,7 @@ void run(const EvalArgs& a) {
   io.fold_bn = a.fold_bn;
   io.engine = a.engine;
   io.cuda_graph = a.cuda_graph, io.graph_batch_sizes = a.graph_batch_sizes, io.graph_memory_mb = a.graph_memory_mb;
+  io.fused_conv = a.fused_conv;
   io.image_size = static_cast<int>(a.image_size);
   io.as_float = a.as_float;  // a QAT checkpoint: measured as its INT8 network unless --float
   io.arch = a.arch;
@@ -228,7 +230,7 @@ void add_eval_command(CLI::App& app) {
                 "a QAT checkpoint: measure its float weights (default: the INT8 network: real INT8 kernels with "
                 "--engine openvino, fake-quantized with torch)");
   cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
-  add_graph_options(cmd, a->cuda_graph, a->graph_batch_sizes, a->graph_memory_mb);
+  add_graph_options(cmd, a->cuda_graph, a->graph_batch_sizes, a->graph_memory_mb, a->fused_conv);
   cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");
   cmd->add_flag("--per-class", a->per_class,
                 "also each class's top-1/top-k, precision, recall and F1, the most confused pairs, and (--json) the "

@@ -74,7 +74,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--engine", io.engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_flag("--ema", io.ema, "use the checkpoints' EMA weights");
   cmd->add_flag("--fold-bn", io.fold_bn, "fold each BatchNorm into the preceding conv");
-  add_graph_options(cmd, io.cuda_graph, io.graph_batch_sizes, io.graph_memory_mb);
+  add_graph_options(cmd, io.cuda_graph, io.graph_batch_sizes, io.graph_memory_mb, io.fused_conv);
   cmd->add_flag("--float", io.as_float, "a QAT checkpoint: its float weights (default: the INT8 network)");
   cmd->callback([o, max_body] {
     o->limits.max_body_bytes = static_cast<std::size_t>(*max_body);

@@ -31,6 +31,7 @@ CLI::Option* add_precision_option(CLI::App* cmd, std::string& target);
 CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target);
 // --no-cuda-graph, --graph-batch-sizes, --graph-memory-mb: the inference engine's CUDA graphs
 // (deploy/graph_engine.h), into `options` (a deploy::InferenceOptions' fields).
-void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t>& sizes, double& memory_mb);
+void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t>& sizes, double& memory_mb,
+                       bool& fused_conv);
 
 }  // namespace convnets::cli

@@ -34,7 +34,8 @@ CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target) {
       ->check(CLI::IsMember(options::key_layout.values));
 }
 
-void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t>& sizes, double& memory_mb) {
+void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t>& sizes, double& memory_mb,
+                       bool& fused_conv) {
   cmd->add_flag_callback("--no-cuda-graph", [&cuda_graph] { cuda_graph = false; },
                          "on CUDA, run each forward pass eagerly instead of replaying a CUDA graph of its batch size");
   cmd->add_option_function<std::string>(
@@ -44,6 +45,9 @@ void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t
   cmd->add_option("--graph-memory-mb", memory_mb, "on CUDA, the CUDA graphs' memory together, in MiB")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_flag_callback("--no-fused-conv", [&fused_conv] { fused_conv = false; },
+                         "on CUDA graphs with --fold-bn, keep each conv, its bias and activation as separate kernels "
+                         "instead of one cuDNN graph");
 }
 
 }  // namespace convnets::cli

@@ -19,6 +19,9 @@ struct GraphPolicy {
   // The graphs' private memory together, in MiB: past it no new graph is captured (a batch then pads up to a
   // captured size that holds it, or runs eagerly).
   double memory_mb = 4096;
+  // With BN folded (--fold-bn), each conv, its bias, activation and residual add as one cuDNN graph where cuDNN
+  // has an engine (layers::conv_bn_act); false: --no-fused-conv.
+  bool fused_conv = true;
 };
 
 // What serves a batch of `rows`: the replay of a captured graph of `size` rows (padded: size > rows), a new capture
@@ -44,7 +47,8 @@ void check_graph_policy(const GraphPolicy& policy);
 // recorded into every graph); `spec.rt` must be a CUDA runtime.
 std::unique_ptr<Engine> make_graphed_engine(EngineSpec spec, GraphPolicy policy);
 
-// What a graphed engine holds now: "CUDA graphs: batch 1, 8 (padded from 5), 32; 312 MiB", "" for another engine.
+// What a graphed engine holds now: "CUDA graphs: batch 1, 8 (padded from 5), 32; 312 MiB", then which convs ran
+// fused (layers::describe_fused_convs); "" for another engine.
 std::string describe_graphs(const Engine& engine);
 
 }  // namespace convnets::deploy

@@ -87,7 +87,7 @@ InferenceModel::InferenceModel(const std::string& checkpoint, const InferenceOpt
   spec.rt = rt_;
   // A QAT network's fake quantization rounds on the host's schedule of observers: it stays eager.
   if (engine_name_ == "torch" && rt_.device.is_cuda() && o.cuda_graph && !quantized_) {
-    engine_ = make_graphed_engine(std::move(spec), GraphPolicy{o.graph_batch_sizes, o.graph_memory_mb});
+    engine_ = make_graphed_engine(std::move(spec), GraphPolicy{o.graph_batch_sizes, o.graph_memory_mb, o.fused_conv});
   } else {
     engine_ = make_engine(engine_name_, std::move(spec));
   }

@@ -42,6 +42,8 @@ struct InferenceOptions {
   bool cuda_graph = true;
   std::vector<std::int64_t> graph_batch_sizes;
   double graph_memory_mb = 4096;
+  // With fold_bn, the graphs' convolutions with their bias, activation and skip as one cuDNN graph each.
+  bool fused_conv = true;
 };
 
 // One file's top-k, or why it could not be classified.

@@ -149,9 +149,11 @@ class DepthwiseSeparableImpl : public BlockImpl {
     bn2_ = register_module("bn2", bn(out));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = torch::silu(bn1_(conv_dw_(x)));
+    auto y = layers::conv_bn_act(*conv_dw_, *bn1_, x, Act::SiLU);
     if (se_) y = se_(y);
-    y = bn2_(conv_pw_(y));
+    // Drop-path is the identity outside training: the skip joins the conv's epilogue there.
+    if (residual_ && !is_training()) return layers::conv_bn_act(*conv_pw_, *bn2_, y, Act::None, x);
+    y = layers::conv_bn_act(*conv_pw_, *bn2_, y, Act::None);
     return residual_ ? blocks::drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
@@ -261,9 +263,9 @@ class EfficientNetImpl : public NetworkImpl {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = torch::silu(bn1_(conv_stem_(x)));
+    x = layers::conv_bn_act(*conv_stem_, *bn1_, x, Act::SiLU);
     for (auto& b : blocks_) x = b->forward(x);
-    x = torch::silu(bn2_(conv_head_(x)));
+    x = layers::conv_bn_act(*conv_head_, *bn2_, x, Act::SiLU);
     x = x.mean({2, 3});  // timm's SelectAdaptivePool2d('avg', flatten=True)
     return classifier_(dropout_(x));
   }

@@ -44,9 +44,28 @@ class SequentialBlockImpl : public BlockImpl {
  public:
   SequentialBlockImpl(const std::string& child, nn::Sequential seq, bool residual)
       : child_(child), seq_(register_module(child, std::move(seq))), residual_(residual) {}
+  // Each conv, its BN and the activation after them as one conv_bn_act (one cuDNN graph on the CUDA graph
+  // engine), and the skip in the last one's epilogue; the other layers as they are.
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = seq_->forward(x);
-    return residual_ ? y + x : y;
+    const std::size_t n = seq_->size();
+    auto y = x;
+    bool joined = false;
+    for (std::size_t i = 0; i < n;) {
+      auto* conv = seq_->ptr(i)->as<layers::Conv2dImpl>();
+      auto* bn = i + 1 < n ? seq_->ptr(i + 1)->as<layers::BatchNorm2dImpl>() : nullptr;
+      if (!conv || !bn) {
+        y = (seq_->begin() + static_cast<std::ptrdiff_t>(i))->forward(y);
+        ++i;
+        continue;
+      }
+      Act act = Act::None;
+      if (i + 2 < n && seq_->ptr(i + 2)->as<nn::ReLUImpl>()) act = Act::ReLU;
+      if (i + 2 < n && seq_->ptr(i + 2)->as<nn::SiLUImpl>()) act = Act::SiLU;
+      i += act == Act::None ? 2 : 3;
+      joined = residual_ && i == n && act == Act::None;
+      y = layers::conv_bn_act(*conv, *bn, y, act, joined ? x : torch::Tensor());
+    }
+    return residual_ && !joined ? y + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
     auto y = emit_sequential(g, *seq_, x, name + "." + child_);
@@ -65,7 +84,7 @@ class ConvBnActImpl : public BlockImpl {
     conv_ = register_module("conv", conv(l.num_in_channels, l.num_out_channels, l.kernel_size, l.stride, pad));
     bn1_ = register_module("bn1", batch_norm(l.num_out_channels, kBnEpsPlain));
   }
-  torch::Tensor forward(const torch::Tensor& x) override { return blocks::activate(bn1_(conv_(x)), act_); }
+  torch::Tensor forward(const torch::Tensor& x) override { return layers::conv_bn_act(*conv_, *bn1_, x, act_); }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
     return emit_activation(g, g.conv_bn(x, *conv_, name + ".conv", *bn1_, name + ".bn1"), act_);
   }
@@ -113,9 +132,11 @@ class EdgeResidualImpl : public BlockImpl {
     bn2_ = register_module("bn2", batch_norm(l.num_out_channels, kBnEpsPlain));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = blocks::activate(bn1_(conv_exp_(x)), act_);
+    auto y = layers::conv_bn_act(*conv_exp_, *bn1_, x, act_);
     if (se_) y = se_(y);
-    y = bn2_(conv_pwl_(y));
+    // Drop-path is the identity outside training: the skip joins the conv's epilogue there.
+    if (residual_ && !is_training()) return layers::conv_bn_act(*conv_pwl_, *bn2_, y, Act::None, x);
+    y = layers::conv_bn_act(*conv_pwl_, *bn2_, y, Act::None);
     return residual_ ? blocks::drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {

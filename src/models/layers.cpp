@@ -282,6 +282,106 @@ std::atomic<const FusedBnBackend*> fused_backend{nullptr};
 
 void install_fused_bn_backend(const FusedBnBackend* backend) { fused_backend = backend; }
 
+namespace {
+
+std::atomic<const FusedConvBackend*> conv_backend{nullptr};
+
+}  // namespace
+
+torch::Tensor activate(const torch::Tensor& x, Activation act) {
+  if (act == Activation::ReLU) return torch::relu(x);
+  if (act == Activation::SiLU) return torch::silu(x);
+  return x;
+}
+
+void install_fused_conv_backend(const FusedConvBackend* backend) { conv_backend = backend; }
+
+std::string fused_conv_shape_refusal(const Conv2dImpl& conv, at::IntArrayRef sizes, at::ScalarType dtype,
+                                     Activation act, bool residual, norm_conv::ConvAct& out) {
+  const auto& o = conv.options;
+  const auto& k = *o.kernel_size();
+  const auto& s = *o.stride();
+  const auto& d = *o.dilation();
+  if (dtype != at::kHalf && dtype != at::kBFloat16) {
+    return std::string(dtype_name(dtype)) + " activations (the fused convolution takes fp16 or bfloat16)";
+  }
+  if (sizes.size() != 4) return "a " + std::to_string(sizes.size()) + "-D input";
+  if (o.groups() != 1) return "a grouped convolution (" + std::to_string(o.groups()) + " groups)";
+  if (d[0] != 1 || d[1] != 1) return "a dilated convolution";
+  if (k[0] != k[1] || s[0] != s[1]) return "a kernel or stride that is not square";
+  const auto* same = dynamic_cast<const Conv2dSameImpl*>(&conv);
+  if (same && same->dynamic()) return "TF \"SAME\" padding that depends on the input's size";
+  const auto* p = std::get_if<torch::ExpandingArray<2>>(&o.padding());
+  if (!p || (**p)[0] != (**p)[1]) return "padding that is not one symmetric size";
+  if (!std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode())) return "padding that is not zeros";
+  out.g.n = sizes[0], out.g.c = sizes[1], out.g.h = sizes[2], out.g.w = sizes[3];
+  out.g.k = o.out_channels(), out.g.r = k[0], out.g.s = k[1];
+  out.g.stride = s[0], out.g.pad = (**p)[0];
+  out.g.dtype = dtype;
+  out.act = act;
+  out.residual = residual;
+  return "";
+}
+
+torch::Tensor conv_bn_act(Conv2dImpl& conv, BatchNorm2dImpl& bn, const torch::Tensor& x, Activation act,
+                          const torch::Tensor& residual) {
+  const FusedConvBackend* backend = conv_backend;
+  // Not while the MAC tracer counts: it counts in Conv2dImpl::forward.
+  if (backend && conv.fused_inference() && bn.folded() && !conv.is_training() && conv.fused_failure.empty() &&
+      !active_trace) {
+    auto why = backend->refusal(conv, x, act, residual);
+    if (why.empty()) {
+      conv.fused_ran = true;
+      return backend->forward(conv, x, act, residual);
+    }
+    conv.fused_failure = std::move(why);
+  }
+  auto y = conv.forward(x);
+  if (act == Activation::ReLU && bn.fusion() == (residual.defined() ? BnFusion::AddRelu : BnFusion::Relu)) {
+    return bn.forward_fused(y, residual);
+  }
+  y = bn.forward(y);
+  if (residual.defined()) y = y + residual;
+  return activate(y, act);
+}
+
+int set_fused_inference(torch::nn::Module& module, bool on) {
+  int count = 0;
+  for (auto& m : module.modules(/*include_self=*/true)) {
+    if (auto* conv = dynamic_cast<Conv2dImpl*>(m.get())) {
+      conv->set_fused_inference(on);
+      conv->fused_failure.clear();
+      conv->fused_ran = false;
+      ++count;
+    }
+  }
+  return count;
+}
+
+std::string describe_fused_convs(torch::nn::Module& module) {
+  int fused = 0, asked = 0;
+  std::map<std::string, std::vector<std::string>> refused;  // why -> the convs' names
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    const auto* conv = dynamic_cast<const Conv2dImpl*>(item.value().get());
+    if (!conv || (!conv->fused_ran && conv->fused_failure.empty())) continue;
+    ++asked;
+    if (conv->fused_failure.empty()) {
+      ++fused;
+    } else {
+      refused[conv->fused_failure].push_back(item.key());
+    }
+  }
+  if (asked == 0) return "";
+  std::ostringstream s;
+  s << "cuDNN conv+bias+act: " << fused << " of " << asked << " convs";
+  for (const auto& [why, names] : refused) {
+    s << "; unfused: " << names.front();
+    if (names.size() > 1) s << " and " << names.size() - 1 << " more";
+    s << " (" << why << ")";
+  }
+  return s.str();
+}
+
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& input) {
   TORCH_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input, got ", input.dim(), "-D");
   if (folded_) {

@@ -1,6 +1,8 @@
 // The layers the networks are built from: Conv2d and Linear that account their multiply-accumulates, BatchNorm2d (synchronized, foldable, fused with its ReLU and residual add on CUDA), and the MAC tracer.
 #pragma once
 
+#include "models/cudnn_graphs.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/cloneable.h>
 #include <torch/nn/options/batchnorm.h>
@@ -39,10 +41,21 @@ class ShapesOnly {
 class Conv2dImpl : public torch::nn::Conv2dImpl {
  public:
   explicit Conv2dImpl(torch::nn::Conv2dOptions options);
-  torch::Tensor forward(const torch::Tensor& input);
+  // Virtual: conv_bn_act's unfused path must pad as a Conv2dSame does.
+  virtual torch::Tensor forward(const torch::Tensor& input);
   // Gives a bias-free conv a bias (BN folding). LibTorch registers "bias" as
   // an undefined tensor then, so the registered entry is replaced, not added.
   void set_bias(const torch::Tensor& b);
+  // Inference's fused convolution (conv_bn_act): off by default; the CUDA graph engine turns it on.
+  void set_fused_inference(bool on) { fused_inference_ = on; }
+  bool fused_inference() const { return fused_inference_; }
+  // Why this conv runs unfused after all: the first refusal it met (asked at each call until one; from then on
+  // the ops), "" while none. `fused_ran`: it has run as one cuDNN graph at least once.
+  std::string fused_failure;
+  bool fused_ran = false;
+
+ private:
+  bool fused_inference_ = false;
 };
 TORCH_MODULE(Conv2d);
 
@@ -56,7 +69,7 @@ TORCH_MODULE(Conv2d);
 class Conv2dSameImpl : public Conv2dImpl {
  public:
   explicit Conv2dSameImpl(torch::nn::Conv2dOptions options);
-  torch::Tensor forward(const torch::Tensor& input);
+  torch::Tensor forward(const torch::Tensor& input) override;
   // Whether the padding depends on the input size (timm's Conv2dSame).
   bool dynamic() const { return dynamic_; }
 
@@ -217,6 +230,42 @@ std::vector<NormConvEntry> norm_conv_plan(torch::nn::Module& module, const Fused
 std::string describe_norm_conv_plan(const std::vector<NormConvEntry>& plan);
 // Switches NormConv on in each block whose refusal in `context` is empty, off in the others; returns how many are on.
 int set_norm_conv(torch::nn::Module& module, const FusedBnContext& context);
+
+// act(x), the identity for Activation::None.
+torch::Tensor activate(const torch::Tensor& x, Activation act);
+
+// act(bn(conv(x)) [+ residual]), the unit of every network's blocks. In inference on CUDA, with the BN folded into
+// the conv (fold_batchnorm), its weights in the activations' fp16/bf16 and the fused path on (set_fused_inference),
+// one cuDNN graph for the conv, its bias, the add and the activation (TensorRT's conv fusion; cudnn_graphs.h). In
+// training, a ReLU the BN was marked for (BnFusion) goes through bn.forward_fused; elsewhere the ops in that order.
+torch::Tensor conv_bn_act(Conv2dImpl& conv, BatchNorm2dImpl& bn, const torch::Tensor& x, Activation act,
+                          const torch::Tensor& residual = {});
+
+// Whether a conv could run fused on an input of `sizes` in `dtype` (fp16 or bf16, NHWC) followed by `act` and
+// maybe a residual add, from its options alone: "" and `out` filled with the cuDNN graph's description, else why
+// not (grouped, dilated, not square, TF "SAME" padding that depends on the input, ...). cuDNN itself is not asked.
+std::string fused_conv_shape_refusal(const Conv2dImpl& conv, at::IntArrayRef sizes, at::ScalarType dtype,
+                                     Activation act, bool residual, norm_conv::ConvAct& out);
+
+// What conv_bn_act calls where it may fuse: the cuDNN implementation (models/fused_conv.cpp), installed by the
+// CUDA graph engine; without one conv_bn_act is always the ops.
+class FusedConvBackend {
+ public:
+  virtual ~FusedConvBackend() = default;
+  // "" where cuDNN runs `conv` on x fused with this epilogue (its plan built), else why not.
+  virtual std::string refusal(const Conv2dImpl& conv, const at::Tensor& x, Activation act,
+                              const at::Tensor& residual) const = 0;
+  virtual at::Tensor forward(const Conv2dImpl& conv, const at::Tensor& x, Activation act,
+                             const at::Tensor& residual) const = 0;
+};
+void install_fused_conv_backend(const FusedConvBackend* backend);
+const FusedConvBackend& cudnn_fused_conv_backend();
+// Turns inference's fused convolution on or off in every Conv2d of `module` (clearing what each was told before);
+// returns how many there are.
+int set_fused_inference(torch::nn::Module& module, bool on);
+// What ran fused so far: "cuDNN conv+bias+act: 53 of 53 convs" and, for those that did not, their names and why
+// ("" when no conv has been through conv_bn_act's fused path or been refused by it).
+std::string describe_fused_convs(torch::nn::Module& module);
 
 // Turns synchronized BatchNorm on for every layers::BatchNorm2d in `module`;
 // returns how many there are.

@@ -6,9 +6,10 @@ namespace convnets::blocks {
 
 namespace nn = torch::nn;
 
-torch::Tensor activate(const torch::Tensor& x, Act act) { return act == Act::SiLU ? torch::silu(x) : torch::relu(x); }
-
-Value emit_activation(GraphEmitter& g, const Value& x, Act act) { return act == Act::SiLU ? g.silu(x) : g.relu(x); }
+Value emit_activation(GraphEmitter& g, const Value& x, Act act) {
+  if (act == Act::None) return x;
+  return act == Act::SiLU ? g.silu(x) : g.relu(x);
+}
 
 torch::Tensor drop_path(const torch::Tensor& branch, double p, bool training) {
   if (!training || p <= 0) return branch;

@@ -18,8 +18,8 @@ using Value = GraphEmitter::Value;
 
 // The activation a block applies after its expansion and depthwise convs and inside its squeeze-excite: GPUNet's
 // layers name relu or swish, EfficientNet's are SiLU (= swish) throughout.
-enum class Act { ReLU, SiLU };
-torch::Tensor activate(const torch::Tensor& x, Act act);
+using Act = layers::Activation;
+using layers::activate;
 Value emit_activation(GraphEmitter& g, const Value& x, Act act);
 
 // Stochastic depth as timm's drop_path: in training, each sample's `branch`
@@ -85,11 +85,14 @@ class InvertedResidualImpl : public BlockImpl {
     conv_pwl_ = register_module("conv_pwl", conv(o.mid, o.out, 1, 1, 1));
     bn3_ = register_module("bn3", batch_norm(o.out, o.bn_eps));
   }
+  // Each conv with its BN and activation (and the last with the skip, outside training: drop-path is the
+  // identity there) through conv_bn_act: one cuDNN graph each on the CUDA graph engine.
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = activate(bn1_(conv_pw_(x)), act_);
-    y = activate(bn2_(conv_dw_(y)), act_);
+    auto y = layers::conv_bn_act(*conv_pw_, *bn1_, x, act_);
+    y = layers::conv_bn_act(*conv_dw_, *bn2_, y, act_);
     if (se_) y = se_(y);
-    y = bn3_(conv_pwl_(y));
+    if (residual_ && !is_training()) return layers::conv_bn_act(*conv_pwl_, *bn3_, y, Act::None, x);
+    y = layers::conv_bn_act(*conv_pwl_, *bn3_, y, Act::None);
     return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/bn_stats.h"
-#include "models/norm_conv_graphs.h"
+#include "models/cudnn_graphs.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -179,7 +179,7 @@ ConvGeometry geometry(const at::Tensor& x, const at::Tensor& w, const ConvArgs& 
 
 std::int64_t rows(const at::Tensor& t) { return t.size(0) * t.size(2) * t.size(3); }
 
-// cuDNN's graphs for the convolutions (norm_conv_graphs.h), the project's kernels for the per-channel arithmetic
+// cuDNN's graphs for the convolutions (cudnn_graphs.h), the project's kernels for the per-channel arithmetic
 // (kernels/bn_stats.h), ATen (cuDNN underneath) for the plain dgrad and wgrad of the block's first convolutions.
 class CudnnOps : public Ops {
  public:

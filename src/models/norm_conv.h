@@ -2,7 +2,7 @@
 #pragma once
 
 #include "models/layers.h"
-#include "models/norm_conv_graphs.h"
+#include "models/cudnn_graphs.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -42,7 +42,7 @@ std::string refusal(const FusedBnContext& context, const Block& block);
 // The tensors forward() is given are what refusal() assumed (a CUDA fp16/bf16 channels-last batch).
 bool takes(const at::Tensor& x, const Block& block);
 
-// Builds every cuDNN plan the block will run on input x (norm_conv_graphs.h's prepare for each convolution):
+// Builds every cuDNN plan the block will run on input x (cudnn_graphs.h's prepare for each convolution):
 // "" when all built, else why not (the block then keeps part 2's path). Call outside a CUDA graph capture.
 std::string prepare(const Block& block, const at::Tensor& x);
 

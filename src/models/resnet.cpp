@@ -98,11 +98,14 @@ class BlockImpl : public nn::Module, public layers::NormConvCapable {
     if (norm_conv_ && is_training() && layers::norm_conv::takes(x, norm_block_) && planned(x)) {
       return layers::norm_conv::forward(norm_block_, x, layers::norm_conv::Backend::Cudnn);
     }
+    using layers::Activation;
     auto y = x;
-    for (size_t i = 0; i + 1 < convs_.size(); ++i) y = bns_[i]->forward_fused(convs_[i](y));
-    auto shortcut = downsample_ ? downsample_->forward(x) : x;
-    if (!se_) return bns_.back()->forward_fused(convs_.back()(y), shortcut);
-    y = bns_.back()(convs_.back()(y));
+    for (size_t i = 0; i + 1 < convs_.size(); ++i) y = layers::conv_bn_act(*convs_[i], *bns_[i], y, Activation::ReLU);
+    auto shortcut = downsample_ ? layers::conv_bn_act(*norm_block_.downsample.conv, *norm_block_.downsample.bn, x,
+                                                      Activation::None)
+                                : x;
+    if (!se_) return layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::ReLU, shortcut);
+    y = layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::None);
     // DLE's fused SE: shortcut + branch * gate in one addcmul.
     return torch::relu(torch::addcmul(shortcut, y, se_(y)));
   }
@@ -190,7 +193,7 @@ class ResNetImpl : public NetworkImpl {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = bn1_->forward_fused(conv1_(x));
+    x = layers::conv_bn_act(*conv1_, *bn1_, x, layers::Activation::ReLU);
     if (!small_input_stem_) x = torch::max_pool2d(x, 3, 2, 1);
     for (auto& stage : stages_) {
       if (!stage->is_empty()) x = stage->forward(x);  // an empty Sequential refuses forward()

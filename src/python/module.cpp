@@ -461,6 +461,7 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("cuda_graph", &deploy::InferenceOptions::cuda_graph)
       .def_readwrite("graph_batch_sizes", &deploy::InferenceOptions::graph_batch_sizes)
       .def_readwrite("graph_memory_mb", &deploy::InferenceOptions::graph_memory_mb)
+      .def_readwrite("fused_conv", &deploy::InferenceOptions::fused_conv)
       .def_readwrite("num_classes", &deploy::InferenceOptions::num_classes);
 
   py::class_<PyModel>(m, "_Model")

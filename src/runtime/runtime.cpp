@@ -5,7 +5,7 @@
 #include "core/options.h"
 #include "data/loader.h"
 #include "models/layers.h"
-#include "models/norm_conv_graphs.h"
+#include "models/cudnn_graphs.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>

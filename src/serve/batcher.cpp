@@ -45,6 +45,21 @@ void BatchingOptions::validate() const {
   if (max_queue_size < 1) throw Error("--max-queue-size must be at least 1, got " + std::to_string(max_queue_size));
 }
 
+std::vector<std::int64_t> serving_graph_sizes(std::int64_t max_batch_size) {
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t s = 1; s < max_batch_size; s *= 2) sizes.push_back(s);
+  sizes.push_back(max_batch_size);
+  return sizes;
+}
+
+BatchingOptions batching_for_graphs(BatchingOptions b, const std::vector<std::int64_t>& graph_sizes) {
+  if (!b.preferred_batch_sizes.empty()) return b;
+  for (auto s : graph_sizes) {
+    if (s > 1 && s <= b.max_batch_size) b.preferred_batch_sizes.push_back(s);
+  }
+  return b;
+}
+
 Batcher::Batcher(BatchingOptions options, Run run) : options_(std::move(options)), run_(std::move(run)) {
   options_.validate();
   try {

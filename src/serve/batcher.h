@@ -31,6 +31,15 @@ struct BatchingOptions {
   void validate() const;               // throws Error naming the flag
 };
 
+// The batch sizes a model served on CUDA captures a graph of where --graph-batch-sizes names none: the powers of two
+// below max_batch_size and max_batch_size itself (a batch pads up to the next: at most 2x the rows, one graph per
+// doubling, as TensorRT's engines are built per optimisation profile).
+std::vector<std::int64_t> serving_graph_sizes(std::int64_t max_batch_size);
+// Triton's preferred sizes for a model whose engine replays graphs of `graph_sizes`, unless `b` names its own: those
+// above 1 and within max_batch_size, so that a batch leaves once it fills a captured graph (1 would send each request
+// alone, never waiting --max-queue-delay-us for others).
+BatchingOptions batching_for_graphs(BatchingOptions b, const std::vector<std::int64_t>& graph_sizes);
+
 // How one request ended. status 200 with its rows of the logits, or the HTTP status Triton answers with: 503
 // for a full queue, an expired timeout or a server shutting down, 500 for a failed forward pass.
 struct Outcome {

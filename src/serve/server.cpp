@@ -5,6 +5,7 @@
 #include "core/json.h"
 #include "data/rng.h"
 #include "data/transforms.h"
+#include "deploy/graph_engine.h"
 #include "deploy/triton_repo.h"
 
 #include <ATen/ops/empty.h>
@@ -66,18 +67,31 @@ struct ModelCounters {
 class ServedModel {
  public:
   ServedModel(std::string name, std::string path, const ServerOptions& o)
-      : name_(std::move(name)), path_(std::move(path)), model_(path_, o.inference) {
+      : name_(std::move(name)), path_(std::move(path)), model_(path_, inference_options(o)) {
     const auto& pre = model_.preprocessing();
     auto topts = data::TransformOptions::eval(pre.input_size, pre.crop_ratio,
                                               data::parse_filter(pre.interpolation, "interpolation"));
     if (o.max_image_pixels > 0) topts.max_pixels = o.max_image_pixels;
     transform_ = std::make_unique<data::Transform>(topts);
     // One pass before the port opens: a model that cannot run fails at startup, and the first request does not
-    // pay for the engine's first allocation.
-    model_.logits(at::zeros({1, side(), side(), 3}, at::kByte));
-    batcher_ = std::make_unique<Batcher>(o.batching, [this](const at::Tensor& rows) {
+    // pay for the engine's first allocation. On CUDA graphs, one per size the batches will take: each captured now
+    // rather than during a request, and the batcher fills them (Triton's preferred sizes).
+    const bool graphed = !deploy::describe_graphs(model_.engine()).empty();
+    auto batching = graphed ? batching_for_graphs(o.batching, model_.options().graph_batch_sizes) : o.batching;
+    for (const auto rows : graphed ? model_.options().graph_batch_sizes : std::vector<std::int64_t>{1}) {
+      if (rows <= batching.max_batch_size) model_.logits(at::zeros({rows, side(), side(), 3}, at::kByte));
+    }
+    batcher_ = std::make_unique<Batcher>(batching, [this](const at::Tensor& rows) {
       return model_.logits(rows).to(at::kFloat).cpu().contiguous();
     });
+  }
+
+  // The server's inference options for this model: on CUDA graphs without --graph-batch-sizes, the sizes of
+  // serving_graph_sizes(--max-batch-size) (the CPU's engines ignore them).
+  static deploy::InferenceOptions inference_options(const ServerOptions& o) {
+    auto io = o.inference;
+    if (io.graph_batch_sizes.empty()) io.graph_batch_sizes = serving_graph_sizes(o.batching.max_batch_size);
+    return io;
   }
 
   const std::string& name() const { return name_; }
@@ -474,9 +488,16 @@ class Server {
     const int mport = o_.metrics_port >= 0 ? bind(metrics_, o_.metrics_port, "--metrics-port") : -1;
     for (const auto& [name, m] : models_) {
       const auto& im = m->model();
-      std::printf("convnets serve: model %s from %s: %s, %lld classes, %lldx%lld input; %s\n", name.c_str(),
+      const auto& own = m->batcher().options().preferred_batch_sizes;
+      std::string batching;
+      if (own != o_.batching.preferred_batch_sizes) {
+        for (auto s : own) batching += (batching.empty() ? "; preferred batch sizes " : ",") + std::to_string(s);
+        batching += " (its CUDA graphs')";
+      }
+      std::printf("convnets serve: model %s from %s: %s, %lld classes, %lldx%lld input; %s%s\n", name.c_str(),
                   m->path().c_str(), im.arch().name.c_str(), static_cast<long long>(im.num_classes()),
-                  static_cast<long long>(m->side()), static_cast<long long>(m->side()), im.describe_engine().c_str());
+                  static_cast<long long>(m->side()), static_cast<long long>(m->side()), im.describe_engine().c_str(),
+                  batching.c_str());
     }
     const auto& b = o_.batching;
     std::string preferred;

@@ -107,7 +107,7 @@ class Classify(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, flag + " " + value)
             self.assertIn(message, r.stderr)
         g = convnets("classify", self.pngs[0], "--checkpoint", self.ckpt, "--graph-batch-sizes", "1,8",
-                     "--no-cuda-graph", "--json")
+                     "--no-cuda-graph", "--no-fused-conv", "--json")
         self.assertEqual(g.returncode, 0, g.stderr)
         self.assertEqual(json.loads(g.stdout)["results"][0]["top"][0]["index"], top1[0])
 

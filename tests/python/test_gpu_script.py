@@ -222,26 +222,35 @@ class FusedStage(DryCall):
 
 class GraphsStage(DryCall):
     """Issue 59's stage, a call of its own on the GPU (`run build graphs`): inference replaying a CUDA graph per batch
-    size against itself eager, PyTorch eager and torch.compile; GPUNet batch-1 latency with its GPU compute time."""
+    size against itself eager, PyTorch eager and torch.compile; GPUNet batch-1 latency with its GPU compute time;
+    `serve` under bench/serve_load.py's load."""
     STAGES = ("graphs",)
 
     def test_each_step_ran_and_each_comparison_holds_its_peers(self):
         self.assert_passed()
-        for step in ["graphs/graph-numerics", "graphs/convnets-infer-fp32", "graphs/convnets-infer-fp32-no-cuda-graph",
+        for step in ["graphs/graph-numerics", "graphs/convnets-infer-fp32-fold-bn", "graphs/convnets-infer-fp32-no-fused-conv",
+                     "graphs/convnets-infer-fp32", "graphs/convnets-infer-fp32-no-cuda-graph",
+                     "graphs/convnets-gpunet-0-unfolded",
                      "graphs/eager-infer-fp32", "graphs/compile-eager-default-infer-fp32", "graphs/compare-infer-fp32",
                      "graphs/convnets-gpunet-0", "graphs/eager-gpunet-0", "graphs/compare-gpunet-0",
-                     "graphs/convnets-gpunet-d1", "graphs/eager-gpunet-d1", "graphs/compare-gpunet-d1"]:
+                     "graphs/convnets-gpunet-d1", "graphs/eager-gpunet-d1", "graphs/compare-gpunet-d1",
+                     "graphs/serve-load-fp32"]:
             self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
         self.assertRegex(self.text, r"\nGPU  graphs/ran-not-skipped: .*graph-numerics\.log gtest\n")
         m = re.search(r"\[  SKIPPED \] (\d+) tests?, listed below", self.text)
         self.assertTrue(m)
-        self.assertEqual(int(m.group(1)), len([n for n in gtest_names("Gpu") if n.startswith("Graphed")]))
+        self.assertEqual(int(m.group(1)), len([n for n in gtest_names("Gpu") if n.startswith(("Graphed", "Inference"))]))
         with open(os.path.join(self.out, "summary.json")) as f:
             cells = json.load(f)
         peers = {(c["figure"], c["peer"]) for c in cells}
-        self.assertIn(("infer resnet18 fp32, batch 1, CUDA graphs, latency", "convnets --no-cuda-graph"), peers)
-        self.assertIn(("infer resnet18 fp32, batch 2, CUDA graphs", "pytorch-compile"), peers)
+        self.assertIn(("infer resnet18 fp32, batch 1, CUDA graphs, fused convs, latency", "convnets --no-cuda-graph"), peers)
+        self.assertIn(("infer resnet18 fp32, batch 1, CUDA graphs, fused convs, latency", "convnets --fold-bn --no-fused-conv"),
+                      peers)
+        self.assertIn(("infer resnet18 fp32, batch 2, CUDA graphs, fused convs", "pytorch-compile"), peers)
         self.assertIn(("infer gpunet-0 fp32, batch 1, latency", "pytorch-eager"), peers)
+        self.assertIn(("infer gpunet-0 fp32, batch 1, latency", "convnets BN unfolded"), peers)
+        self.assertIn(("serve resnet18 fp32, concurrency 2 (tritonclient HTTP, batches up to 2)",
+                       "convnets bench infer, batch 2"), peers)
         self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "graphs.tar.gz", "summary.json", "summary.txt"])
 
 

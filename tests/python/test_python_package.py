@@ -689,6 +689,10 @@ class Checkpoints(unittest.TestCase):
             convnets.load(self.ckpt, device="cpu", graph_batch_sizes=[8, 4])
         with self.assertRaisesRegex(ValueError, "graph_memory_mb must be positive"):
             convnets.load(self.ckpt, device="cpu", graph_memory_mb=0)
+        # fused_conv is the CUDA graphs' (with BN folded); the keyword is taken everywhere, the answer the same.
+        batch = next(iter(raw))[0]
+        folded = convnets.load(self.ckpt, device="cpu", fold_bn=True, fused_conv=False)
+        torch.testing.assert_close(folded(batch), model(batch), rtol=1e-4, atol=1e-4)
 
     def test_per_class_results_are_numpys_from_the_same_predictions(self):
         # The predictions from Python (the package's loader and model, as above), every figure from NumPy: the

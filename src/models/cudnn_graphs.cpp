@@ -1,4 +1,4 @@
-#include "models/norm_conv_graphs.h"
+#include "models/cudnn_graphs.h"
 
 #include "core/error.h"
 
@@ -28,13 +28,14 @@ using Graph = fe::graph::Graph;
 using Tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
 using TA = fe::graph::Tensor_attributes;
 
-enum class Kind { ConvGenstats, SbrConvGenstats, DgradDreluDbn, SbrWgrad };
+enum class Kind { ConvGenstats, SbrConvGenstats, DgradDreluDbn, SbrWgrad, ConvBiasAct };
 
 const char* kind_name(Kind k) {
   switch (k) {
     case Kind::ConvGenstats: return "conv+genstats";
     case Kind::SbrConvGenstats: return "scale-bias-relu+conv+genstats";
     case Kind::DgradDreluDbn: return "dgrad+drelu+dbn_weight";
+    case Kind::ConvBiasAct: return "conv+bias+act";
     default: return "scale-bias-relu+wgrad";
   }
 }
@@ -45,6 +46,7 @@ enum Uid : std::int64_t {
   kDy, kMean, kInvstd, kGamma, kBeta, kDz, kDsumXhat, kDsum,  // dgrad + drelu + dbn
   kEqScaleDy, kEqScaleX, kEqBias,                            // dbn_weight's coefficients (unused here)
   kDw,                                                       // wgrad
+  kConvBias, kResidual,                                      // inference's conv+bias+act
 };
 
 fe::DataType_t io_type(at::ScalarType t) {
@@ -73,7 +75,13 @@ Tensor prologue(Graph& g, const Tensor& x, const ConvGeometry& c) {
   return g.pointwise(t, fe::graph::Pointwise_attributes().set_name("relu").set_mode(fe::PointwiseMode_t::RELU_FWD));
 }
 
-std::shared_ptr<Graph> describe(Kind kind, const ConvGeometry& c) {
+// What follows inference's conv+bias (Kind::ConvBiasAct); the training graphs have none.
+struct Epilogue {
+  Activation act = Activation::None;
+  bool residual = false;
+};
+
+std::shared_ptr<Graph> describe(Kind kind, const ConvGeometry& c, const Epilogue& e = {}) {
   auto g = std::make_shared<Graph>();
   const auto io = io_type(c.dtype);
   // The wgrad's prologue hands the convolution its input in the activations' type (cuDNN's scale-bias-relu-wgrad
@@ -118,6 +126,23 @@ std::shared_ptr<Graph> describe(Kind kind, const ConvGeometry& c) {
     as_output(eq_dy, kEqScaleDy, pc, pcs, f32);
     as_output(eq_x, kEqScaleX, pc, pcs, f32);
     as_output(eq_bias, kEqBias, pc, pcs, f32);
+  } else if (kind == Kind::ConvBiasAct) {
+    auto x = nhwc(*g, "x", kX, c.n, c.c, c.h, c.w);
+    auto y = g->conv_fprop(x, filters, fe::graph::Conv_fprop_attributes().set_name("conv").set_padding(pad)
+                                           .set_stride(stride).set_dilation(dilation));
+    if (e.residual) {
+      y = g->pointwise(y, nhwc(*g, "residual", kResidual, c.n, c.k, oh, ow),
+                       fe::graph::Pointwise_attributes().set_name("add").set_mode(fe::PointwiseMode_t::ADD));
+    }
+    y = g->pointwise(y, per_channel(*g, "conv_bias", kConvBias, c.k, io),
+                     fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
+    if (e.act == Activation::ReLU) {
+      y = g->pointwise(y, fe::graph::Pointwise_attributes().set_name("relu").set_mode(fe::PointwiseMode_t::RELU_FWD));
+    } else if (e.act == Activation::SiLU) {
+      y = g->pointwise(y, fe::graph::Pointwise_attributes().set_name("silu").set_mode(fe::PointwiseMode_t::SWISH_FWD)
+                              .set_swish_beta(1.f));
+    }
+    as_output(y, kY, {c.n, c.k, oh, ow}, {c.k * oh * ow, 1, c.k * ow, c.k}, io);
   } else {
     auto x = nhwc(*g, "x", kX, c.n, c.c, c.h, c.w);
     auto dy = nhwc(*g, "dy", kDy, c.n, c.k, oh, ow);
@@ -128,10 +153,10 @@ std::shared_ptr<Graph> describe(Kind kind, const ConvGeometry& c) {
   return g;
 }
 
-std::string key(Kind kind, const ConvGeometry& c, const void* handle) {
+std::string key(Kind kind, const ConvGeometry& c, const void* handle, const Epilogue& e = {}) {
   std::ostringstream s;
-  s << static_cast<int>(kind) << '|' << c.n << ',' << c.c << ',' << c.h << ',' << c.w << '|' << c.k << ',' << c.r << ','
-    << c.s << '|' << c.stride << ',' << c.pad << '|' << static_cast<int>(c.dtype) << '|' << handle;
+  s << static_cast<int>(kind) << '/' << static_cast<int>(e.act) << '/' << e.residual << '|' << c.n << ',' << c.c
+    << ',' << c.h << ',' << c.w << '|' << c.k << ',' << c.r << ',' << c.s << '|' << c.stride << ',' << c.pad << '|' << static_cast<int>(c.dtype) << '|' << handle;
   return s.str();
 }
 
@@ -150,9 +175,9 @@ auto& cache = *new std::map<std::string, std::shared_ptr<const Plan>>;
 // on autograd's device thread, each at its first use in the step's eager warm-up): built on first use (cuDNN's
 // heuristics, then its fallback list), cached after, a failure too (asked once). Inside a CUDA graph capture
 // nothing is built: an unseen graph there is an absent one.
-std::shared_ptr<const Plan> lookup(Kind kind, const ConvGeometry& c) {
+std::shared_ptr<const Plan> lookup(Kind kind, const ConvGeometry& c, const Epilogue& e = {}) {
   auto handle = at::native::getCudnnHandle();
-  const auto k = key(kind, c, handle);
+  const auto k = key(kind, c, handle, e);
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (auto it = cache.find(k); it != cache.end()) return it->second;
   if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
@@ -161,7 +186,7 @@ std::shared_ptr<const Plan> lookup(Kind kind, const ConvGeometry& c) {
     return absent;
   }
   auto p = std::make_shared<Plan>();
-  p->graph = describe(kind, c);
+  p->graph = describe(kind, c, e);
   auto built = p->graph->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
   if (built.is_good()) {
     auto ws = p->graph->get_workspace_size(p->workspace);
@@ -177,15 +202,20 @@ std::shared_ptr<const Plan> lookup(Kind kind, const ConvGeometry& c) {
 }
 
 // The same, where the graph must run: a failure is an Error naming the graph and the shape.
-std::shared_ptr<const Plan> plan(Kind kind, const ConvGeometry& c) {
-  auto p = lookup(kind, c);
-  if (!p->graph) throw Error(p->failure, "train with --no-norm-conv to keep these blocks on the fused BN+ReLU path");
+std::shared_ptr<const Plan> plan(Kind kind, const ConvGeometry& c, const Epilogue& e = {}) {
+  auto p = lookup(kind, c, e);
+  if (!p->graph) {
+    throw Error(p->failure, kind == Kind::ConvBiasAct ? "run with --no-fused-conv to keep the convolutions unfused"
+                                                      : "train with --no-norm-conv to keep these blocks on the fused "
+                                                        "BN+ReLU path");
+  }
   return p;
 }
 
-void execute(Kind kind, const ConvGeometry& c, std::unordered_map<std::int64_t, void*>& pack, const at::Tensor& like) {
+void execute(Kind kind, const ConvGeometry& c, std::unordered_map<std::int64_t, void*>& pack, const at::Tensor& like,
+             const Epilogue& e = {}) {
   const c10::cuda::CUDAGuard guard(like.device());
-  const auto p = plan(kind, c);
+  const auto p = plan(kind, c, e);
   // From the caching allocator on the current stream: safe inside a CUDA graph capture.
   const auto workspace = at::empty({std::max<std::int64_t>(p->workspace, 1)}, like.options().dtype(at::kByte));
   auto status = p->graph->execute(at::native::getCudnnHandle(), pack, workspace.data_ptr());
@@ -195,12 +225,12 @@ void execute(Kind kind, const ConvGeometry& c, std::unordered_map<std::int64_t, 
 }
 
 void check_layout(const at::Tensor& t, const char* what, at::ScalarType dtype) {
-  TORCH_CHECK(t.is_cuda() && t.scalar_type() == dtype && t.is_contiguous(at::MemoryFormat::ChannelsLast), "norm_conv: ",
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == dtype && t.is_contiguous(at::MemoryFormat::ChannelsLast), "cudnn_graphs: ",
               what, " must be a channels-last CUDA tensor of ", dtype, ", got ", t.scalar_type(), " ", t.sizes());
 }
 
 void check_vector(const at::Tensor& t, const char* what, std::int64_t n, at::ScalarType dtype) {
-  TORCH_CHECK(t.is_cuda() && t.scalar_type() == dtype && t.is_contiguous() && t.numel() == n, "norm_conv: ", what,
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == dtype && t.is_contiguous() && t.numel() == n, "cudnn_graphs: ", what,
               " must be a contiguous CUDA [", n, "] of ", dtype, ", got ", t.scalar_type(), " ", t.sizes());
 }
 
@@ -296,15 +326,16 @@ std::string check_graphs(const ConvGeometry& g) {
   return failed;
 }
 
-std::string check_plans(const ConvGeometry& g, bool with_prologue, const std::string& device_json, int sm_version) {
+namespace {
+
+std::string plan_deviceless(const ConvGeometry& g, const std::vector<Kind>& kinds, const Epilogue& e,
+                            const std::string& device_json, int sm_version) {
   auto device = std::make_shared<fe::DeviceProperties>();
   auto status = device->deserialize(std::vector<std::uint8_t>(device_json.begin(), device_json.end()));
   if (!status.is_good()) return "the device description: " + status.get_message();
   std::string failed;
-  std::vector<Kind> kinds{Kind::ConvGenstats};
-  if (with_prologue) kinds = {Kind::SbrConvGenstats, Kind::DgradDreluDbn, Kind::SbrWgrad};
   for (const Kind kind : kinds) {
-    auto graph = describe(kind, g);
+    auto graph = describe(kind, g, e);
     // Both said: without them the frontend asks the CUDA driver, which a machine without a GPU has not.
     graph->set_device_properties(device).set_sm_version(sm_version);
     status = graph->validate();
@@ -315,6 +346,38 @@ std::string check_plans(const ConvGeometry& g, bool with_prologue, const std::st
     if (!status.is_good()) failed += std::string(failed.empty() ? "" : "; ") + kind_name(kind) + ": " + status.get_message();
   }
   return failed;
+}
+
+}  // namespace
+
+std::string check_plans(const ConvGeometry& g, bool with_prologue, const std::string& device_json, int sm_version) {
+  std::vector<Kind> kinds{Kind::ConvGenstats};
+  if (with_prologue) kinds = {Kind::SbrConvGenstats, Kind::DgradDreluDbn, Kind::SbrWgrad};
+  return plan_deviceless(g, kinds, {}, device_json, sm_version);
+}
+
+std::string conv_bias_act_refusal(const ConvAct& c) {
+  const auto p = lookup(Kind::ConvBiasAct, c.g, {c.act, c.residual});
+  return p->graph ? "" : p->failure;
+}
+
+void conv_bias_act(const ConvAct& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                   const at::Tensor& residual, const at::Tensor& y) {
+  check_layout(x, "x", c.g.dtype);
+  check_layout(w, "w", c.g.dtype);
+  check_layout(y, "y", c.g.dtype);
+  check_vector(bias, "bias", c.g.k, c.g.dtype);
+  std::unordered_map<std::int64_t, void*> pack{
+      {kX, x.data_ptr()}, {kW, w.data_ptr()}, {kConvBias, bias.data_ptr()}, {kY, y.data_ptr()}};
+  if (c.residual) {
+    check_layout(residual, "residual", c.g.dtype);
+    pack.emplace(kResidual, residual.data_ptr());
+  }
+  execute(Kind::ConvBiasAct, c.g, pack, x, {c.act, c.residual});
+}
+
+std::string check_conv_act_plans(const ConvAct& c, const std::string& device_json, int sm_version) {
+  return plan_deviceless(c.g, {Kind::ConvBiasAct}, {c.act, c.residual}, device_json, sm_version);
 }
 
 std::size_t cached_plans() {

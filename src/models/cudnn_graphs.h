@@ -1,10 +1,18 @@
-// The cuDNN graphs of a bottleneck trained with its BN statistics taken in the convolutions (MLPerf's NormConv, Paddle's fused_resunit): a convolution with a scale+bias+ReLU prologue and per-channel statistics in its epilogue, its dgrad with the ReLU's and BN's backward reductions, its wgrad with the prologue again; built and cached per shape through cuDNN's header-only frontend (the one file that includes it).
+// The cuDNN graphs convnets runs, built and cached per shape through cuDNN's header-only frontend (the one file that includes it): the NormConv block's (MLPerf's, Paddle's fused_resunit: a convolution with a scale+bias+ReLU prologue and per-channel statistics in its epilogue, its dgrad with the ReLU's and BN's backward reductions, its wgrad with the prologue again) and inference's convolution with its bias, residual add and activation in one.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>
+
+namespace convnets::layers {
+
+// What a convolution's output goes through last in inference: nothing, a ReLU, or SiLU (GPUNet's and
+// EfficientNet's swish).
+enum class Activation { None, ReLU, SiLU };
+
+}  // namespace convnets::layers
 
 namespace convnets::layers::norm_conv {
 
@@ -61,6 +69,22 @@ std::string check_graphs(const ConvGeometry& g);
 // runs (with a prologue: the three; without: the forward's). "" when all build, else which did not and why.
 // `sm_version`: the device's compute capability as cuDNN counts it (90: an H100 or H200).
 std::string check_plans(const ConvGeometry& g, bool prologue, const std::string& device_json, int sm_version);
+
+// ---- Inference: y = act(conv(x, w) + bias [+ residual]), BN folded into w and bias (TensorRT's conv fusion) ----
+
+struct ConvAct {
+  ConvGeometry g;
+  Activation act = Activation::None;
+  bool residual = false;
+};
+// "" where cuDNN has an engine for `c` on this device (its plan built and cached, once per shape and handle; inside
+// a CUDA graph capture only a plan built before counts), else what cuDNN said.
+std::string conv_bias_act_refusal(const ConvAct& c);
+// bias: [k] in the activations' dtype; residual: y's shape, or undefined without one.
+void conv_bias_act(const ConvAct& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                   const at::Tensor& residual, const at::Tensor& y);
+// check_plans's question for this graph: "" when cuDNN plans it for the described device.
+std::string check_conv_act_plans(const ConvAct& c, const std::string& device_json, int sm_version);
 
 // How many plans the cache holds (each a graph built for one shape on one cuDNN handle).
 std::size_t cached_plans();
