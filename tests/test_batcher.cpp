@@ -206,8 +206,10 @@ TEST(Batcher, GraphSizesDoubleUpToTheLargestBatchAndAreItsPreferredSizes) {
   EXPECT_EQ(serving_graph_sizes(24), V({1, 2, 4, 8, 16, 24}));
   BatchingOptions o;
   o.max_batch_size = 16;
-  EXPECT_EQ(batching_for_graphs(o, {1, 2, 4, 8, 16}).preferred_batch_sizes, V({2, 4, 8, 16})) << "1 would never wait";
+  EXPECT_EQ(batching_for_graphs(o, {1, 2, 4, 8, 16}).preferred_batch_sizes, V({16}))
+      << "the largest: 7 rows queued go as one pass, padded to 8, not as 4, 2 and 1";
   EXPECT_EQ(batching_for_graphs(o, {1, 8, 32}).preferred_batch_sizes, V({8})) << "within --max-batch-size";
+  EXPECT_EQ(batching_for_graphs(o, {1}).preferred_batch_sizes, V()) << "1 would never wait for others";
   EXPECT_NO_THROW(batching_for_graphs(o, {1, 8, 32}).validate());
   o.preferred_batch_sizes = {4};
   EXPECT_EQ(batching_for_graphs(o, {1, 2, 4, 8, 16}).preferred_batch_sizes, V({4})) << "the user's own, kept";

@@ -590,6 +590,9 @@ TEST(Gpu, InferenceFusedConvMatchesItsAtenOps) {
   SKIP_WITHOUT_CUDA();
   using layers::Activation;
   layers::install_fused_conv_backend(&layers::cudnn_fused_conv_backend());
+  struct Uninstall {
+    ~Uninstall() { layers::install_fused_conv_backend(nullptr); }
+  } uninstall;  // whatever an ASSERT ends
   struct Case {
     std::int64_t n, c, hw, k, r, stride, groups;
     Activation act;
@@ -637,7 +640,6 @@ TEST(Gpu, InferenceFusedConvMatchesItsAtenOps) {
     EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast)) << name;
     EXPECT_LE(relative_l2(got, want), 2e-3) << name;
   }
-  layers::install_fused_conv_backend(nullptr);
 }
 
 TEST(Gpu, GraphedInferenceEqualsTheEagerEngine) {

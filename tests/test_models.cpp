@@ -571,6 +571,7 @@ TEST(Models, FusedConvShapeRefusalNamesWhatItCannotFuse) {
             std::string::npos);
   EXPECT_NE(refusal(*layers::Conv2dSame(Conv2dOptions(32, 32, 3).stride(2))).find("SAME"), std::string::npos);
   EXPECT_EQ(refusal(*layers::Conv2dSame(Conv2dOptions(32, 32, 3))), "") << "stride 1: a fixed padding of 1";
+  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(16, 32, 3))).find("32 input channels for a conv of 16"), std::string::npos);
 }
 
 // Every conv+BN of ResNet-50 and GPUNet-0 reaches conv_bn_act with its epilogue, and cuDNN (the wheels' 9.24)

@@ -17,7 +17,10 @@ class CudnnFusedConv final : public FusedConvBackend {
                       const at::Tensor& residual) const override {
     if (!x.is_cuda()) return "not on CUDA";
     // The graph computes no gradient: a pass that asks for one keeps autograd's ops.
-    if (at::GradMode::is_enabled() && conv.weight.requires_grad()) return "gradients are asked for";
+    if (at::GradMode::is_enabled() &&
+        (conv.weight.requires_grad() || x.requires_grad() || (residual.defined() && residual.requires_grad()))) {
+      return "gradients are asked for";
+    }
     if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) return "an NCHW input (the fused graph reads NHWC)";
     const auto& w = conv.weight;
     if (w.scalar_type() != x.scalar_type() || !w.is_contiguous(at::MemoryFormat::ChannelsLast)) {

@@ -306,6 +306,9 @@ std::string fused_conv_shape_refusal(const Conv2dImpl& conv, at::IntArrayRef siz
     return std::string(dtype_name(dtype)) + " activations (the fused convolution takes fp16 or bfloat16)";
   }
   if (sizes.size() != 4) return "a " + std::to_string(sizes.size()) + "-D input";
+  if (sizes[1] != o.in_channels()) {
+    return std::to_string(sizes[1]) + " input channels for a conv of " + std::to_string(o.in_channels());
+  }
   if (o.groups() != 1) return "a grouped convolution (" + std::to_string(o.groups()) + " groups)";
   if (d[0] != 1 || d[1] != 1) return "a dilated convolution";
   if (k[0] != k[1] || s[0] != s[1]) return "a kernel or stride that is not square";

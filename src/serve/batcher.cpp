@@ -54,9 +54,12 @@ std::vector<std::int64_t> serving_graph_sizes(std::int64_t max_batch_size) {
 
 BatchingOptions batching_for_graphs(BatchingOptions b, const std::vector<std::int64_t>& graph_sizes) {
   if (!b.preferred_batch_sizes.empty()) return b;
+  std::int64_t largest = 0;
   for (auto s : graph_sizes) {
-    if (s > 1 && s <= b.max_batch_size) b.preferred_batch_sizes.push_back(s);
+    if (s <= b.max_batch_size) largest = std::max(largest, s);
   }
+  // 1 as the preferred size would send each request alone, never waiting --max-queue-delay-us for others.
+  if (largest > 1) b.preferred_batch_sizes = {largest};
   return b;
 }
 

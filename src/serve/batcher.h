@@ -35,9 +35,10 @@ struct BatchingOptions {
 // below max_batch_size and max_batch_size itself (a batch pads up to the next: at most 2x the rows, one graph per
 // doubling, as TensorRT's engines are built per optimisation profile).
 std::vector<std::int64_t> serving_graph_sizes(std::int64_t max_batch_size);
-// Triton's preferred sizes for a model whose engine replays graphs of `graph_sizes`, unless `b` names its own: those
-// above 1 and within max_batch_size, so that a batch leaves once it fills a captured graph (1 would send each request
-// alone, never waiting --max-queue-delay-us for others).
+// Triton's preferred size for a model whose engine replays graphs of `graph_sizes`, unless `b` names its own: the
+// largest within max_batch_size, so that a full batch leaves at once and a smaller one takes every row queued (the
+// engine pads it up to the next captured graph). Every captured size as a preferred one would cut a queue of 7 rows
+// into passes of 4, 2 and 1 where one padded pass of 8 costs about what 4 does.
 BatchingOptions batching_for_graphs(BatchingOptions b, const std::vector<std::int64_t>& graph_sizes);
 
 // How one request ended. status 200 with its rows of the logits, or the HTTP status Triton answers with: 503

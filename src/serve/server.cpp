@@ -78,9 +78,13 @@ class ServedModel {
     // rather than during a request, and the batcher fills them (Triton's preferred sizes).
     const bool graphed = !deploy::describe_graphs(model_.engine()).empty();
     auto batching = graphed ? batching_for_graphs(o.batching, model_.options().graph_batch_sizes) : o.batching;
-    for (const auto rows : graphed ? model_.options().graph_batch_sizes : std::vector<std::int64_t>{1}) {
-      if (rows <= batching.max_batch_size) model_.logits(at::zeros({rows, side(), side(), 3}, at::kByte));
+    std::vector<std::int64_t> warm{1};
+    if (graphed) {
+      for (const auto rows : model_.options().graph_batch_sizes) {
+        if (rows > 1 && rows <= batching.max_batch_size) warm.push_back(rows);
+      }
     }
+    for (const auto rows : warm) model_.logits(at::zeros({rows, side(), side(), 3}, at::kByte));
     batcher_ = std::make_unique<Batcher>(batching, [this](const at::Tensor& rows) {
       return model_.logits(rows).to(at::kFloat).cpu().contiguous();
     });
@@ -492,7 +496,7 @@ class Server {
       std::string batching;
       if (own != o_.batching.preferred_batch_sizes) {
         for (auto s : own) batching += (batching.empty() ? "; preferred batch sizes " : ",") + std::to_string(s);
-        batching += " (its CUDA graphs')";
+        batching += " (its largest CUDA graph)";
       }
       std::printf("convnets serve: model %s from %s: %s, %lld classes, %lldx%lld input; %s%s\n", name.c_str(),
                   m->path().c_str(), im.arch().name.c_str(), static_cast<long long>(im.num_classes()),
