@@ -2,6 +2,7 @@
 """`convnets serve` under load on the loopback interface, against `convnets bench infer` in the same run (issue 47).
 
 The load generator is Triton's own HTTP client (PyPI's tritonclient), not part of convnets: CONCURRENCY threads,
+spread over --client-processes processes (one Python process cannot send more than about 2,000 such requests/s),
 each with its own connection, each sending one image per request as Triton's binary FP32 tensor (random data, as
 perf_analyzer sends by default) and waiting for the answer before sending the next. Per concurrency: inferences/s
 and p50/p90/p95/p99/avg latency over --seconds after --warmup-seconds, shaped like DLE's Triton tables.
@@ -20,6 +21,7 @@ CUDA graphs at the batch sizes its batcher fills.
 """
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import shlex
@@ -126,6 +128,46 @@ def load(url, model, make_input, concurrency, seconds=None, requests=None, warmu
     return latencies, span, counts
 
 
+def _load_child(results, start, url, model, side, concurrency, seconds, warmup):
+    start.wait()  # every process imported and connected-ready: the timed windows overlap
+    results.put(load(url, model, tensor_maker(side), concurrency, seconds=seconds, warmup=warmup))
+
+
+def load_parallel(url, model, side, concurrency, processes, seconds, warmup=0.0):
+    """load() with its CONCURRENCY clients spread over PROCESSES client processes, their outcomes summed. One Python
+    process sends at most about 2,000 requests/s of a 224-px FP32 image (tritonclient builds and parses each under
+    one GIL): on the H100 of 2026-11-27 one process measured its own ceiling at 1,955/s, not the server's."""
+    processes = max(1, min(processes, concurrency))
+    if processes == 1:
+        return load(url, model, tensor_maker(side), concurrency, seconds=seconds, warmup=warmup)
+    ctx = multiprocessing.get_context("spawn")
+    results, start = ctx.Queue(), ctx.Barrier(processes)
+    shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
+    procs = [ctx.Process(target=_load_child, args=(results, start, url, model, side, n, seconds, warmup), daemon=True)
+             for n in shares]
+    for p in procs:
+        p.start()
+    try:
+        parts = [results.get(timeout=seconds + warmup + 300) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    latencies, spans, counts = [], [], {}
+    for lat, span, c in parts:
+        latencies += lat
+        spans.append(span)
+        for k, v in c.items():
+            if isinstance(v, dict):
+                merged = counts.setdefault(k, {})
+                for kk, vv in v.items():
+                    merged[kk] = merged.get(kk, 0) + vv
+            else:
+                counts[k] = counts.get(k, 0) + v
+    return latencies, statistics.fmean(spans), counts
+
+
 def tensor_maker(side, seed=0):
     def make():
         x = np.random.default_rng(seed).standard_normal((1, 3, side, side)).astype(np.float32)
@@ -151,14 +193,21 @@ def main():
     ap.add_argument("--device", default="cpu", help="where the server and bench infer run (cpu, cuda)")
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--model-args", default="", help="more options for both, e.g. --fold-bn")
+    ap.add_argument("--image-size", type=int, default=224,
+                    help="the input's side, for both (small: the HTTP front end's share of each request grows)")
+    ap.add_argument("--client-processes", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+                    help="client processes the concurrency's connections are spread over (default: half the CPUs, "
+                         "at most 8; the server keeps the rest)")
     ap.add_argument("--json")
     ap.add_argument("--summary", help="append each concurrency's cells to this summary.json (bench/compare.py's "
                                       "format): throughput against bench infer's at --batch-size, p99 against its "
                                       "batch-1 latency")
     a = ap.parse_args()
-    model_args = ["--device", a.device, "--precision", a.precision, *shlex.split(a.model_args)]
+    model_args = ["--device", a.device, "--precision", a.precision, "--image-size", str(a.image_size),
+                  *shlex.split(a.model_args)]
     result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.node()} ({os.cpu_count()} CPUs)",
-              "arch": a.arch, "batch_size": a.batch_size, "model_args": model_args}
+              "arch": a.arch, "batch_size": a.batch_size, "model_args": model_args,
+              "client_processes": a.client_processes}
     with tempfile.TemporaryDirectory() as d:
         weights = os.path.join(d, a.arch + ".safetensors")
         subprocess.run([a.convnets, "models", "--arch", a.arch, "--seed", "5", "--save", weights], check=True,
@@ -169,15 +218,15 @@ def main():
                         "--warmup", "3"], check=True, capture_output=True)
         with open(bench_json) as f:
             result["bench_infer"] = json.load(f)
-        side = 224
+        side = a.image_size
         server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
                         "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size", "256")
         result["server"] = server.startup
         print(server.startup, end="", flush=True)
         rows = []
         for c in (int(x) for x in a.concurrency.split(",")):
-            lat, span, counts = load(server.url, a.arch, tensor_maker(side), c, seconds=a.seconds,
-                                     warmup=a.warmup_seconds)
+            lat, span, counts = load_parallel(server.url, a.arch, side, c, a.client_processes, seconds=a.seconds,
+                                              warmup=a.warmup_seconds)
             row = {"concurrency": c, "client_batch": 1, "inferences_per_s": counts["ok"] / span,
                    "p50_ms": 1e3 * percentile(lat, 50), "p90_ms": 1e3 * percentile(lat, 90),
                    "p95_ms": 1e3 * percentile(lat, 95), "p99_ms": 1e3 * percentile(lat, 99),
@@ -192,7 +241,8 @@ def main():
         server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
                         "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size",
                         str(a.overload_queue))
-        lat, span, counts = load(server.url, a.arch, tensor_maker(side), a.overload_concurrency, seconds=a.seconds / 2)
+        lat, span, counts = load_parallel(server.url, a.arch, side, a.overload_concurrency, a.client_processes,
+                                          seconds=a.seconds / 2)
         live = triton.InferenceServerClient(server.url).is_server_live()
         result["overload"] = {"concurrency": a.overload_concurrency, "max_queue_size": a.overload_queue,
                               "counts": counts, "ok_p50_ms": 1e3 * percentile(lat, 50), "live_after": live}

@@ -467,10 +467,11 @@ stage_fused() {
   local prof=(--profile-steps "$profile_steps") files=()
   step --show 8 "convnets-$p" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$fused_batches" \
     --json "$res/convnets-$p.json" --profile "$res/convnets-$p.trace.json" "${prof[@]}"
-  # Part 2 alone (BN+ReLU and BN+add+ReLU fused, the blocks' convolutions as before), then nothing fused.
-  step --show 8 "convnets-$p-no-norm-conv" "$bin/convnets" bench train "${common[@]}" --no-norm-conv \
-    --batch-sizes "$fused_batches" --json "$res/convnets-$p-no-norm-conv.json" \
-    --profile "$res/convnets-$p-no-norm-conv.trace.json" "${prof[@]}"
+  # The default is part 2 alone (BN+ReLU and BN+add+ReLU fused); part 3 on top (the blocks as NormConv, off by
+  # default since the H100 run of 2026-11-27 measured it slower), then nothing fused.
+  step --show 8 "convnets-$p-norm-conv" "$bin/convnets" bench train "${common[@]}" --norm-conv \
+    --batch-sizes "$fused_batches" --json "$res/convnets-$p-norm-conv.json" \
+    --profile "$res/convnets-$p-norm-conv.trace.json" "${prof[@]}"
   step --show 8 "convnets-$p-no-fused-bn" "$bin/convnets" bench train "${common[@]}" --no-fused-bn \
     --batch-sizes "$fused_batches" --json "$res/convnets-$p-no-fused-bn.json" \
     --profile "$res/convnets-$p-no-fused-bn.trace.json" "${prof[@]}"
@@ -480,7 +481,7 @@ stage_fused() {
     "${prof[@]}"
   step --show 1 "eager-$p" "$py" "$root/bench/torch_peer.py" train "${common[@]}" --batch-sizes "$fused_batches" \
     --json "$res/eager-$p.json" --profile "$res/eager-$p.trace.json" "${prof[@]}"
-  files+=("convnets --no-norm-conv=$res/convnets-$p-no-norm-conv.json"
+  files+=("convnets --norm-conv=$res/convnets-$p-norm-conv.json"
           "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.json" "$res/eager-$p.json")
   local modes=(default)
   if [[ $compile_backend == inductor ]]; then modes+=(reduce-overhead); fi
@@ -498,7 +499,7 @@ stage_fused() {
   step --show -1 "compare-$p" "$py" "$root/bench/compare.py" "$res/convnets-$p.json" "${files[@]}" \
     --figure-note "fused BN, synthetic data" --summary "$summary_json"
   step --show -1 "profile-$p" "$py" "$root/bench/profile_families.py" "convnets=$res/convnets-$p.trace.json" \
-    "convnets --no-norm-conv=$res/convnets-$p-no-norm-conv.trace.json" \
+    "convnets --norm-conv=$res/convnets-$p-norm-conv.trace.json" \
     "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.trace.json" \
     "convnets eager step=$res/convnets-$p-eager-step.trace.json" "pytorch eager=$res/eager-$p.trace.json" \
     --steps "$profile_steps" --json "$res/profile-$p.json"

@@ -449,7 +449,7 @@ TEST(Models, NormConvPlanNamesEveryBlockAndWhy) {
   EXPECT_NE(sp.front().refusal.find("SE gate"), std::string::npos) << sp.front().refusal;
   auto c = gpu;
   c.norm_conv = false;
-  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--no-norm-conv");
+  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--norm-conv not given");
   c = gpu, c.enabled = false;
   EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--no-fused-bn");
   c = gpu, c.dtype = torch::kFloat;

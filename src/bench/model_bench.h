@@ -52,7 +52,7 @@ struct ModelBenchOptions {
   double graph_memory_mb = 4096;
   bool fused_conv = true;  // inference on CUDA graphs with fold_bn: conv+bias+act as one cuDNN graph (--no-fused-conv)
   bool fused_bn = true;    // training: BN+ReLU and BN+add+ReLU as one cuDNN call where the run allows it
-  bool norm_conv = true;   // training, with fused_bn: residual blocks as NormConv (models/norm_conv.h)
+  bool norm_conv = false;  // training, with fused_bn: residual blocks as NormConv (models/norm_conv.h; --norm-conv)
   // Training: after the timed iterations of the last batch size, this many more steps under LibTorch's profiler
   // (Kineto: host ops and GPU kernels), its Chrome trace written to `profile` (bench/profile_families.py reads it).
   std::string profile;

@@ -206,7 +206,7 @@ std::shared_ptr<const Plan> plan(Kind kind, const ConvGeometry& c, const Epilogu
   auto p = lookup(kind, c, e);
   if (!p->graph) {
     throw Error(p->failure, kind == Kind::ConvBiasAct ? "run with --no-fused-conv to keep the convolutions unfused"
-                                                      : "train with --no-norm-conv to keep these blocks on the fused "
+                                                      : "train without --norm-conv to keep these blocks on the fused "
                                                         "BN+ReLU path");
   }
   return p;

@@ -21,7 +21,8 @@ class CudnnFusedConv final : public FusedConvBackend {
         (conv.weight.requires_grad() || x.requires_grad() || (residual.defined() && residual.requires_grad()))) {
       return "gradients are asked for";
     }
-    if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) return "an NCHW input (the fused graph reads NHWC)";
+    // An NCHW input (the stem's, from an engine that fed NCHW) is made NHWC in forward, as ATen's own cuDNN call
+    // does for it: refusing it cost ResNet-50's stem its fusion on the H100 (2026-11-27).
     const auto& w = conv.weight;
     if (w.scalar_type() != x.scalar_type() || !w.is_contiguous(at::MemoryFormat::ChannelsLast)) {
       return "weights not in the input's dtype and channels-last memory";
@@ -48,7 +49,7 @@ class CudnnFusedConv final : public FusedConvBackend {
     const auto why = fused_conv_shape_refusal(conv, x.sizes(), x.scalar_type(), act, residual.defined(), c);
     TORCH_CHECK(why.empty(), "conv_bn_act: forward on a conv its refusal turned down: ", why);
     auto y = at::empty({c.g.n, c.g.k, c.g.out_h(), c.g.out_w()}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
-    norm_conv::conv_bias_act(c, x, conv.weight, conv.bias, residual, y);
+    norm_conv::conv_bias_act(c, x.contiguous(at::MemoryFormat::ChannelsLast), conv.weight, conv.bias, residual, y);
     return y;
   }
 };

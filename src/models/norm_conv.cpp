@@ -491,7 +491,7 @@ std::string refusal(const FusedBnContext& context, const Block& block) {
   if (block.branch.empty()) return "no convolutions";
   const auto& last = *block.branch.back().bn;
   if (last.fusion() != BnFusion::AddRelu) return "its last BN is not followed by the residual add (an SE gate)";
-  if (context.enabled && !context.norm_conv) return "--no-norm-conv";
+  if (context.enabled && !context.norm_conv) return "--norm-conv not given";
   // Part 2's rules, but not its probe: these blocks run cuDNN's graph API, not the BN kernels the probe asked for.
   FusedBnContext c = context;
   c.cudnn_refusal.clear();

@@ -67,7 +67,7 @@ struct TrainConfig {
   std::string device = "auto";              // auto | cpu | cuda
   bool cuda_graph = true;                   // CUDA: replay the whole step as one graph (not with mixup)
   bool fused_bn = true;                     // CUDA, fp16/bf16, NHWC: BN+ReLU and BN+add+ReLU as one cuDNN call each
-  bool norm_conv = true;                    // and with fused_bn: residual blocks with their BN statistics in the convs
+  bool norm_conv = false;                   // and with fused_bn: residual blocks with their BN statistics in the convs
   bool sync_bn = false;                     // data-parallel: BN statistics over the global batch
   double bucket_mb = 25;                    // data-parallel: gradient bucket size (DDP's default)
   std::string dist_backend = "auto";        // auto | gloo | nccl

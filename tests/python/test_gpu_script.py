@@ -192,7 +192,7 @@ class FusedStage(DryCall):
 
     def test_each_step_ran_and_its_table_holds_every_peer(self):
         self.assert_passed()
-        for step in ["fused/fused-numerics", "fused/convnets-fp32", "fused/convnets-fp32-no-norm-conv",
+        for step in ["fused/fused-numerics", "fused/convnets-fp32", "fused/convnets-fp32-norm-conv",
                      "fused/convnets-fp32-no-fused-bn",
                      "fused/convnets-fp32-eager-step", "fused/eager-fp32", "fused/compile-eager-default-fp32",
                      "fused/compare-fp32", "fused/profile-fp32", "fused/train-from-imagenet_like",
@@ -204,15 +204,15 @@ class FusedStage(DryCall):
         self.assertTrue(m)
         self.assertEqual(int(m.group(1)), len([n for n in gtest_names("Gpu")
                                                if n.startswith(("Fused", "NormConv", "BnStats"))]))
-        # convnets, then itself with part 2 alone and unfused, eager and compiled: img/s and the four ratios, all
+        # convnets (part 2), then itself with part 3 on top and unfused, eager and compiled: img/s and the four ratios, all
         # positive.
         rows = table_rows(self.text, "2")
         self.assertTrue(any(len(r) == 10 and all(re.fullmatch(NUMBER + "x?", c) for c in r[1:]) for r in rows), rows)
-        self.assertIn("| family | convnets ms | % | convnets --no-norm-conv ms | % | convnets --no-fused-bn ms | % | "
+        self.assertIn("| family | convnets ms | % | convnets --norm-conv ms | % | convnets --no-fused-bn ms | % | "
                       "convnets eager step ms | % | pytorch eager ms | % |", self.text)
         with open(os.path.join(self.out, "summary.json")) as f:
             peers = {c["peer"] for c in json.load(f)}
-        self.assertEqual(peers, {"convnets --no-norm-conv", "convnets --no-fused-bn", "pytorch-eager", "pytorch-compile"})
+        self.assertEqual(peers, {"convnets --norm-conv", "convnets --no-fused-bn", "pytorch-eager", "pytorch-compile"})
         self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "fused.tar.gz", "summary.json", "summary.txt"])
         with tarfile.open(os.path.join(self.out, "fused.tar.gz")) as t:
             names = {os.path.basename(n) for n in t.getnames()}
