@@ -168,6 +168,54 @@ def load_parallel(url, model, side, concurrency, processes, seconds, warmup=0.0)
     return latencies, statistics.fmean(spans), counts
 
 
+class SlowHeaders:
+    """N raw connections sending request headers one byte a second and never finishing them (slowloris), each
+    reopened when the server closes it; bounded by N and by the caller's stop(). Counts the server's closes and how
+    long each connection had lived."""
+
+    def __init__(self, url, n):
+        import socket
+        host, port = url.rsplit(":", 1)
+        self.addr, self.n, self.stop_at = (host, int(port)), n, None
+        self.closed, self.lifetimes, self._socket = 0, [], socket
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _open(self):
+        s = self._socket.create_connection(self.addr, timeout=5)
+        s.setblocking(False)
+        return [s, time.monotonic(), 0]
+
+    def _run(self):
+        line = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 4096
+        conns = [self._open() for _ in range(self.n)]
+        while not self._stopping.wait(1.0):
+            for i, c in enumerate(conns):
+                try:
+                    if c[0].recv(1) == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    c[0].close()
+                    self.closed += 1
+                    self.lifetimes.append(time.monotonic() - c[1])
+                    conns[i] = self._open()
+                    continue
+                try:
+                    c[0].send(line[c[2] % len(line):][:1])
+                    c[2] += 1
+                except OSError:
+                    pass
+        for c in conns:
+            c[0].close()
+
+    def stop(self):
+        self._stopping.set()
+        self._thread.join(timeout=30)
+
+
 def tensor_maker(side, seed=0):
     def make():
         x = np.random.default_rng(seed).standard_normal((1, 3, side, side)).astype(np.float32)
@@ -188,6 +236,9 @@ def main():
     ap.add_argument("--max-queue-delay-us", type=int, default=2000)
     ap.add_argument("--overload-concurrency", type=int, default=48)
     ap.add_argument("--overload-queue", type=int, default=16)
+    ap.add_argument("--slow-clients", type=int, default=0,
+                    help="then: the last concurrency again alone and beside this many slowloris connections (headers "
+                         "a byte a second); their throughputs' ratio")
     ap.add_argument("--soak", type=int, default=100000)
     ap.add_argument("--soak-checkpoint")
     ap.add_argument("--device", default="cpu", help="where the server and bench infer run (cpu, cuda)")
@@ -234,6 +285,21 @@ def main():
             rows.append(row)
             print(json.dumps(row), flush=True)
         result["load"] = rows
+        if a.slow_clients:
+            c = rows[-1]["concurrency"]
+            alone = load_parallel(server.url, a.arch, side, c, a.client_processes, seconds=a.seconds,
+                                  warmup=a.warmup_seconds)
+            slow = SlowHeaders(server.url, a.slow_clients)
+            beside = load_parallel(server.url, a.arch, side, c, a.client_processes, seconds=a.seconds,
+                                   warmup=a.warmup_seconds)
+            slow.stop()
+            rate = [r[2]["ok"] / r[1] for r in (alone, beside)]
+            result["slow_clients"] = {
+                "concurrency": c, "slow_clients": a.slow_clients, "alone_inferences_per_s": rate[0],
+                "beside_inferences_per_s": rate[1], "ratio": rate[1] / rate[0], "counts": beside[2],
+                "slow_closed": slow.closed,
+                "slow_lifetime_s": [min(slow.lifetimes), max(slow.lifetimes)] if slow.lifetimes else None}
+            print(json.dumps(result["slow_clients"]), flush=True)
         rc, err = server.stop()
         result["load_server_exit"] = rc
 

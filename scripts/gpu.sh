@@ -61,7 +61,7 @@ prepare() {
   "$shared/tools/carry-debs.sh" download -o .deps \
     libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev zlib1g-dev nlohmann-json3-dev libcli11-dev \
     libgtest-dev libgmock-dev libgloo-dev \
-    libcpp-httplib0.11 libcpp-httplib-dev libbrotli1 libbrotli-dev libssl-dev pkgconf-bin libpkgconf3
+    libboost1.74-dev
   cp "$shared/tools/carry-debs.sh" .deps/
   # bench/serve_load.py's client (tritonclient's HTTP half, what it imports) for the GPU machine's Python 3.12, at the
   # versions scripts/requirements.txt pins; unpacked there by need_serve_client.
@@ -206,17 +206,16 @@ free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 # ---------------------------------------------------------------------------------------------------- stages
 # native_build TARGET...: the GPU build, what CI builds with the kernels for Hopper (9.0) only, against the machine's
 # own PyTorch; configured once per build folder. Without ONNX and OpenVINO: the GPU machine has neither and no stage
-# needs them; with serve (Debian's cpp-httplib, carried), which the graphs stage loads. pkg-config finds cpp-httplib
-# and what its .pc requires (OpenSSL's, zlib's and Brotli's .pc files) in .deps alone, with the carried pkgconf: the
-# preflight sees what the GPU machine will, not this machine's /usr. No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
+# needs them; with serve (Boost.Beast's headers from Debian's libboost1.74-dev, carried), which the graphs stage
+# loads. Boost_DIR names the carried copy's CMake config, so the preflight sees what the GPU machine will, not
+# this machine's /usr (whose Boost find_package would otherwise take quietly). No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
 # (run sets it), the same way here and there, so the preflight's binaries can travel. Debian's jconfig.h sits in the
 # multiarch folder that CMake's FindJPEG does not add.
 native_build() {
   local nvcc=${CONVNETS_NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   nvcc=$(readlink -f "$nvcc") || { say "FAIL $stage/configure (no nvcc: not on PATH, nor /usr/local/cuda/bin/nvcc)"; exit 1; }
-  local pc_dirs="$deps_prefix/lib/x86_64-linux-gnu/pkgconfig:$deps_prefix/share/pkgconfig"
-  local configure=(env "PKG_CONFIG_LIBDIR=$pc_dirs" cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
-    "-DPKG_CONFIG_EXECUTABLE=$deps_prefix/bin/pkgconf"
+  local configure=(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+    "-DBoost_DIR=$deps_prefix/lib/x86_64-linux-gnu/cmake/Boost-1.74.0" -DBoost_NO_SYSTEM_PATHS=ON
     "-DCMAKE_PREFIX_PATH=$deps_prefix;$torch_prefix" -DTORCH_CUDA_ARCH_LIST=9.0
     "-DCMAKE_CUDA_COMPILER=$nvcc" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc")")"
     "-DCONVNETS_PYTHON=$(command -v "$py")" -DCONVNETS_WITH_OPENVINO=OFF -DCMAKE_DISABLE_FIND_PACKAGE_ONNX=ON
@@ -233,8 +232,8 @@ native_build() {
   else
     step --limit 300 configure "${configure[@]}"
     if ((last_rc == 0)); then echo "$line" >"$build/gpu-configure.txt"; fi
-    # CMake leaves serve out quietly where cpp-httplib is not found; the graphs stage needs it.
-    step --show 3 serve-configured grep -F "convnets: serve with cpp-httplib" "$res/configure.log"
+    # CMake leaves serve out quietly where Boost is not found; the graphs stage needs it.
+    step --show 3 serve-configured grep -F "convnets: serve with Boost.Beast" "$res/configure.log"
   fi
   step --limit "$build_limit" --show 2 compile ninja -C "$build" "$@"
   compiled=$((last_rc == 0))

@@ -20,7 +20,7 @@ packages=(
   libjpeg62-turbo-dev libpng-dev zlib1g-dev  # JPEG (region + DCT-scaled decode), PNG, gzip IDX
   libonnx-dev libprotobuf-dev        # ONNX export: ONNX's protobuf schema and checker
   dataset-fashion-mnist              # the default training data (IDX, read in place)
-  libcpp-httplib-dev                 # convnets serve's HTTP server
+  libboost-dev                       # Boost.Beast and Asio (header-only): convnets serve's HTTP front end
   libgtest-dev libgmock-dev          # the C++ test suite
   clang                              # libFuzzer for the fuzz targets (scripts/fuzz.sh)
   python3-skimage                    # real photographs (its data folder) for the ImageNet-like JPEG set

@@ -50,11 +50,21 @@ void add_serve_command(CLI::App& app) {
                   "the largest JSON part of a request (larger: 413; tensors beyond it come as binary data)")
       ->capture_default_str();
   cmd->add_option("--max-image-pixels", o->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-connections", o->max_connections, "connections served at once (a thread each)")
+  cmd->add_option("--max-connections", o->max_connections,
+                  "sockets open at once, idle keep-alive ones included (none holds a thread); more wait in the "
+                  "listen backlog")
       ->capture_default_str();
   cmd->add_option("--idle-timeout-s", o->idle_timeout_s, "a connection silent this long is closed")
       ->capture_default_str();
+  cmd->add_option("--header-timeout-s", o->header_timeout_s,
+                  "a request whose headers are not complete this long after their first byte is closed")
+      ->capture_default_str();
   cmd->add_option("--body-timeout-s", o->body_timeout_s, "a request body not received in full this long gets 408")
+      ->capture_default_str();
+  cmd->add_option("--log-verbose", o->log_verbose,
+                  "1: a line on stderr for each connection a deadline or a limit closes (slow clients); 2: idle ones "
+                  "too (Triton's --log-verbose)")
+      ->check(CLI::Range(0, 2))
       ->capture_default_str();
   cmd->add_option("--drain-timeout-s", o->drain_timeout_s,
                   "on SIGTERM, how long requests in flight may take before the server stops")
@@ -81,8 +91,8 @@ void add_serve_command(CLI::App& app) {
 #if CONVNETS_SERVE
     serve::run_server(*o);
 #else
-    throw Error("convnets serve is not in this build: cpp-httplib was not found when it was configured",
-                "install Debian's libcpp-httplib-dev (scripts/setup.sh does) and rebuild");
+    throw Error("convnets serve is not in this build: Boost's headers (Beast, Asio) were not found when it was "
+                "configured", "install Debian's libboost-dev (scripts/setup.sh does) and rebuild");
 #endif
   });
   cmd->footer(

@@ -5,6 +5,7 @@
 #include <ATen/ops/cat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <utility>
 
@@ -19,13 +20,20 @@ bool same_kind(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.sizes().slice(1) == b.sizes().slice(1);
 }
 
-std::future<Outcome> answered(int status, std::string error) {
-  std::promise<Outcome> p;
+Outcome refused(int status, std::string error) {
   Outcome o;
   o.status = status;
   o.error = std::move(error);
-  p.set_value(std::move(o));
-  return p.get_future();
+  return o;
+}
+
+// A completion that throws must not take the instance thread with it.
+void complete(std::function<void(Outcome)>& done, Outcome o) {
+  try {
+    done(std::move(o));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "convnets serve: answering a request failed: %s\n", e.what());
+  }
 }
 
 }  // namespace
@@ -80,10 +88,17 @@ Batcher::~Batcher() {
 }
 
 std::future<Outcome> Batcher::submit(at::Tensor rows, std::optional<std::int64_t> timeout_us) {
-  if (!rows.defined() || rows.dim() < 1 || rows.size(0) < 1) return answered(400, "the request holds no rows");
+  auto promise = std::make_shared<std::promise<Outcome>>();
+  auto future = promise->get_future();
+  submit(std::move(rows), timeout_us, [promise](Outcome o) { promise->set_value(std::move(o)); });
+  return future;
+}
+
+void Batcher::submit(at::Tensor rows, std::optional<std::int64_t> timeout_us, std::function<void(Outcome)> done) {
+  if (!rows.defined() || rows.dim() < 1 || rows.size(0) < 1) return complete(done, refused(400, "the request holds no rows"));
   if (rows.size(0) > options_.max_batch_size) {
-    return answered(400, "the request's batch of " + std::to_string(rows.size(0)) + " exceeds the model's " +
-                             "max_batch_size of " + std::to_string(options_.max_batch_size));
+    return complete(done, refused(400, "the request's batch of " + std::to_string(rows.size(0)) + " exceeds the model's " +
+                                           "max_batch_size of " + std::to_string(options_.max_batch_size)));
   }
   Job job;
   job.rows = std::move(rows);
@@ -93,19 +108,22 @@ std::future<Outcome> Batcher::submit(at::Tensor rows, std::optional<std::int64_t
   job.deadline = timeout_us && *timeout_us > 0 && *timeout_us <= kDayUs
                      ? job.queued + std::chrono::microseconds(*timeout_us)
                      : Clock::time_point::max();
-  auto future = job.promise.get_future();
+  job.done = std::move(done);
+  std::optional<Outcome> now;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (finishing_) return answered(503, "the server is shutting down: no new requests are taken");
-    if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queue_size) {
+    if (finishing_) {
+      now = refused(503, "the server is shutting down: no new requests are taken");
+    } else if (static_cast<std::int64_t>(queue_.size()) >= options_.max_queue_size) {
       ++stats_.refused_full;
-      return answered(503, "Exceeds maximum queue size: " + std::to_string(options_.max_queue_size) +
-                               " requests are waiting (--max-queue-size)");
+      now = refused(503, "Exceeds maximum queue size: " + std::to_string(options_.max_queue_size) +
+                             " requests are waiting (--max-queue-size)");
+    } else {
+      queue_.push_back(std::move(job));
     }
-    queue_.push_back(std::move(job));
   }
+  if (now) return complete(job.done, std::move(*now));
   changed_.notify_all();
-  return future;
 }
 
 void Batcher::finish() {
@@ -122,6 +140,11 @@ BatcherStats Batcher::stats() const {
   return s;
 }
 
+std::int64_t Batcher::queued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<std::int64_t>(queue_.size());
+}
+
 std::int64_t Batcher::preferred_within(std::int64_t rows) const {
   std::int64_t best = 0;
   for (auto p : options_.preferred_batch_sizes) {
@@ -130,7 +153,8 @@ std::int64_t Batcher::preferred_within(std::int64_t rows) const {
   return best;
 }
 
-std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock) {
+std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock,
+                                              std::vector<std::pair<Job, Outcome>>& expired) {
   const auto delay = std::chrono::microseconds(options_.max_queue_delay_us);
   std::int64_t limit = options_.max_batch_size;
   for (;;) {
@@ -164,7 +188,7 @@ std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock
       o.status = 503;
       o.error = "Request timeout expired: no batch took it within its timeout";
       o.queue_us = micros(now - it->queued);
-      it->promise.set_value(std::move(o));
+      expired.emplace_back(std::move(*it), std::move(o));
       it = queue_.erase(it);
       continue;
     }
@@ -182,17 +206,27 @@ std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock
 void Batcher::instance_loop() {
   for (;;) {
     std::vector<Job> batch;
+    std::vector<std::pair<Job, Outcome>> expired;
+    bool done = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      batch = next_batch(lock);
-      if (batch.empty()) {
-        if (finishing_ && queue_.empty()) {
-          changed_.notify_all();  // finish() waits for this
-          return;
-        }
-        continue;  // every queued request had timed out
+      batch = next_batch(lock, expired);
+      // Counted busy while it answers the expired, so that finish() waits for those answers too.
+      if (!batch.empty() || !expired.empty()) ++busy_;
+      done = batch.empty() && expired.empty() && finishing_ && queue_.empty();
+    }
+    if (done) {
+      changed_.notify_all();  // finish() waits for this
+      return;
+    }
+    for (auto& [job, outcome] : expired) complete(job.done, std::move(outcome));
+    if (batch.empty()) {
+      if (!expired.empty()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --busy_;
       }
-      ++busy_;
+      changed_.notify_all();
+      continue;  // every request taken had timed out
     }
     const auto start = Clock::now();
     std::vector<at::Tensor> parts;
@@ -242,7 +276,7 @@ void Batcher::instance_loop() {
         stats_.failed += static_cast<std::int64_t>(batch.size());
       }
     }
-    for (std::size_t i = 0; i < batch.size(); ++i) batch[i].promise.set_value(std::move(outcomes[i]));
+    for (std::size_t i = 0; i < batch.size(); ++i) complete(batch[i].done, std::move(outcomes[i]));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       --busy_;

@@ -76,22 +76,28 @@ class Batcher {
   // request fails with 503 if no pass has taken it by then, as Triton's request timeout does (answered when the
   // next batch is formed; a timeout over a day is none).
   std::future<Outcome> submit(at::Tensor rows, std::optional<std::int64_t> timeout_us = std::nullopt);
+  // The same, the outcome handed to `done` instead: on this thread for a request answered at once, else on the
+  // instance thread that ran its pass (or the one that found its timeout passed), outside the batcher's lock. For
+  // a front end that must not block a thread per request.
+  void submit(at::Tensor rows, std::optional<std::int64_t> timeout_us, std::function<void(Outcome)> done);
 
   // Refuses new requests, runs every queued one, and returns when the instances are idle.
   void finish();
   BatcherStats stats() const;
+  std::int64_t queued() const;  // requests waiting for a pass now
   const BatchingOptions& options() const { return options_; }
 
  private:
   struct Job {
     at::Tensor rows;
     Clock::time_point queued, deadline;
-    std::promise<Outcome> promise;
+    std::function<void(Outcome)> done;
   };
   void instance_loop();
   // Under the lock: takes the jobs of the next batch off the queue, waiting for the batch to fill as the
-  // options allow. Empty when finishing with nothing queued.
-  std::vector<Job> next_batch(std::unique_lock<std::mutex>& lock);
+  // options allow; those whose timeout passed go to `expired`, to be answered outside the lock. Empty when
+  // finishing with nothing queued.
+  std::vector<Job> next_batch(std::unique_lock<std::mutex>& lock, std::vector<std::pair<Job, Outcome>>& expired);
   // The largest preferred batch size that `rows` queued rows can fill; 0 when none.
   std::int64_t preferred_within(std::int64_t rows) const;
 

@@ -7,11 +7,11 @@
 #include "data/transforms.h"
 #include "deploy/graph_engine.h"
 #include "deploy/triton_repo.h"
+#include "serve/http_front.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/topk.h>
 #include <ATen/ops/zeros.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
@@ -353,72 +353,58 @@ std::vector<std::pair<std::string, std::string>> model_list(const std::vector<st
   return out;
 }
 
-// --------------------------------------------------------------------------------------------- connections
+// --------------------------------------------------------------------------------------------- workers
 
-// A thread per connection, as httplib serves them, made on demand up to a bound and kept a while for reuse:
-// a thousand idle keep-alive connections then hold a thousand idle threads (a few KiB each) instead of
-// queueing every new request behind them, and no more than the bound are ever made.
-class ConnectionPool : public httplib::TaskQueue {
+// The threads that turn a request's body into rows (JSON, image decoding) and its logits into an answer: the
+// event loop hands them on, and the batcher's instances hand the answers back. None waits on a forward pass.
+class Workers {
  public:
-  explicit ConnectionPool(int max_threads) : max_(std::max(1, max_threads)) {}
-  ~ConnectionPool() override { shutdown(); }
-
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    jobs_.push_back(std::move(fn));
-    if (static_cast<int>(jobs_.size()) > idle_ && live_ < max_) {
-      try {
-        std::thread([this] { work(); }).detach();
-        ++live_;
-      } catch (const std::system_error& e) {
-        // Out of threads (ulimit -u, pids.max): the connections wait for the threads there are. With none at all,
-        // the accepting thread serves this one itself rather than leave it unanswered.
-        if (live_ == 0) {
-          auto job = std::move(jobs_.back());
-          jobs_.pop_back();
-          std::fprintf(stderr, "convnets serve: no thread for a connection (%s); serving it on the accepting thread\n",
-                       e.what());
-          lock.unlock();
-          job();
-          return;
-        }
-      }
+  explicit Workers(int n) {
+    for (int i = 0; i < std::max(1, n); ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~Workers() { finish(); }
+  void submit(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(fn));
     }
     wake_.notify_one();
   }
-
-  void shutdown() override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    stopping_ = true;
+  // Runs what is queued, then joins.
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
     wake_.notify_all();
-    gone_.wait(lock, [this] { return live_ == 0; });
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
   }
 
  private:
   void work() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      ++idle_;
-      const bool got = wake_.wait_for(lock, std::chrono::seconds(10), [this] { return stopping_ || !jobs_.empty(); });
-      --idle_;
-      if (jobs_.empty() && (stopping_ || !got)) break;
-      if (jobs_.empty()) continue;
+      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
       auto fn = std::move(jobs_.front());
       jobs_.pop_front();
       lock.unlock();
-      fn();
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "convnets serve: a request's work failed: %s\n", e.what());
+      }
       lock.lock();
     }
-    --live_;
-    gone_.notify_all();
   }
 
-  const int max_;
   std::mutex mutex_;
-  std::condition_variable wake_, gone_;
+  std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
-  int idle_ = 0, live_ = 0;
   bool stopping_ = false;
+  std::vector<std::thread> threads_;
 };
 
 // Requests in flight, and the drain that waits for them.
@@ -433,7 +419,6 @@ class Drain {
   void leave() {
     std::lock_guard<std::mutex> lock(mutex_);
     --in_flight_;
-    done_.notify_all();
   }
   bool draining() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -452,7 +437,6 @@ class Drain {
 
  private:
   mutable std::mutex mutex_;
-  std::condition_variable done_;
   int in_flight_ = 0;
   bool draining_ = false;
 };
@@ -470,26 +454,67 @@ std::string url(const std::string& host, int port) {
   return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+HttpResponse error_response(int status, const std::string& message, bool close = false) {
+  return HttpResponse::json_error(status, error_body(message), close);
+}
+
+HttpResponse json_response(const Json& j) {
+  HttpResponse r;
+  r.content_type = "application/json";
+  r.body = dump_json(j);
+  return r;
+}
+
+HttpResponse status_response(int status) {
+  HttpResponse r;
+  r.status = status;
+  return r;
+}
+
 class Server {
  public:
-  Server(const ServerOptions& o) : o_(o) {
+  Server(const ServerOptions& o) : o_(o), workers_(std::max(2, static_cast<int>(std::thread::hardware_concurrency()))) {
     for (const auto& [name, path] : model_list(o.models)) {
       // Said before the (seconds-long) load: a supervisor, or a test, knows the server is up to its own code.
       std::printf("convnets serve: loading model %s from %s\n", name.c_str(), path.c_str());
       std::fflush(stdout);
       models_.emplace(name, std::make_unique<ServedModel>(name, path, o));
     }
-    configure(http_, o.max_connections);
-    routes();
+    HttpFrontOptions f;
+    f.host = o.host;
+    f.max_connections = o.max_connections;
+    f.idle_timeout_s = o.idle_timeout_s;
+    f.header_timeout_s = o.header_timeout_s;
+    f.body_timeout_s = o.body_timeout_s;
+    f.max_body_bytes = o.limits.max_body_bytes;
+    // The bodies held at once are bounded too, not only each: a thousand connections may each send the largest.
+    f.max_held_bytes = 4 * o.limits.max_body_bytes;
+    f.log_verbose = o.log_verbose;
+    http_ = std::make_unique<HttpFront>(
+        f, [this](const HttpRequest& r) { return refusal(r); },
+        [this](HttpRequest r, HttpFront::Reply reply) { route(std::move(r), std::move(reply)); }, error_body);
     if (o.metrics_port >= 0) {
-      configure(metrics_, 8);
-      metrics_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+      f.max_connections = 64;
+      f.max_body_bytes = kSmallBody;
+      f.max_held_bytes = 64 * kSmallBody;
+      metrics_ = std::make_unique<HttpFront>(
+          f, [](const HttpRequest&) { return std::optional<HttpResponse>{}; },
+          [this](HttpRequest r, HttpFront::Reply reply) {
+            if (r.method == "GET" && r.path == "/metrics") return reply(metrics());
+            reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + r.path)));
+          },
+          error_body);
     }
   }
 
+  ~Server() {
+    // The workers hold replies into the fronts: they end first.
+    workers_.finish();
+  }
+
   int serve() {
-    const int port = bind(http_, o_.http_port, "--port");
-    const int mport = o_.metrics_port >= 0 ? bind(metrics_, o_.metrics_port, "--metrics-port") : -1;
+    const int port = http_->bind(o_.http_port, "--port");
+    const int mport = metrics_ ? metrics_->bind(o_.metrics_port, "--metrics-port") : -1;
     for (const auto& [name, m] : models_) {
       const auto& im = m->model();
       const auto& own = m->batcher().options().preferred_batch_sizes;
@@ -514,18 +539,18 @@ class Server {
                 (mport >= 0 ? url(o_.host, mport) : url(o_.host, port)).c_str());
     std::fflush(stdout);
     std::thread metrics_thread;
-    if (mport >= 0) metrics_thread = std::thread([this] { metrics_.listen_after_bind(); });
-    const bool ok = http_.listen_after_bind();
-    metrics_.stop();
+    if (metrics_) metrics_thread = std::thread([this] { metrics_->run(); });
+    http_->run();
+    if (metrics_) metrics_->stop();
     if (metrics_thread.joinable()) metrics_thread.join();
     for (auto& [name, m] : models_) m->batcher().finish();
-    if (!ok && !stopped_) throw Error("serve: the HTTP server on " + url(o_.host, port) + " stopped unexpectedly");
+    workers_.finish();
     return 0;
   }
 
   // From the signal thread. begin_drain refuses new requests (503); stop_when_drained, called on every tick after
-  // it, stops listening once nothing is in flight or the drain timeout has passed. It is called again until serve()
-  // returns: httplib's stop() does nothing before listen has begun, and a signal may come before that.
+  // it, stops the front ends once nothing is in flight or the drain timeout has passed (a stop before they run is
+  // kept for them).
   void begin_drain(const char* why) {
     drain_began_ = Clock::now();
     std::fprintf(stderr, "convnets serve: %s: draining %d request(s) in flight; new requests get 503\n", why,
@@ -534,267 +559,195 @@ class Server {
   void stop_when_drained() {
     const int left = drain_.in_flight();
     if (left > 0 && Clock::now() - drain_began_ < std::chrono::seconds(o_.drain_timeout_s)) return;
-    if (left > 0 && !stopped_) {
+    if (stopped_.exchange(true)) return;
+    if (left > 0) {
       std::fprintf(stderr, "convnets serve: %d request(s) still running after --drain-timeout-s %d; stopping\n", left,
                    o_.drain_timeout_s);
     }
-    stopped_ = true;
-    http_.stop();
-    metrics_.stop();
+    http_->stop();
+    if (metrics_) metrics_->stop();
   }
   Clock::time_point drain_began() const { return drain_began_; }
 
  private:
-  void configure(httplib::Server& s, int threads) {
-    s.new_task_queue = [threads] { return new ConnectionPool(threads); };
-    // httplib listens with a backlog of 5: a burst of connections (a thousand clients at once) would see SYNs
-    // dropped and retried a second later. The listening socket is noted here and given a deeper backlog in bind().
-    // Also: httplib's default options set SO_REUSEPORT, with which a second server (a forgotten one, one still
-    // draining) binds the same port and the kernel splits the clients between them. SO_REUSEADDR alone lets a
-    // restart bind at once and refuses a port that is in use.
-    s.set_socket_options([this](int fd) {
-      const int yes = 1;
-      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-      listening_.push_back(fd);
-    });
-    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      const auto refused = refusal(req);
-      if (!refused) return httplib::Server::HandlerResponse::Unhandled;
-      error(res, refused->first, refused->second);
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    // A client that asks before sending its body (Expect: 100-continue) is refused before it sends it.
-    s.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
-      const auto refused = refusal(req);
-      if (!refused) return 100;
-      error(res, refused->first, refused->second);
-      return refused->first;
-    });
-    s.set_keep_alive_timeout(o_.idle_timeout_s);
-    s.set_keep_alive_max_count(100000);
-    s.set_read_timeout(o_.idle_timeout_s, 0);
-    s.set_write_timeout(o_.idle_timeout_s, 0);
-    s.set_payload_max_length(o_.limits.max_body_bytes);
-    s.set_tcp_nodelay(true);
-    s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      error(res, 500, what);
-    });
-    s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      const std::string why = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
-                              : res.status == 413 ? "the request body exceeds --max-request-bytes"
-                                                  : "the request could not be served";
-      error(res, res.status, utf8_escaped(why));
-    });
-  }
-
-  int bind(httplib::Server& s, int port, const char* flag) {
-    listening_.clear();
-    if (port == 0) {
-      port = s.bind_to_any_port(o_.host);
-      if (port <= 0) throw Error(std::string(flag) + " 0: no free port on " + o_.host + " (--host)");
-    } else if (!s.bind_to_port(o_.host, port)) {
-      throw Error(std::string(flag) + " " + std::to_string(port) + ": cannot listen on " + url(o_.host, port) +
-                      " (in use, or --host is not an address of this machine)",
-                  "pick another port, or 0 for a free one");
-    }
-    // The last socket httplib made is the one it bound (it tries each of getaddrinfo's answers in turn).
-    if (!listening_.empty()) ::listen(listening_.back(), std::max(SOMAXCONN, o_.max_connections));
-    return port;
-  }
-
-  // A request refused from its headers alone, before any of its body is read: (status, message), or none.
-  // httplib reads the body of any other route whole before its handler runs, and bounds only a declared
-  // Content-Length: a chunked or unlengthed body would grow without limit. So only infer (whose handler reads
-  // through a bounded receiver) may stream one, and the others' bodies are small and declared.
-  std::optional<std::pair<int, std::string>> refusal(const httplib::Request& req) const {
-    const auto encoding = req.get_header_value("Content-Encoding");
+  // A request refused from its headers alone, before any of its body is read: the response, or none. Only infer
+  // takes a large or chunked body; the other routes' bodies are small and declared.
+  std::optional<HttpResponse> refusal(const HttpRequest& req) const {
+    const auto encoding = req.header("Content-Encoding");
     if (!encoding.empty() && encoding != "identity") {
-      return std::pair{415, "Content-Encoding " + utf8_escaped(encoding) + " is not accepted: send the body uncompressed"};
+      return error_response(415, "Content-Encoding " + utf8_escaped(encoding) +
+                                     " is not accepted: send the body uncompressed");
     }
-    if (req.get_header_value("Content-Type").rfind("multipart/", 0) == 0) {
-      return std::pair{415, std::string("multipart bodies are not accepted: send the KServe v2 JSON, or its binary "
-                                        "tensor extension")};
+    if (req.header("Content-Type").rfind("multipart/", 0) == 0) {
+      return error_response(415, "multipart bodies are not accepted: send the KServe v2 JSON, or its binary tensor "
+                                 "extension");
     }
-    const bool infer = req.method == "POST" && req.path.size() > 6 && req.path.compare(req.path.size() - 6, 6, "/infer") == 0;
+    const bool infer = req.method == "POST" && req.path.size() > 6 &&
+                       req.path.compare(req.path.size() - 6, 6, "/infer") == 0;
     const bool chunked = req.has_header("Transfer-Encoding");
-    std::uint64_t length = 0;
     if (req.has_header("Content-Length")) {
-      const auto text = req.get_header_value("Content-Length");
-      const bool digits = !text.empty() && text.size() <= 19 &&
-                          std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-      if (!digits) return std::pair{400, "Content-Length '" + utf8_escaped(text) + "' is not a byte count"};
-      length = std::stoull(text);
+      const auto text = req.header("Content-Length");
+      const std::uint64_t length = std::stoull(text);  // the parser took it as a byte count already
       const std::uint64_t limit = infer ? o_.limits.max_body_bytes : kSmallBody;
       if (length > limit) {
-        return std::pair{413, "the request body of " + text + " bytes exceeds the limit of " + std::to_string(limit) +
-                                  (infer ? " (--max-request-bytes)" : " for " + req.path)};
+        return error_response(413, "the request body of " + text + " bytes exceeds the limit of " +
+                                       std::to_string(limit) + (infer ? " (--max-request-bytes)" : " for " + req.path));
       }
     } else if (!infer && (chunked || req.method == "POST" || req.method == "PUT" || req.method == "PATCH")) {
-      return std::pair{411, req.method + " " + utf8_escaped(req.path) + " needs a Content-Length (at most " +
-                                std::to_string(kSmallBody) + " bytes)"};
+      return error_response(411, req.method + " " + utf8_escaped(req.path) + " needs a Content-Length (at most " +
+                                     std::to_string(kSmallBody) + " bytes)");
     }
     return std::nullopt;
   }
   static constexpr std::uint64_t kSmallBody = 64 * 1024;
+  static constexpr std::size_t kInlineParseBytes = 16 * 1024;
 
-  static void error(httplib::Response& res, int status, const std::string& message) {
-    res.status = status;
-    res.set_content(error_body(message), "application/json");
-  }
-
-  static void json(httplib::Response& res, const Json& j) { res.set_content(dump_json(j), "application/json"); }
-
-  ServedModel* find(const httplib::Request& req, httplib::Response& res) {
-    const std::string name = req.matches[1];
+  // The model a path names (its version 1), or the 404 answer.
+  ServedModel* find(const std::smatch& m, HttpResponse& refused) {
+    const std::string name = m[1];
     const auto it = models_.find(name);
     if (it == models_.end()) {
-      error(res, 404, "Request for unknown model: '" + utf8_escaped(name) + "' is not found");
+      refused = error_response(404, "Request for unknown model: '" + utf8_escaped(name) + "' is not found");
       return nullptr;
     }
-    if (req.matches.size() > 2 && req.matches[2].matched && req.matches[2].str() != "1") {
-      error(res, 404, "Request for unknown model: '" + name + "' version " + utf8_escaped(req.matches[2].str()) +
-                          " is not found (version 1 is served)");
+    if (m.size() > 2 && m[2].matched && m[2].str() != "1") {
+      refused = error_response(404, "Request for unknown model: '" + name + "' version " + utf8_escaped(m[2].str()) +
+                                        " is not found (version 1 is served)");
       return nullptr;
     }
     return it->second.get();
   }
 
-  void routes() {
-    const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
-    http_.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-    http_.Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
-      res.status = drain_.draining() ? 503 : 200;
-    });
-    http_.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
-      json(res, {{"name", "convnets"},
-                 {"version", CONVNETS_VERSION},
-                 {"extensions", {"classification", "binary_tensor_data", "model_configuration", "model_repository"}}});
-    });
-    http_.Get(model + "/ready", [this](const httplib::Request& req, httplib::Response& res) {
-      if (find(req, res)) res.status = drain_.draining() ? 503 : 200;
-    });
-    http_.Get(model + "/config", [this](const httplib::Request& req, httplib::Response& res) {
-      if (auto* m = find(req, res)) json(res, m->config());
-    });
-    http_.Get(model, [this](const httplib::Request& req, httplib::Response& res) {
-      if (auto* m = find(req, res)) json(res, m->metadata());
-    });
-    http_.Post("/v2/repository/index", [this](const httplib::Request&, httplib::Response& res) {
-      Json list = Json::array();
-      for (const auto& [name, m] : models_) list.push_back({{"name", name}, {"version", "1"}, {"state", "READY"}});
-      json(res, list);
-    });
-    http_.Post(model + "/infer", [this](const httplib::Request& req, httplib::Response& res,
-                                         const httplib::ContentReader& reader) { infer(req, res, reader); });
-    if (o_.metrics_port < 0) {
-      http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+  // On the event loop: the small answers at once, inference handed to the workers.
+  void route(HttpRequest r, HttpFront::Reply reply) {
+    static const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+    static const std::regex model_route(model), ready_route(model + "/ready"), config_route(model + "/config"),
+        infer_route(model + "/infer");
+    const auto& p = r.path;
+    std::smatch m;
+    HttpResponse refused;
+    if (r.method == "GET") {
+      if (p == "/v2/health/live") return reply(status_response(200));
+      if (p == "/v2/health/ready") return reply(status_response(drain_.draining() ? 503 : 200));
+      if (p == "/v2") {
+        return reply(json_response({{"name", "convnets"},
+                                    {"version", CONVNETS_VERSION},
+                                    {"extensions", {"classification", "binary_tensor_data", "model_configuration",
+                                                    "model_repository"}}}));
+      }
+      if (std::regex_match(p, m, ready_route)) {
+        return reply(find(m, refused) ? status_response(drain_.draining() ? 503 : 200) : refused);
+      }
+      if (std::regex_match(p, m, config_route)) {
+        auto* s = find(m, refused);
+        return reply(s ? json_response(s->config()) : refused);
+      }
+      if (std::regex_match(p, m, model_route)) {
+        auto* s = find(m, refused);
+        return reply(s ? json_response(s->metadata()) : refused);
+      }
+      if (p == "/metrics" && o_.metrics_port < 0) return reply(metrics());
+    } else if (r.method == "POST") {
+      if (p == "/v2/repository/index") {
+        Json list = Json::array();
+        for (const auto& [name, s] : models_) list.push_back({{"name", name}, {"version", "1"}, {"state", "READY"}});
+        return reply(json_response(list));
+      }
+      if (std::regex_match(p, m, infer_route)) {
+        const auto start = Clock::now();
+        if (!drain_.enter()) {
+          return reply(error_response(503, "the server is shutting down: no new requests are taken", true));
+        }
+        // Left when the answer is handed back, whichever thread gives it.
+        auto leave = std::shared_ptr<void>(nullptr, [this](void*) { drain_.leave(); });
+        ServedModel* s = find(m, refused);
+        if (!s) return reply(refused);
+        // A small body is parsed here, on the loop (at most tens of microseconds); a large one on a worker, so that
+        // no copy of megabytes holds the other connections' reads and writes.
+        if (r.body.size() <= kInlineParseBytes) return infer(*s, r, reply, leave, start);
+        workers_.submit([this, s, r = std::make_shared<HttpRequest>(std::move(r)), reply, leave, start] {
+          infer(*s, *r, reply, leave, start);
+        });
+        return;
+      }
     }
+    reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + p)));
   }
 
-  // Reads and drops a body that is refused (an unknown model, a server shutting down), within the limits: httplib
-  // 0.11.4 keeps the connection whatever the answer says, so an unread body would be read as the next request.
-  void discard(const httplib::ContentReader& reader, Clock::time_point start) const {
-    std::size_t seen = 0;
-    const auto deadline = start + std::chrono::seconds(o_.body_timeout_s);
-    reader([&](const char*, std::size_t n) {
-      seen += n;
-      return seen <= o_.limits.max_body_bytes && Clock::now() <= deadline;
-    });
-  }
-
-  void infer(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-    const auto start = Clock::now();
-    if (!drain_.enter()) {
-      discard(reader, start);
-      error(res, 503, "the server is shutting down: no new requests are taken");
-      res.set_header("Connection", "close");
-      return;
-    }
-    struct Leave {
-      Drain& d;
-      ~Leave() { d.leave(); }
-    } leave{drain_};
-    ServedModel* m = find(req, res);
-    if (!m) {
-      discard(reader, start);
-      return;
-    }
-    auto& c = m->counters();
-    std::string body;
-    bool too_big = false, too_slow = false, too_busy = false;
-    const auto deadline = start + std::chrono::seconds(o_.body_timeout_s);
-    // The bodies held at once are bounded too, not only each: a thousand connections may each send the largest.
-    Budget held{held_bytes_};
-    const bool read = reader([&](const char* data, std::size_t n) {
-      if (body.size() + n > o_.limits.max_body_bytes) return !(too_big = true);
-      if (Clock::now() > deadline) return !(too_slow = true);
-      if (!held.take(n, held_limit())) return !(too_busy = true);
-      body.append(data, n);
-      return true;
-    });
-    if (!read || too_big || too_slow || too_busy) {
-      ++c.failure;
-      res.set_header("Connection", "close");
-      if (too_busy) return error(res, 503, "the server holds " + std::to_string(held_bytes_.load()) +
-                                               " bytes of request bodies already (4 x --max-request-bytes): try again");
-      if (too_big) return error(res, 413, "the request body exceeds the limit of " +
-                                              std::to_string(o_.limits.max_body_bytes) + " bytes (--max-request-bytes)");
-      if (too_slow) return error(res, 408, "the request body was not received within " +
-                                               std::to_string(o_.body_timeout_s) + " s (--body-timeout-s)");
-      return error(res, 400, "the request body could not be read in full (the connection ended or stalled)");
-    }
+  // On a worker (on the loop for a small body): the body parsed and its rows made, then queued; the batcher's
+  // instance hands the logits back and encodes the answer itself when nothing else waits, else a worker does.
+  void infer(ServedModel& m, HttpRequest& req, const HttpFront::Reply& reply, const std::shared_ptr<void>& leave,
+             Clock::time_point start) {
+    auto& c = m.counters();
     try {
       std::optional<std::size_t> header_length;
       if (req.has_header("Inference-Header-Content-Length")) {
-        header_length = parse_header_length(req.get_header_value("Inference-Header-Content-Length"));
+        header_length = parse_header_length(req.header("Inference-Header-Content-Length"));
       }
       // A JSON tree costs about 16 bytes per number it holds: large tensors come as binary data, as tritonclient sends.
-      const std::size_t json = header_length ? std::min(*header_length, body.size()) : body.size();
+      const std::size_t json = header_length ? std::min(*header_length, req.body.size()) : req.body.size();
       if (json > o_.max_json_bytes) {
         throw ProtocolError(413, "the request's JSON is " + std::to_string(json) + " bytes, over --max-json-bytes " +
                                      std::to_string(o_.max_json_bytes) + ": send tensors as Triton's binary data");
       }
-      const InferRequest request = parse_infer_request(body, header_length, o_.limits);
-      body.clear();
-      body.shrink_to_fit();
-      at::Tensor rows = m->rows_of(request);
+      auto request = std::make_shared<const InferRequest>(parse_infer_request(req.body, header_length, o_.limits));
+      req.body.clear();
+      req.body.shrink_to_fit();
+      at::Tensor rows = m.rows_of(*request);
       c.input_us += micros_since(start);
-      Outcome outcome = m->batcher().submit(std::move(rows), request.timeout_us).get();
-      if (outcome.status != 200) {
-        ++c.failure;
-        return error(res, outcome.status, "model '" + m->name() + "': " + outcome.error);
-      }
+      m.batcher().submit(std::move(rows), request->timeout_us, [this, &m, request, reply, leave, start](Outcome o) {
+        if (o.status != 200) {
+          ++m.counters().failure;
+          return reply(error_response(o.status, "model '" + m.name() + "': " + o.error));
+        }
+        // With requests waiting, off the instance's thread: the next batch is its to run. With none, here: a
+        // hop to a worker cost a lone request more than its answer takes to write (c1 0.89x httplib's, 2 vCPUs).
+        if (m.batcher().queued() == 0) return respond(m, *request, o.logits, reply, start);
+        workers_.submit([this, &m, request, reply, leave, start, logits = o.logits] {
+          respond(m, *request, logits, reply, start);
+        });
+      });
+    } catch (...) {
+      refuse(c, reply);
+    }
+  }
+
+  // The answer to a request that failed with the exception in flight: a protocol error's status, else 400.
+  static void refuse(ModelCounters& c, const HttpFront::Reply& reply) {
+    ++c.failure;
+    try {
+      throw;
+    } catch (const ProtocolError& e) {
+      reply(error_response(e.status(), e.what()));
+    } catch (const Error& e) {
+      reply(error_response(400, e.what()));
+    }
+  }
+
+  void respond(ServedModel& m, const InferRequest& request, const at::Tensor& logits, const HttpFront::Reply& reply,
+               Clock::time_point start) {
+    auto& c = m.counters();
+    try {
       const auto out_start = Clock::now();
       std::optional<std::size_t> out_header;
-      const std::string text = write_infer_response(m->respond(request, outcome.logits), out_header);
+      HttpResponse res;
+      res.body = write_infer_response(m.respond(request, logits), out_header);
       if (out_header) {
-        res.set_header("Inference-Header-Content-Length", std::to_string(*out_header));
-        res.set_content(text, "application/octet-stream");
+        res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*out_header));
+        res.content_type = "application/octet-stream";
       } else {
-        res.set_content(text, "application/json");
+        res.content_type = "application/json";
       }
       c.output_us += micros_since(out_start);
       ++c.success;
       c.request_us += micros_since(start);
-    } catch (const ProtocolError& e) {
-      ++c.failure;
-      error(res, e.status(), e.what());
-    } catch (const Error& e) {
-      ++c.failure;
-      error(res, 400, e.what());
+      reply(std::move(res));
+    } catch (...) {
+      refuse(c, reply);
     }
   }
 
-  void metrics(httplib::Response& res) {
+  HttpResponse metrics() const {
     std::ostringstream out;
     struct Family {
       const char *name, *type, *help;
@@ -842,33 +795,22 @@ class Server {
     }
     family({"process_resident_memory_bytes", "gauge", "Resident memory size in bytes"});
     out << "process_resident_memory_bytes " << resident_bytes() << '\n';
-    res.set_content(out.str(), "text/plain; version=0.0.4; charset=utf-8");
+    family({"convnets_http_open_connections", "gauge", "HTTP connections open now (idle kept-alive ones included)"});
+    out << "convnets_http_open_connections " << http_->open_connections() << '\n';
+    HttpResponse res;
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body = out.str();
+    return res;
   }
 
-  // Request bodies held at once, against held_limit().
-  struct Budget {
-    std::atomic<std::size_t>& total;
-    std::size_t mine = 0;
-    bool take(std::size_t n, std::size_t limit) {
-      if (total.fetch_add(n) + n > limit) {
-        total.fetch_sub(n);
-        return false;
-      }
-      mine += n;
-      return true;
-    }
-    ~Budget() { total.fetch_sub(mine); }
-  };
-  std::size_t held_limit() const { return 4 * o_.limits.max_body_bytes; }
-
   const ServerOptions& o_;
-  std::atomic<std::size_t> held_bytes_{0};
   std::map<std::string, std::unique_ptr<ServedModel>> models_;
-  httplib::Server http_, metrics_;
   Drain drain_;
   std::atomic<bool> stopped_{false};
   Clock::time_point drain_began_{};
-  std::vector<int> listening_;
+  std::unique_ptr<HttpFront> http_, metrics_;
+  // Last: destroyed first, before the fronts its jobs reply into.
+  Workers workers_;
 };
 
 // SIGTERM and SIGINT write their number to a pipe that one thread reads: the drain they start locks and waits,
@@ -910,9 +852,9 @@ class StopSignals {
   struct sigaction old_term_ {}, old_int_ {};
 };
 
-// A thousand connections need a thousand descriptors: the soft limit is raised to fit --max-connections twice (the
-// ones served and as many accepted and waiting), not to the hard limit: past it, httplib stops accepting and the
-// kernel's backlog holds the rest, instead of an unbounded queue of open sockets.
+// A thousand connections need a thousand descriptors: the soft limit is raised to fit --max-connections twice (and
+// the models' own files), not to the hard limit: past --max-connections the front end stops accepting and the
+// kernel's backlog holds the rest, instead of an unbounded number of open sockets.
 void raise_descriptor_limit(int max_connections) {
   rlimit r{};
   const rlim_t want = 2 * static_cast<rlim_t>(max_connections) + 256;
@@ -933,8 +875,10 @@ int run_server(const ServerOptions& options) {
   }
   if (options.max_connections < 1 || options.max_connections > 65536) throw Error("--max-connections must be 1 .. 65536");
   if (options.max_json_bytes < 1024) throw Error("--max-json-bytes must be at least 1024");
-  if (options.idle_timeout_s < 1 || options.body_timeout_s < 1 || options.drain_timeout_s < 0) {
-    throw Error("--idle-timeout-s and --body-timeout-s must be at least 1 and --drain-timeout-s at least 0");
+  if (options.idle_timeout_s < 1 || options.header_timeout_s < 1 || options.body_timeout_s < 1 ||
+      options.drain_timeout_s < 0) {
+    throw Error("--idle-timeout-s, --header-timeout-s and --body-timeout-s must be at least 1 and --drain-timeout-s "
+                "at least 0");
   }
   // Before the models load: a SIGTERM while they do still ends in an orderly stop once the server is up.
   const StopSignals signals;
@@ -953,7 +897,8 @@ int run_server(const ServerOptions& options) {
       server.stop_when_drained();
       // A forward pass that never returns would hold the stop for ever: past the drain and the connections'
       // own timeouts, the process ends without them.
-      const auto limit = std::chrono::seconds(options.drain_timeout_s + options.idle_timeout_s + options.body_timeout_s + 10);
+      const auto limit = std::chrono::seconds(options.drain_timeout_s + options.idle_timeout_s + options.body_timeout_s +
+                                              options.header_timeout_s + 10);
       if (Clock::now() - server.drain_began() > limit) {
         std::fprintf(stderr, "convnets serve: not stopped %lld s after the signal; exiting with requests unanswered\n",
                      static_cast<long long>(limit.count()));

@@ -25,9 +25,11 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback unless asked: a server is reachable only where it is meant to be
   int http_port = 8000;            // 0: a free port (the startup line names it)
   int metrics_port = 8002;         // Triton's; 0: a free port; -1: /metrics on the HTTP port only
-  int max_connections = 1024;      // connections served at once (a thread each); more wait, then the backlog holds them
+  int max_connections = 1024;      // sockets open at once (idle ones cost no thread); more wait in the backlog
   int idle_timeout_s = 5;          // a keep-alive connection with no request for this long is closed
+  int header_timeout_s = 10;       // a request whose headers are not complete this long after its first byte: closed
   int body_timeout_s = 30;         // a body not received in full this long after its headers gets 408
+  int log_verbose = 0;             // 1: a stderr line for each connection a deadline or a limit ends; 2: idle ones too
   int drain_timeout_s = 30;        // SIGTERM: how long requests in flight may take before the server stops
                                    // (past it and the connection timeouts, the process exits 1 regardless)
 };

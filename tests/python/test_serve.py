@@ -44,6 +44,18 @@ def convnets(*args, timeout=600):
     return runner.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
 
 
+def still_open(sockets):
+    """How many of SOCKETS the server has not closed: no EOF waiting on them (each left non-blocking)."""
+    n = 0
+    for s in sockets:
+        s.setblocking(False)
+        try:
+            n += s.recv(1) != b""
+        except BlockingIOError:
+            n += 1
+    return n
+
+
 class Serve:
     """A `convnets serve` process on free loopback ports; stop() sends SIGTERM and gives its exit status."""
 
@@ -380,14 +392,7 @@ class HostileRequests(unittest.TestCase):
             self.assertEqual(status, 200, body)
             # Served beside a thousand silent connections, not after them: each is still open (no EOF waiting),
             # where a server that reached the good request only by timing them out would have closed them.
-            open_now = 0
-            for s in idle:
-                s.setblocking(False)
-                try:
-                    open_now += s.recv(1) != b""
-                except BlockingIOError:
-                    open_now += 1
-            self.assertEqual(open_now, 1000)
+            self.assertEqual(still_open(idle), 1000)
         finally:
             for s in idle:
                 s.close()
@@ -452,6 +457,120 @@ class HostileRequests(unittest.TestCase):
                                          "data": [0] * (3 * 28 * 28)}]))
         self.assertEqual(status, 400)
         self.expect(status, body, "takes one input per request")
+
+
+class EventDrivenFront(unittest.TestCase):
+    """The event-driven front end (issue 60): ten thousand idle keep-alive connections cost no thread and no CPU
+    and slow the good requests beside them by less than half; clients that send their headers a byte at a time are
+    closed at --header-timeout-s while the good requests beside them are answered."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ckpt = fixtures.fashion_resnet8()
+        cls.good = infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28],
+                                "data": [0.5] * (3 * 28 * 28)}])
+
+    def cpu_seconds(self, pid):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def median_latency(self, port, n=30):
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            status, body = post(port, "/v2/models/fashion/infer", self.good)
+            times.append(time.perf_counter() - t0)
+            self.assertEqual(status, 200, body)
+        return sorted(times)[n // 2]
+
+    def test_ten_thousand_idle_connections_cost_no_cpu(self):
+        n = 10000
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard < n + 500:
+            self.skipTest(f"the descriptor limit ({hard}) holds fewer than {n} connections")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, n + 500), hard))
+        server = Serve(f"fashion={self.ckpt}", "--max-connections", str(n + 100), "--idle-timeout-s", "300")
+        idle = []
+        try:
+            alone = self.median_latency(server.port)
+            for _ in range(n):
+                idle.append(socket.create_connection((HOST, server.port), timeout=30))
+            # Accepted, each held by the server (its gauge), not waiting in the listen backlog.
+            deadline = time.monotonic() + 30
+            while server.metrics().get("convnets_http_open_connections", 0) < n and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.assertGreaterEqual(server.metrics()["convnets_http_open_connections"], n)
+            time.sleep(1)
+            before = self.cpu_seconds(server.proc.pid)
+            time.sleep(5)
+            used = (self.cpu_seconds(server.proc.pid) - before) / 5
+            self.assertLess(used, 0.05, f"{n} idle connections cost {100 * used:.1f} % of a core")
+            beside = self.median_latency(server.port)
+            self.assertLess(beside, 2 * alone, f"a good request took {1e3 * beside:.2f} ms beside {n} idle "
+                                               f"connections, {1e3 * alone:.2f} ms alone")
+            self.assertEqual(still_open(idle), n)
+        finally:
+            for s in idle:
+                s.close()
+            self.assertEqual(server.stop(), 0, server.stderr)
+
+    def test_clients_sending_headers_a_byte_at_a_time_are_closed_at_the_deadline(self):
+        server = Serve(f"fashion={self.ckpt}", "--header-timeout-s", "2", "--log-verbose", "1")
+        slow, closed_after = [], {}
+        head = b"POST /v2/models/fashion/infer HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 100
+        good = {"ok": 0, "other": 0}
+        stop = threading.Event()
+
+        def load():
+            while not stop.is_set():
+                status, _ = post(server.port, "/v2/models/fashion/infer", self.good)
+                good["ok" if status == 200 else "other"] += 1
+
+        try:
+            for _ in range(256):
+                s = socket.create_connection((HOST, server.port), timeout=30)
+                s.setblocking(False)
+                slow.append([s, time.monotonic()])
+            worker = threading.Thread(target=load)
+            worker.start()
+            # A byte every half second from each, for 6 s at most: twice 256 bytes, never the headers' end.
+            for tick in range(12):
+                for i, (s, start) in enumerate(slow):
+                    if i in closed_after:
+                        continue
+                    try:
+                        if s.recv(1) == b"":
+                            closed_after[i] = time.monotonic() - start
+                            continue
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        closed_after[i] = time.monotonic() - start
+                        continue
+                    try:
+                        s.send(head[tick:tick + 1])
+                    except OSError:
+                        closed_after[i] = time.monotonic() - start
+                if len(closed_after) == len(slow):
+                    break
+                time.sleep(0.5)
+            stop.set()
+            worker.join(timeout=60)
+        finally:
+            stop.set()
+            for s, _ in slow:
+                s.close()
+            rc = server.stop()
+        self.assertEqual(rc, 0, server.stderr)
+        self.assertEqual(len(closed_after), 256, f"{256 - len(closed_after)} slow clients still open after 6 s")
+        # The deadline counts from each one's first byte (sent at 0 s): closed 2 s after it, seen within a tick.
+        self.assertGreaterEqual(min(closed_after.values()), 1.9)
+        self.assertLess(max(closed_after.values()), 4.0)
+        self.assertGreater(good["ok"], 0)
+        self.assertEqual(good["other"], 0)
+        self.assertEqual(server.stderr.count("its headers were not complete 2 s after their first byte "
+                                             "(--header-timeout-s)"), 256, server.stderr[-2000:])
 
 
 class Batching(unittest.TestCase):
