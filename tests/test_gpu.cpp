@@ -396,13 +396,20 @@ TEST(Gpu, FusedSmallResNetLearnsAsTheUnfusedOne) {
     EXPECT_TRUE(runner.graphed());
     return losses;
   };
-  const auto unfused = curve(Fusion::None), fused = curve(Fusion::BnAndNormConv);
-  double a = 0, b = 0;
-  for (size_t i = 180; i < 200; ++i) a += fused[i], b += unfused[i];
-  std::cout << "resnet18 amp, 200 graphed steps: last-20 mean loss fused " << a / 20 << ", unfused " << b / 20
-            << " (first " << fused.front() << " / " << unfused.front() << ")\n";
+  const auto unfused = curve(Fusion::None);
+  double b = 0;
+  for (size_t i = 180; i < 200; ++i) b += unfused[i];
   EXPECT_LT(b / 20, 0.7 * unfused.front()) << "the task is learnable";
-  EXPECT_LE(std::abs(a - b) / b, 0.02);
+  // Part 2 alone (the default) and with part 3 (--norm-conv).
+  for (const auto fusion : {Fusion::Bn, Fusion::BnAndNormConv}) {
+    const auto fused = curve(fusion);
+    double a = 0;
+    for (size_t i = 180; i < 200; ++i) a += fused[i];
+    const std::string what = fusion == Fusion::Bn ? "BN+ReLU fused" : "BN+ReLU fused and NormConv blocks";
+    std::cout << "resnet18 amp, 200 graphed steps, " << what << ": last-20 mean loss " << a / 20 << ", unfused "
+              << b / 20 << " (first " << fused.front() << " / " << unfused.front() << ")\n";
+    EXPECT_LE(std::abs(a - b) / b, 0.02) << what;
+  }
 }
 
 // ---- Part 3: the NormConv block on cuDNN's graphs and the project's kernels ------------------------------------
@@ -518,9 +525,12 @@ TEST(Gpu, BnStatsKernelsMatchTheirCpuLoops) {
 
 // The block on cuDNN's graphs and the project's kernels (fp16 and bf16, NHWC) against the same decomposition on
 // ATen's ops in fp32 from the same inputs (which Models.NormConvBlockIsTheBlocksFunctionForwardAndBackward checks
-// against autograd through the plain modules): output and every gradient by relative L2 (fp16: 5e-3 for the
-// output, 2e-2 for gradients, which pass through fp16 dz and dy tensors twice; bf16 8x those), running statistics
-// to 1e-3 (fp32 sums in a different order). Shapes of ResNet-50's own blocks at a small batch, and a BasicBlock's.
+// against autograd through the plain modules): output and every gradient by relative L2, within 1.5x the distance
+// the same decomposition on ATen's ops in the half dtype keeps from fp32 (half precision's own error), or within
+// a floor where that is smaller (fp16: 5e-3 for the output, 2e-2 for gradients; bf16 8x those). The H100 run of
+// 2026-11-27 found gradients 2-4.7 % from fp32 against a fixed 2 % bound, alike with the fused and the unfused
+// backward: the bound now says whether that is half precision's or the fusion's. Running statistics to 1e-3 (fp32
+// sums in a different order). Shapes of ResNet-50's own blocks at a small batch, and a BasicBlock's.
 TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
   SKIP_WITHOUT_CUDA();
   struct Case {
@@ -541,6 +551,9 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
                           Case{"BasicBlock, downsample", 64, {128, 128}, 2, 16}}) {
       const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
       testing_blocks::BlockModules ref(c.in, c.widths, c.stride, 51, f32), mods(c.in, c.widths, c.stride, 51, f32);
+      // The same decomposition on ATen's ops in the half dtype (cuDNN's plain convolutions, fp32 statistics): how
+      // far half precision alone takes a gradient from fp32's, which bounds the fused path's distance with room.
+      testing_blocks::BlockModules stock(c.in, c.widths, c.stride, 51, f32);
       torch::manual_seed(52);
       const auto x0 = (torch::rand({8, c.in, c.hw, c.hw}, f32) * 2).contiguous(at::MemoryFormat::ChannelsLast);
       const std::int64_t oh = (c.hw - 1) / c.stride + 1;
@@ -556,23 +569,35 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
       ASSERT_EQ(prepared, "") << c.what;
       const auto want = layers::norm_conv::forward(ref.block, xr, layers::norm_conv::Backend::Aten);
       const auto got = layers::norm_conv::forward(mods.block, xh, layers::norm_conv::Backend::Cudnn);
+      auto xs = x0.to(dtype).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+      const auto plain = layers::norm_conv::forward(stock.block, xs, layers::norm_conv::Backend::Aten);
+      // A floor where half precision's own error is tiny, else 1.5x that error.
+      auto bound = [&](double stock_error, double floor) { return std::max(floor * scale, 1.5 * stock_error); };
       EXPECT_EQ(got.scalar_type(), dtype);
       EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
       const std::string what = std::string(c.what) + (dtype == torch::kHalf ? ", fp16" : ", bf16") +
                                (fused_backward ? "" : ", unfused backward");
-      EXPECT_LE(relative_l2(got, want), 5e-3 * scale) << what << ": output";
+      EXPECT_LE(relative_l2(got, want), bound(relative_l2(plain, want), 5e-3)) << what << ": output";
       want.backward(dout);
       got.backward(dout.to(dtype));
-      EXPECT_LE(relative_l2(xh.grad(), xr.grad()), 2e-2 * scale) << what << ": d(input)";
-      const auto a = ref.gradients_and_buffers(), b = mods.gradients_and_buffers();
+      plain.backward(dout.to(dtype));
+      EXPECT_LE(relative_l2(xh.grad(), xr.grad()), bound(relative_l2(xs.grad(), xr.grad()), 2e-2)) << what << ": d(input)";
+      const auto a = ref.gradients_and_buffers(), b = mods.gradients_and_buffers(), p = stock.gradients_and_buffers();
       ASSERT_EQ(a.size(), b.size());
+      ASSERT_EQ(a.size(), p.size());
+      std::ostringstream errors;
       for (std::size_t i = 0; i < a.size(); ++i) {
         if (!a[i].value.is_floating_point()) {
           EXPECT_TRUE(torch::equal(a[i].value.cpu(), b[i].value.cpu())) << what << ": " << a[i].name;
+        } else if (a[i].buffer) {
+          EXPECT_LE(relative_l2(b[i].value, a[i].value), 1e-3 * scale) << what << ": " << a[i].name;
         } else {
-          EXPECT_LE(relative_l2(b[i].value, a[i].value), (a[i].buffer ? 1e-3 : 2e-2) * scale) << what << ": " << a[i].name;
+          const double fused = relative_l2(b[i].value, a[i].value), half = relative_l2(p[i].value, a[i].value);
+          errors << " " << a[i].name << " " << fused << "/" << half;
+          EXPECT_LE(fused, bound(half, 2e-2)) << what << ": " << a[i].name << " (half precision alone: " << half << ")";
         }
       }
+      std::cout << what << ", each gradient's distance from fp32, fused/half precision alone:" << errors.str() << "\n";
     }
   }
   layers::norm_conv::set_fused_backward(true);

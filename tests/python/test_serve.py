@@ -239,6 +239,9 @@ class FashionModel(unittest.TestCase):
                                    atol=1e-5)
 
     def test_classification_extension_and_the_ensemble_output_name(self):
+        import convnets  # the checkpoint's class names, as the package reads them
+        names = convnets.load(self.ckpt, device="cpu").classes
+        self.assertEqual(len(names), 10)
         x = np.random.default_rng(5).standard_normal((3, 3, 28, 28)).astype(np.float32)
         logits = self.server.client.infer("fashion", [tensor_input(x)]).as_numpy("logits")
         out = self.server.client.infer("fashion", [tensor_input(x)],
@@ -249,7 +252,7 @@ class FashionModel(unittest.TestCase):
             fields = [r.decode().split(":") for r in rows[i]]
             self.assertEqual([int(f[1]) for f in fields], np.argsort(-logits[i])[:3].tolist())
             np.testing.assert_allclose([float(f[0]) for f in fields], np.sort(logits[i])[::-1][:3], atol=1e-5)
-            self.assertTrue(all(len(f) == 3 and f[2] for f in fields), fields)  # the checkpoint's class names
+            self.assertEqual([f[2] for f in fields], [names[int(f[1])] for f in fields])  # the checkpoint's names
         alias = self.server.client.infer("fashion", [tensor_input(x)], outputs=[triton.InferRequestedOutput("LOGITS")])
         np.testing.assert_allclose(alias.as_numpy("LOGITS"), logits, atol=1e-6)
 
@@ -317,29 +320,28 @@ class HostileRequests(unittest.TestCase):
         self.expect(status, body, "expected datatype FP32, got INT32")
 
     def test_truncated_and_bomb_images(self):
+        # Each as Triton's binary BYTES element (a 4-byte length, then the bytes as they are), as tritonclient sends
+        # them: inside JSON, bytes arrive as a string's UTF-8, a different (and never a JPEG) file.
+        def as_binary(payload):
+            header = json.dumps({"inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
+                                             "parameters": {"binary_data_size": 4 + len(payload)}}]}).encode()
+            return post(self.server.port, "/v2/models/fashion/infer", header + struct.pack("<I", len(payload)) + payload,
+                        headers=[("Inference-Header-Content-Length", len(header))])
         jpeg = read(fixtures.imagenet_like_jpegs(1)[0])
-        for payload, text in ((jpeg[:len(jpeg) // 3], "INPUT[0]"), (png_header_bomb(100000, 100000), "INPUT[0]"),
-                              (b"not an image at all", "INPUT[0]")):
-            status, body = post(self.server.port, "/v2/models/fashion/infer",
-                                infer_json([{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
-                                             "data": [payload.decode("latin-1")]}]))
-            # JSON BYTES are strings; a binary body carries the same bytes unchanged (the next request does).
-            self.assertIn(status, (400,), body)
+        bomb = png_header_bomb(100000, 100000)
+        for payload, text in ((jpeg[:len(jpeg) // 3], "INPUT[0]: truncated JPEG (no end-of-image marker)"),
+                              (bomb[:16], "INPUT[0]: "),
+                              (bomb, "--max-image-pixels"),
+                              (b"not an image at all", "INPUT[0]: not a JPEG or PNG image")):
+            status, body = as_binary(payload)
+            self.assertEqual(status, 400, body)
             self.expect(status, body, text)
-        header = json.dumps({"inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
-                                         "parameters": {"binary_data_size": 4 + 16}}]}).encode()
-        bomb = png_header_bomb(100000, 100000)[:16]
-        status, body = post(self.server.port, "/v2/models/fashion/infer", header + struct.pack("<I", 16) + bomb,
-                            headers=[("Inference-Header-Content-Length", len(header))])
+        # A JSON string is not bytes: the truncated JPEG sent as one is refused as what it became.
+        status, body = post(self.server.port, "/v2/models/fashion/infer",
+                            infer_json([{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
+                                         "data": [jpeg[:len(jpeg) // 3].decode("latin-1")]}]))
         self.assertEqual(status, 400, body)
-        self.expect(status, body, "INPUT[0]")
-        full = png_header_bomb(100000, 100000)
-        header = json.dumps({"inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
-                                         "parameters": {"binary_data_size": 4 + len(full)}}]}).encode()
-        status, body = post(self.server.port, "/v2/models/fashion/infer", header + struct.pack("<I", len(full)) + full,
-                            headers=[("Inference-Header-Content-Length", len(header))])
-        self.assertEqual(status, 400, body)
-        self.expect(status, body, "--max-image-pixels")
+        self.expect(status, body, "INPUT[0]: not a JPEG or PNG image")
 
     def test_a_body_over_the_limit(self):
         # Declared too large: refused from the headers, before a byte of the body is sent.
@@ -698,6 +700,7 @@ class OtherModels(unittest.TestCase):
         r = convnets("classify", *files, "--checkpoint", weights, "--arch", "resnet50", "--json", "--top-k", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
         expected = [x["top"][0]["index"] for x in json.loads(r.stdout)["results"]]
+        expected_names = [x["top"][0]["class"] for x in json.loads(r.stdout)["results"]]
         server = Serve(weights, "--arch", "resnet50", "--max-batch-size", "8")
         try:
             c = server.client
@@ -709,7 +712,7 @@ class OtherModels(unittest.TestCase):
             self.assertEqual(got, expected)
             self.assertGreater(len(set(got)), 1)
             # ImageNet's names for a 1000-class model without names of its own, as classify gives them.
-            self.assertEqual(len(out.as_numpy("logits")[0][0].decode().split(":")), 3)
+            self.assertEqual([row[0].decode().split(":", 2)[2] for row in out.as_numpy("logits")], expected_names)
         finally:
             self.assertEqual(server.stop(), 0)
 
@@ -728,10 +731,18 @@ class OtherModels(unittest.TestCase):
             expected = package.load(ckpt, device="cpu")(__import__("torch").from_numpy(x)).numpy()
             np.testing.assert_allclose(c.infer("fm", [tensor_input(x)]).as_numpy("logits"), expected, atol=1e-4)
             # The ensemble's own input form: one encoded image as a UINT8 vector.
-            jpeg = np.frombuffer(read(fixtures.imagenet_like_jpegs(1)[0]), np.uint8)[None]
+            path = fixtures.imagenet_like_jpegs(1)[0]
+            jpeg = np.frombuffer(read(path), np.uint8)[None]
             t = triton.InferInput("INPUT", list(jpeg.shape), "UINT8")
             t.set_data_from_numpy(jpeg)
-            self.assertEqual(c.infer("fm", [t]).as_numpy("logits").shape, (1, 10))
+            logits = c.infer("fm", [t]).as_numpy("logits")
+            self.assertEqual(logits.shape, (1, 10))
+            # classify's answer for the same file: every class's probability, from the package (classify's code).
+            top = package.load(ckpt, device="cpu").predict(path, top_k=10)[0]["top"]
+            probs = np.exp(logits[0] - logits[0].max())
+            probs /= probs.sum()
+            self.assertEqual([t["index"] for t in top], np.argsort(-probs, kind="stable").tolist())
+            np.testing.assert_allclose([t["probability"] for t in top], np.sort(probs)[::-1], atol=1e-4)
         finally:
             self.assertEqual(server.stop(), 0)
 
