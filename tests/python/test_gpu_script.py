@@ -234,7 +234,7 @@ class GraphsStage(DryCall):
                      "graphs/eager-infer-fp32", "graphs/compile-eager-default-infer-fp32", "graphs/compare-infer-fp32",
                      "graphs/convnets-gpunet-0", "graphs/eager-gpunet-0", "graphs/compare-gpunet-0",
                      "graphs/convnets-gpunet-d1", "graphs/eager-gpunet-d1", "graphs/compare-gpunet-d1",
-                     "graphs/serve-load-fp32"]:
+                     "graphs/serve-load-fp32", "graphs/serve-load-gpunet-0-fp32"]:
             self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
         self.assertRegex(self.text, r"\nGPU  graphs/ran-not-skipped: .*graph-numerics\.log gtest\n")
         m = re.search(r"\[  SKIPPED \] (\d+) tests?, listed below", self.text)
@@ -250,6 +250,8 @@ class GraphsStage(DryCall):
         self.assertIn(("infer gpunet-0 fp32, batch 1, latency", "pytorch-eager"), peers)
         self.assertIn(("infer gpunet-0 fp32, batch 1, latency", "convnets BN unfolded"), peers)
         self.assertIn(("serve resnet18 fp32, concurrency 2 (tritonclient HTTP, batches up to 2)",
+                       "convnets bench infer, batch 2"), peers)
+        self.assertIn(("serve gpunet-0 fp32, concurrency 2 (tritonclient HTTP, batches up to 2)",
                        "convnets bench infer, batch 2"), peers)
         self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "graphs.tar.gz", "summary.json", "summary.txt"])
 
