@@ -38,18 +38,29 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 
+def client_module(protocol):
+    """tritonclient's HTTP or gRPC half: the same calls, the one protocol or the other."""
+    if protocol == "grpc":
+        import tritonclient.grpc as grpc_client
+        return grpc_client
+    return triton
+
+
 def percentile(values, p):
     return float(np.percentile(np.asarray(values), p)) if values else float("nan")
 
 
 class Server:
-    def __init__(self, convnets, *args):
+    def __init__(self, convnets, *args, grpc=False):
         self.proc = subprocess.Popen([convnets, "serve", *args, "--host", "127.0.0.1", "--port", "0",
-                                      "--metrics-port", "-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+                                      "--metrics-port", "-1", "--grpc-port", "0" if grpc else "-1"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = []
+        self.grpc_url = None
         for line in self.proc.stdout:
             lines.append(line)
+            if " gRPC on " in line:
+                self.grpc_url = line.split(" gRPC on ")[1].split()[0]
             if " HTTP on " in line:
                 break
         else:
@@ -70,7 +81,8 @@ class Server:
         return rc, self.proc.stderr.read()
 
 
-def load(url, model, make_input, concurrency, seconds=None, requests=None, warmup=0.0, on_sample=None):
+def load(url, model, make_input, concurrency, seconds=None, requests=None, warmup=0.0, on_sample=None,
+         protocol="http"):
     """CONCURRENCY closed-loop clients for SECONDS (after WARMUP) or REQUESTS in all. Returns the latencies of the
     timed successes, the timed span, and counts by outcome."""
     lock = threading.Lock()
@@ -81,7 +93,8 @@ def load(url, model, make_input, concurrency, seconds=None, requests=None, warmu
     t_begin, t_end = start + warmup, (start + warmup + seconds) if seconds else float("inf")
 
     def client():
-        c = triton.InferenceServerClient(url, network_timeout=300)
+        c = (client_module("grpc").InferenceServerClient(url) if protocol == "grpc" else
+             triton.InferenceServerClient(url, network_timeout=300))
         inputs = make_input()
         try:
             while True:
@@ -97,7 +110,7 @@ def load(url, model, make_input, concurrency, seconds=None, requests=None, warmu
                     c.infer(model, inputs)
                     outcome = "ok"
                 except InferenceServerException as e:
-                    outcome = "503" if str(e.status()) == "503" else "other"
+                    outcome = "503" if str(e.status()) in ("503", "StatusCode.UNAVAILABLE") else "other"
                 except ConnectionRefusedError:
                     outcome = "refused"  # nothing listens: the request was never accepted
                 except Exception as e:  # noqa: BLE001 - a reset connection is an outcome to count, not a crash
@@ -128,23 +141,25 @@ def load(url, model, make_input, concurrency, seconds=None, requests=None, warmu
     return latencies, span, counts
 
 
-def _load_child(results, start, url, model, side, concurrency, seconds, warmup):
+def _load_child(results, start, url, model, side, concurrency, seconds, warmup, protocol):
     start.wait()  # every process imported and connected-ready: the timed windows overlap
-    results.put(load(url, model, tensor_maker(side), concurrency, seconds=seconds, warmup=warmup))
+    results.put(load(url, model, tensor_maker(side, protocol=protocol), concurrency, seconds=seconds, warmup=warmup,
+                     protocol=protocol))
 
 
-def load_parallel(url, model, side, concurrency, processes, seconds, warmup=0.0):
+def load_parallel(url, model, side, concurrency, processes, seconds, warmup=0.0, protocol="http"):
     """load() with its CONCURRENCY clients spread over PROCESSES client processes, their outcomes summed. One Python
     process sends at most about 2,000 requests/s of a 224-px FP32 image (tritonclient builds and parses each under
     one GIL): on the H100 of 2026-11-27 one process measured its own ceiling at 1,955/s, not the server's."""
     processes = max(1, min(processes, concurrency))
     if processes == 1:
-        return load(url, model, tensor_maker(side), concurrency, seconds=seconds, warmup=warmup)
+        return load(url, model, tensor_maker(side, protocol=protocol), concurrency, seconds=seconds, warmup=warmup,
+                    protocol=protocol)
     ctx = multiprocessing.get_context("spawn")
     results, start = ctx.Queue(), ctx.Barrier(processes)
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
-    procs = [ctx.Process(target=_load_child, args=(results, start, url, model, side, n, seconds, warmup), daemon=True)
-             for n in shares]
+    procs = [ctx.Process(target=_load_child, args=(results, start, url, model, side, n, seconds, warmup, protocol),
+                         daemon=True) for n in shares]
     for p in procs:
         p.start()
     try:
@@ -216,11 +231,14 @@ class SlowHeaders:
         self._thread.join(timeout=30)
 
 
-def tensor_maker(side, seed=0):
+def tensor_maker(side, seed=0, protocol="http"):
     def make():
         x = np.random.default_rng(seed).standard_normal((1, 3, side, side)).astype(np.float32)
-        t = triton.InferInput("input", list(x.shape), "FP32")
-        t.set_data_from_numpy(x, binary_data=True)
+        t = client_module(protocol).InferInput("input", list(x.shape), "FP32")
+        if protocol == "grpc":
+            t.set_data_from_numpy(x)  # raw_input_contents: gRPC's binary form
+        else:
+            t.set_data_from_numpy(x, binary_data=True)
         return [t]
     return make
 
@@ -246,6 +264,9 @@ def main():
     ap.add_argument("--model-args", default="", help="more options for both, e.g. --fold-bn")
     ap.add_argument("--image-size", type=int, default=224,
                     help="the input's side, for both (small: the HTTP front end's share of each request grows)")
+    ap.add_argument("--protocols", default="http",
+                    help="http, grpc, or http,grpc: the load rows per protocol against one server (gRPC needs a "
+                         "convnets built with it and tritonclient's gRPC half)")
     ap.add_argument("--client-processes", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
                     help="client processes the concurrency's connections are spread over (default: half the CPUs, "
                          "at most 8; the server keeps the rest)")
@@ -270,15 +291,18 @@ def main():
         with open(bench_json) as f:
             result["bench_infer"] = json.load(f)
         side = a.image_size
+        protocols = a.protocols.split(",")
         server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
-                        "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size", "256")
+                        "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size", "256",
+                        grpc="grpc" in protocols)
         result["server"] = server.startup
         print(server.startup, end="", flush=True)
         rows = []
-        for c in (int(x) for x in a.concurrency.split(",")):
-            lat, span, counts = load_parallel(server.url, a.arch, side, c, a.client_processes, seconds=a.seconds,
-                                              warmup=a.warmup_seconds)
-            row = {"concurrency": c, "client_batch": 1, "inferences_per_s": counts["ok"] / span,
+        for protocol, c in ((p, int(x)) for p in protocols for x in a.concurrency.split(",")):
+            url = server.grpc_url if protocol == "grpc" else server.url
+            lat, span, counts = load_parallel(url, a.arch, side, c, a.client_processes, seconds=a.seconds,
+                                              warmup=a.warmup_seconds, protocol=protocol)
+            row = {"protocol": protocol, "concurrency": c, "client_batch": 1, "inferences_per_s": counts["ok"] / span,
                    "p50_ms": 1e3 * percentile(lat, 50), "p90_ms": 1e3 * percentile(lat, 90),
                    "p95_ms": 1e3 * percentile(lat, 95), "p99_ms": 1e3 * percentile(lat, 99),
                    "avg_ms": 1e3 * statistics.fmean(lat) if lat else float("nan"), "counts": counts}
@@ -286,7 +310,7 @@ def main():
             print(json.dumps(row), flush=True)
         result["load"] = rows
         if a.slow_clients:
-            c = rows[-1]["concurrency"]
+            c = int(a.concurrency.split(",")[-1])
             alone = load_parallel(server.url, a.arch, side, c, a.client_processes, seconds=a.seconds,
                                   warmup=a.warmup_seconds)
             slow = SlowHeaders(server.url, a.slow_clients)
@@ -341,7 +365,7 @@ def main():
         print(json.dumps(result["sigterm"]), flush=True)
 
     bench = next(r for r in result["bench_infer"]["rows"] if r["batch"] == a.batch_size)
-    top = max(result["load"], key=lambda r: r["concurrency"])
+    top = max((r for r in result["load"] if r["protocol"] == protocols[0]), key=lambda r: r["concurrency"])
     result["ratio"] = {"bench_infer_images_per_s": bench["images_per_s"], "serve_inferences_per_s":
                        top["inferences_per_s"], "concurrency": top["concurrency"],
                        "serve_over_bench": top["inferences_per_s"] / bench["images_per_s"]}
@@ -353,8 +377,8 @@ def main():
         command = compare.short(" ".join(sys.argv[:1] + sys.argv[1:]))
         cells = []
         for row in result["load"]:
-            figure = "serve %s %s, concurrency %d (tritonclient HTTP, batches up to %d)" % (
-                a.arch, a.precision, row["concurrency"], a.batch_size)
+            figure = "serve %s %s, concurrency %d (tritonclient %s, batches up to %d)" % (
+                a.arch, a.precision, row["concurrency"], "gRPC" if row["protocol"] == "grpc" else "HTTP", a.batch_size)
             cells.append({"figure": figure, "convnets": row["inferences_per_s"],
                           "peer": "convnets bench infer, batch %d" % a.batch_size, "peer_value": bench["images_per_s"],
                           "ratio": row["inferences_per_s"] / bench["images_per_s"], "unit": "img/s",
@@ -362,6 +386,15 @@ def main():
             cells.append({"figure": figure + ", p99 latency", "convnets": row["p99_ms"],
                           "peer": "convnets bench infer, batch 1", "peer_value": one["mean_ms"],
                           "ratio": row["p99_ms"] / one["mean_ms"], "unit": "ms", "command": command})
+        # gRPC against HTTP at each concurrency, one server: issue 60's bar (>= 0.9x at 16).
+        http_rows = {r["concurrency"]: r for r in result["load"] if r["protocol"] == "http"}
+        for row in (r for r in result["load"] if r["protocol"] == "grpc" and r["concurrency"] in http_rows):
+            peer = http_rows[row["concurrency"]]["inferences_per_s"]
+            cells.append({"figure": "serve %s %s, concurrency %d, gRPC against HTTP" % (a.arch, a.precision,
+                                                                                        row["concurrency"]),
+                          "convnets": row["inferences_per_s"], "peer": "convnets serve over HTTP, same server",
+                          "peer_value": peer, "ratio": row["inferences_per_s"] / peer, "unit": "img/s",
+                          "command": command})
         compare.append_summary(a.summary, cells)
     if a.json:
         with open(a.json, "w") as f:

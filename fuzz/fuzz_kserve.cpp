@@ -1,7 +1,11 @@
 // Fuzz target: the KServe v2 / Triton infer request body (serve/kserve.h), JSON and binary tensors, and the
 // response written from what parsed. First byte: bit 0 set, the next two (little-endian) are the
-// Inference-Header-Content-Length; the rest is the body.
+// Inference-Header-Content-Length; the rest is the body. With bit 1 set (and FUZZ_GRPC built), the rest is a
+// serialized gRPC ModelInferRequest instead (serve/grpc_messages.h), its response serialized and read back.
 #include "serve/kserve.h"
+#ifdef FUZZ_GRPC
+#include "serve/grpc_messages.h"
+#endif
 
 #include <nlohmann/json.hpp>
 
@@ -17,8 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Limits limits;
   limits.max_elements = 1 << 20;
   InferRequest r;
+  const bool grpc = (data[0] & 2) != 0;
   try {
-    r = parse_infer_request(body, header, limits);
+#ifdef FUZZ_GRPC
+    if (grpc) r = parse_grpc_infer_request(body, limits).request;
+#endif
+    if (!grpc) r = parse_infer_request(body, header, limits);
   } catch (const ProtocolError& e) {
     if (e.status() != 400 && e.status() != 413) std::abort();
     return 0;
@@ -31,6 +39,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::abort();
     }
   }
+#ifdef FUZZ_GRPC
+  if (grpc) {
+    // Written back as the gRPC response: it must read back with each output's raw bytes as written.
+    InferResponse out;
+    out.model_name = "fuzz";
+    out.outputs = r.inputs;
+    inference::ModelInferResponse m;
+    fill(out, m);
+    inference::ModelInferResponse back;
+    if (!back.ParseFromString(m.SerializeAsString())) std::abort();
+    if (back.outputs_size() != static_cast<int>(out.outputs.size()) || back.raw_output_contents_size() != back.outputs_size()) {
+      std::abort();
+    }
+    for (int i = 0; i < back.outputs_size(); ++i) {
+      const auto& t = out.outputs[static_cast<std::size_t>(i)];
+      std::size_t want = t.data.size();
+      if (t.datatype == DataType::Bytes) {
+        want = 0;
+        for (const auto& e : t.elements) want += 4 + e.size();
+      }
+      if (back.raw_output_contents(i).size() != want) std::abort();
+    }
+    return 0;
+  }
+#endif
   // Written back as a response, JSON and binary: the JSON part must parse, and binary sizes must add up.
   InferResponse out;
   out.model_name = "fuzz";

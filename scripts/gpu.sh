@@ -208,7 +208,8 @@ free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 # own PyTorch; configured once per build folder. Without ONNX and OpenVINO: the GPU machine has neither and no stage
 # needs them; with serve (Boost.Beast's headers from Debian's libboost1.74-dev, carried), which the graphs stage
 # loads. Boost_DIR names the carried copy's CMake config, so the preflight sees what the GPU machine will, not
-# this machine's /usr (whose Boost find_package would otherwise take quietly). No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
+# this machine's /usr (whose Boost find_package would otherwise take quietly). serve's gRPC service is left out:
+# the GPU machine has no gRPC, and the stages measure HTTP (the preflight builds as it will). No RUNPATH: the binaries find LibTorch, its CUDA libraries and Debian's through LD_LIBRARY_PATH
 # (run sets it), the same way here and there, so the preflight's binaries can travel. Debian's jconfig.h sits in the
 # multiarch folder that CMake's FindJPEG does not add.
 native_build() {
@@ -219,7 +220,8 @@ native_build() {
     "-DCMAKE_PREFIX_PATH=$deps_prefix;$torch_prefix" -DTORCH_CUDA_ARCH_LIST=9.0
     "-DCMAKE_CUDA_COMPILER=$nvcc" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc")")"
     "-DCONVNETS_PYTHON=$(command -v "$py")" -DCONVNETS_WITH_OPENVINO=OFF -DCMAKE_DISABLE_FIND_PACKAGE_ONNX=ON
-    -DCMAKE_SKIP_BUILD_RPATH=ON "-DCMAKE_CXX_FLAGS=-isystem $deps_prefix/include/x86_64-linux-gnu")
+    -DCMAKE_SKIP_BUILD_RPATH=ON "-DCMAKE_CXX_FLAGS=-isystem $deps_prefix/include/x86_64-linux-gnu"
+    -DCMAKE_DISABLE_FIND_PACKAGE_gRPC=ON)
   local line="${configure[*]}"
   if ((!do_build)); then
     gpu_step configure "${configure[@]}"

@@ -21,6 +21,7 @@ packages=(
   libonnx-dev libprotobuf-dev        # ONNX export: ONNX's protobuf schema and checker
   dataset-fashion-mnist              # the default training data (IDX, read in place)
   libboost-dev                       # Boost.Beast and Asio (header-only): convnets serve's HTTP front end
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler  # serve --grpc-port: Triton's gRPC service, its .proto compiled
   libgtest-dev libgmock-dev          # the C++ test suite
   clang                              # libFuzzer for the fuzz targets (scripts/fuzz.sh)
   python3-skimage                    # real photographs (its data folder) for the ImageNet-like JPEG set

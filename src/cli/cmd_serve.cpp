@@ -28,6 +28,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--metrics-port", o->metrics_port,
                   "Prometheus /metrics port (Triton's 8002; 0: a free one; -1: /metrics on the HTTP port)")
       ->capture_default_str();
+  auto* grpc = cmd->add_option("--grpc-port", o->grpc_port,
+                               "Triton's gRPC inference service port (Triton's 8001; 0: a free one; -1: none)")
+                   ->capture_default_str();
   // Dynamic batching, in Triton's model-configuration terms and DLE's deployer spellings.
   cmd->add_option("--max-batch-size", o->batching.max_batch_size, "rows per forward pass; a request may hold no more")
       ->capture_default_str();
@@ -86,8 +89,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--fold-bn", io.fold_bn, "fold each BatchNorm into the preceding conv");
   add_graph_options(cmd, io.cuda_graph, io.graph_batch_sizes, io.graph_memory_mb, io.fused_conv);
   cmd->add_flag("--float", io.as_float, "a QAT checkpoint: its float weights (default: the INT8 network)");
-  cmd->callback([o, max_body] {
+  cmd->callback([o, max_body, grpc] {
     o->limits.max_body_bytes = static_cast<std::size_t>(*max_body);
+    o->grpc_asked = grpc->count() > 0;
 #if CONVNETS_SERVE
     serve::run_server(*o);
 #else

@@ -160,44 +160,16 @@ void read_json_data(Tensor& t, const nlohmann::json& data, std::int64_t expected
   }
 }
 
-void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where) {
-  if (t.datatype != DataType::Bytes) {
-    const auto need = static_cast<std::uint64_t>(expected) * element_size(t.datatype);
-    if (bytes.size() != need) {
-      bad(where + ": binary_data_size " + std::to_string(bytes.size()) + " is not the shape's " + std::to_string(expected) +
-          " elements of " + std::to_string(element_size(t.datatype)) + " bytes (" + std::to_string(need) + ")");
-    }
-    t.data.assign(bytes.data(), bytes.size());
-    return;
-  }
-  // BYTES: each element a 4-byte little-endian length, then that many bytes.
-  std::size_t at = 0;
-  while (at < bytes.size()) {
-    if (static_cast<std::int64_t>(t.elements.size()) == expected) {
-      bad(where + ": the binary data holds more than the shape's " + std::to_string(expected) + " elements");
-    }
-    if (bytes.size() - at < 4) bad(where + ": the binary data ends inside an element's 4-byte length");
-    const std::uint32_t n = load<std::uint32_t>(bytes.data() + at);
-    at += 4;
-    if (n > bytes.size() - at) {
-      bad(where + ": element " + std::to_string(t.elements.size()) + " claims " + std::to_string(n) + " bytes, " +
-          std::to_string(bytes.size() - at) + " remain");
-    }
-    t.elements.emplace_back(bytes.data() + at, n);
-    at += n;
-  }
-  if (static_cast<std::int64_t>(t.elements.size()) != expected) {
-    bad(where + ": the binary data holds " + std::to_string(t.elements.size()) + " elements, the shape " +
-        std::to_string(expected));
+void check_name(const std::string& name, const Limits& limits, const std::string& where) {
+  if (name.empty() || name.size() > limits.max_name_bytes) {
+    bad(where + ": a name of 1.." + std::to_string(limits.max_name_bytes) + " bytes, got " + std::to_string(name.size()));
   }
 }
 
 std::string name_of(const nlohmann::json& j, const Limits& limits, const std::string& where) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) bad(where + ": expected an object with a \"name\"");
   auto name = j["name"].get<std::string>();
-  if (name.empty() || name.size() > limits.max_name_bytes) {
-    bad(where + ": a name of 1.." + std::to_string(limits.max_name_bytes) + " bytes, got " + std::to_string(name.size()));
-  }
+  check_name(name, limits, where);
   return name;
 }
 
@@ -250,6 +222,68 @@ std::int64_t Tensor::element_count() const {
   return n;
 }
 
+void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where) {
+  if (t.datatype != DataType::Bytes) {
+    const auto need = static_cast<std::uint64_t>(expected) * element_size(t.datatype);
+    if (bytes.size() != need) {
+      bad(where + ": binary_data_size " + std::to_string(bytes.size()) + " is not the shape's " + std::to_string(expected) +
+          " elements of " + std::to_string(element_size(t.datatype)) + " bytes (" + std::to_string(need) + ")");
+    }
+    t.data.assign(bytes.data(), bytes.size());
+    return;
+  }
+  // BYTES: each element a 4-byte little-endian length, then that many bytes.
+  std::size_t at = 0;
+  while (at < bytes.size()) {
+    if (static_cast<std::int64_t>(t.elements.size()) == expected) {
+      bad(where + ": the binary data holds more than the shape's " + std::to_string(expected) + " elements");
+    }
+    if (bytes.size() - at < 4) bad(where + ": the binary data ends inside an element's 4-byte length");
+    const std::uint32_t n = load<std::uint32_t>(bytes.data() + at);
+    at += 4;
+    if (n > bytes.size() - at) {
+      bad(where + ": element " + std::to_string(t.elements.size()) + " claims " + std::to_string(n) + " bytes, " +
+          std::to_string(bytes.size() - at) + " remain");
+    }
+    t.elements.emplace_back(bytes.data() + at, n);
+    at += n;
+  }
+  if (static_cast<std::int64_t>(t.elements.size()) != expected) {
+    bad(where + ": the binary data holds " + std::to_string(t.elements.size()) + " elements, the shape " +
+        std::to_string(expected));
+  }
+}
+
+std::int64_t declare_input(Tensor& t, const std::string& name, std::string_view datatype,
+                           const std::vector<std::int64_t>& shape, const Limits& limits, const std::vector<Tensor>& earlier) {
+  check_name(name, limits, "an input");
+  const std::string where = "input " + in_quotes(name);
+  for (const auto& other : earlier) {
+    if (other.name == name) bad(where + " appears twice");
+  }
+  const auto type = datatype_of(datatype);
+  if (!type) {
+    bad(where + ": unknown datatype " + in_quotes(std::string(datatype)) +
+        " (BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BYTES)");
+  }
+  if (static_cast<int>(shape.size()) > limits.max_dims) {
+    too_large(where + ": " + std::to_string(shape.size()) + " dimensions, over the limit of " + std::to_string(limits.max_dims));
+  }
+  std::int64_t elements = 1;
+  for (const auto dim : shape) {
+    if (dim < 0) bad(where + ": shape entries must be integers of 0 or more");
+    if (dim > limits.max_elements || (dim > 0 && elements > limits.max_elements / dim)) {
+      too_large(where + ": the shape " + nlohmann::json(shape).dump() + " holds more than " +
+                std::to_string(limits.max_elements) + " elements");
+    }
+    elements *= dim;
+  }
+  t.name = name;
+  t.datatype = *type;
+  t.shape = shape;
+  return elements;
+}
+
 std::size_t parse_header_length(std::string_view value) {
   if (value.empty() || value.size() > 18) bad("Inference-Header-Content-Length: expected a byte count, got '" + std::string(value) + "'");
   std::size_t n = 0;
@@ -293,30 +327,20 @@ InferRequest parse_infer_request(std::string_view body, std::optional<std::size_
     too_large(std::to_string(j["inputs"].size()) + " inputs, over the limit of " + std::to_string(limits.max_inputs));
   }
   for (const auto& in : j["inputs"]) {
-    Tensor t;
-    t.name = name_of(in, limits, "an input");
-    const std::string where = "input " + in_quotes(t.name);
-    for (const auto& other : r.inputs) {
-      if (other.name == t.name) bad(where + " appears twice");
-    }
+    const std::string name = name_of(in, limits, "an input");
+    const std::string where = "input " + in_quotes(name);
     if (!in.contains("datatype") || !in["datatype"].is_string()) bad(where + ": no \"datatype\"");
-    const auto type = datatype_of(in["datatype"].get<std::string>());
-    if (!type) bad(where + ": unknown datatype " + in_quotes(in["datatype"].get<std::string>()) + " (BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BYTES)");
-    t.datatype = *type;
     if (!in.contains("shape") || !in["shape"].is_array()) bad(where + ": no \"shape\" array");
     if (static_cast<int>(in["shape"].size()) > limits.max_dims) {
       too_large(where + ": " + std::to_string(in["shape"].size()) + " dimensions, over the limit of " + std::to_string(limits.max_dims));
     }
-    std::int64_t elements = 1;
+    std::vector<std::int64_t> shape;
     for (const auto& d : in["shape"]) {
-      if (!d.is_number_integer() || d.get<std::int64_t>() < 0) bad(where + ": shape entries must be integers of 0 or more");
-      const auto dim = d.get<std::int64_t>();
-      if (dim > limits.max_elements || (dim > 0 && elements > limits.max_elements / dim)) {
-        too_large(where + ": the shape " + in["shape"].dump() + " holds more than " + std::to_string(limits.max_elements) + " elements");
-      }
-      elements *= dim;
-      t.shape.push_back(dim);
+      if (!d.is_number_integer()) bad(where + ": shape entries must be integers of 0 or more");
+      shape.push_back(d.get<std::int64_t>());
     }
+    Tensor t;
+    const std::int64_t elements = declare_input(t, name, in["datatype"].get<std::string>(), shape, limits, r.inputs);
     const auto binary_size = parameter<std::int64_t>(in, "binary_data_size", where);
     if (binary_size) {
       if (!header_length) bad(where + ": binary_data_size without an Inference-Header-Content-Length header");

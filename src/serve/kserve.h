@@ -70,6 +70,16 @@ class ProtocolError : public Error {
 InferRequest parse_infer_request(std::string_view body, std::optional<std::size_t> header_length,
                                  const Limits& limits = {});
 
+// One input as either protocol declares it: its name, datatype and shape checked against the limits and against
+// the inputs before it (ProtocolError naming it: 400, or 413 for a size), set into `t`; returns its element count.
+std::int64_t declare_input(Tensor& t, const std::string& name, std::string_view datatype,
+                           const std::vector<std::int64_t>& shape, const Limits& limits, const std::vector<Tensor>& earlier);
+
+// A declared input's elements from the protocol's raw bytes (KServe's binary data, the gRPC raw contents):
+// fixed-size types packed little-endian, BYTES as 4-byte little-endian lengths each followed by its bytes.
+// ProtocolError (400, naming `where`) when they do not hold exactly `expected` elements.
+void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where);
+
 // The value of an Inference-Header-Content-Length header: a decimal count, or ProtocolError 400.
 std::size_t parse_header_length(std::string_view value);
 

@@ -7,6 +7,7 @@
 #include "data/transforms.h"
 #include "deploy/graph_engine.h"
 #include "deploy/triton_repo.h"
+#include "serve/grpc_service.h"
 #include "serve/http_front.h"
 
 #include <ATen/ops/empty.h>
@@ -471,7 +472,7 @@ HttpResponse status_response(int status) {
   return r;
 }
 
-class Server {
+class Server final : public ServingCore {
  public:
   Server(const ServerOptions& o) : o_(o), workers_(std::max(2, static_cast<int>(std::thread::hardware_concurrency()))) {
     for (const auto& [name, path] : model_list(o.models)) {
@@ -515,6 +516,19 @@ class Server {
   int serve() {
     const int port = http_->bind(o_.http_port, "--port");
     const int mport = metrics_ ? metrics_->bind(o_.metrics_port, "--metrics-port") : -1;
+    std::string grpc_line = "gRPC off (--grpc-port -1)";
+#ifdef CONVNETS_GRPC
+    if (o_.grpc_port >= 0) {
+      GrpcOptions g;
+      g.host = o_.host;
+      g.port = o_.grpc_port;
+      g.limits = o_.limits;
+      grpc_ = std::make_unique<GrpcService>(*this, g);
+      grpc_line = "gRPC on " + url(o_.host, grpc_->port()).substr(7) + " (Triton's GRPCInferenceService)";
+    }
+#else
+    grpc_line = "gRPC not in this build (Debian's libgrpc++-dev and protobuf-compiler-grpc)";
+#endif
     for (const auto& [name, m] : models_) {
       const auto& im = m->model();
       const auto& own = m->batcher().options().preferred_batch_sizes;
@@ -535,12 +549,17 @@ class Server {
                 "%d instance(s), max queue %lld requests\n",
                 static_cast<long long>(b.max_batch_size), static_cast<long long>(b.max_queue_delay_us),
                 preferred.empty() ? "none" : preferred.c_str(), b.instances, static_cast<long long>(b.max_queue_size));
+    // Before the HTTP line, which a supervisor (or a test) reads as the server being up.
+    std::printf("convnets serve: %s\n", grpc_line.c_str());
     std::printf("convnets serve: HTTP on %s (KServe v2), metrics on %s/metrics\n", url(o_.host, port).c_str(),
                 (mport >= 0 ? url(o_.host, mport) : url(o_.host, port)).c_str());
     std::fflush(stdout);
     std::thread metrics_thread;
     if (metrics_) metrics_thread = std::thread([this] { metrics_->run(); });
     http_->run();
+    // Drained by now (the HTTP front stops once nothing is in flight, gRPC's calls included): what remains are
+    // calls that came after, answered 503 before the service stops.
+    if (grpc_) grpc_->shutdown();
     if (metrics_) metrics_->stop();
     if (metrics_thread.joinable()) metrics_thread.join();
     for (auto& [name, m] : models_) m->batcher().finish();
@@ -568,6 +587,18 @@ class Server {
     if (metrics_) metrics_->stop();
   }
   Clock::time_point drain_began() const { return drain_began_; }
+  // Each model's requests answered with a result and refused, for the line the process ends with: a supervisor
+  // (or a test) can match it against what its clients received.
+  std::string answered() const {
+    std::string out;
+    for (const auto& [name, m] : models_) {
+      auto& c = m->counters();
+      out += (out.empty() ? "" : "; ") + name + ": " + std::to_string(c.success.load()) + " succeeded, " +
+             std::to_string(c.failure.load()) + " failed";
+    }
+    return out;
+  }
+
 
  private:
   // A request refused from its headers alone, before any of its body is read: the response, or none. Only infer
@@ -629,12 +660,7 @@ class Server {
     if (r.method == "GET") {
       if (p == "/v2/health/live") return reply(status_response(200));
       if (p == "/v2/health/ready") return reply(status_response(drain_.draining() ? 503 : 200));
-      if (p == "/v2") {
-        return reply(json_response({{"name", "convnets"},
-                                    {"version", CONVNETS_VERSION},
-                                    {"extensions", {"classification", "binary_tensor_data", "model_configuration",
-                                                    "model_repository"}}}));
-      }
+      if (p == "/v2") return reply(json_response(server_metadata_json()));
       if (std::regex_match(p, m, ready_route)) {
         return reply(find(m, refused) ? status_response(drain_.draining() ? 503 : 200) : refused);
       }
@@ -648,11 +674,7 @@ class Server {
       }
       if (p == "/metrics" && o_.metrics_port < 0) return reply(metrics());
     } else if (r.method == "POST") {
-      if (p == "/v2/repository/index") {
-        Json list = Json::array();
-        for (const auto& [name, s] : models_) list.push_back({{"name", name}, {"version", "1"}, {"state", "READY"}});
-        return reply(json_response(list));
-      }
+      if (p == "/v2/repository/index") return reply(json_response(repository_index_json()));
       if (std::regex_match(p, m, infer_route)) {
         const auto start = Clock::now();
         if (!drain_.enter()) {
@@ -674,11 +696,11 @@ class Server {
     reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + p)));
   }
 
-  // On a worker (on the loop for a small body): the body parsed and its rows made, then queued; the batcher's
-  // instance hands the logits back and encodes the answer itself when nothing else waits, else a worker does.
+  // On a worker (on the loop for a small body): the body parsed, then run as run_infer runs it; the answer
+  // written as the request asked (JSON, or Triton's binary tensors).
   void infer(ServedModel& m, HttpRequest& req, const HttpFront::Reply& reply, const std::shared_ptr<void>& leave,
              Clock::time_point start) {
-    auto& c = m.counters();
+    std::shared_ptr<const InferRequest> request;
     try {
       std::optional<std::size_t> header_length;
       if (req.has_header("Inference-Header-Content-Length")) {
@@ -690,61 +712,102 @@ class Server {
         throw ProtocolError(413, "the request's JSON is " + std::to_string(json) + " bytes, over --max-json-bytes " +
                                      std::to_string(o_.max_json_bytes) + ": send tensors as Triton's binary data");
       }
-      auto request = std::make_shared<const InferRequest>(parse_infer_request(req.body, header_length, o_.limits));
-      req.body.clear();
-      req.body.shrink_to_fit();
-      at::Tensor rows = m.rows_of(*request);
-      c.input_us += micros_since(start);
-      m.batcher().submit(std::move(rows), request->timeout_us, [this, &m, request, reply, leave, start](Outcome o) {
-        if (o.status != 200) {
-          ++m.counters().failure;
-          return reply(error_response(o.status, "model '" + m.name() + "': " + o.error));
-        }
-        // With requests waiting, off the instance's thread: the next batch is its to run. With none, here: a
-        // hop to a worker cost a lone request more than its answer takes to write (c1 0.89x httplib's, 2 vCPUs).
-        if (m.batcher().queued() == 0) return respond(m, *request, o.logits, reply, start);
-        workers_.submit([this, &m, request, reply, leave, start, logits = o.logits] {
-          respond(m, *request, logits, reply, start);
-        });
-      });
-    } catch (...) {
-      refuse(c, reply);
-    }
-  }
-
-  // The answer to a request that failed with the exception in flight: a protocol error's status, else 400.
-  static void refuse(ModelCounters& c, const HttpFront::Reply& reply) {
-    ++c.failure;
-    try {
-      throw;
-    } catch (const ProtocolError& e) {
-      reply(error_response(e.status(), e.what()));
+      request = std::make_shared<const InferRequest>(parse_infer_request(req.body, header_length, o_.limits));
     } catch (const Error& e) {
-      reply(error_response(400, e.what()));
+      ++m.counters().failure;
+      const auto* p = dynamic_cast<const ProtocolError*>(&e);
+      return reply(error_response(p ? p->status() : 400, e.what()));
     }
-  }
-
-  void respond(ServedModel& m, const InferRequest& request, const at::Tensor& logits, const HttpFront::Reply& reply,
-               Clock::time_point start) {
-    auto& c = m.counters();
-    try {
-      const auto out_start = Clock::now();
-      std::optional<std::size_t> out_header;
+    req.body.clear();
+    req.body.shrink_to_fit();
+    run_infer(m, std::move(request), start, leave, [reply](int status, const std::string& error, InferResponse r) {
+      if (status != 200) return reply(error_response(status, error));
       HttpResponse res;
-      res.body = write_infer_response(m.respond(request, logits), out_header);
+      std::optional<std::size_t> out_header;
+      res.body = write_infer_response(r, out_header);
       if (out_header) {
         res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*out_header));
         res.content_type = "application/octet-stream";
       } else {
         res.content_type = "application/json";
       }
-      c.output_us += micros_since(out_start);
-      ++c.success;
-      c.request_us += micros_since(start);
       reply(std::move(res));
-    } catch (...) {
-      refuse(c, reply);
+    });
+  }
+
+  // A parsed request through its model, whichever protocol carried it: its rows made, queued on the batcher, the
+  // response made from its logits and handed to `done` with the time it took counted (Triton's metrics). The
+  // instance thread answers when nothing else waits, else a worker does: a hop to a worker cost a lone request
+  // more than its answer takes to write (c1 0.89x httplib's, 2 vCPUs), and a queue needs the instance back.
+  void run_infer(ServedModel& m, std::shared_ptr<const InferRequest> request, Clock::time_point start,
+                 std::shared_ptr<void> leave, ServingCore::InferDone done) {
+    auto& c = m.counters();
+    at::Tensor rows;
+    try {
+      rows = m.rows_of(*request);
+    } catch (const Error& e) {
+      ++c.failure;
+      const auto* p = dynamic_cast<const ProtocolError*>(&e);
+      return done(p ? p->status() : 400, e.what(), {});
     }
+    c.input_us += micros_since(start);
+    m.batcher().submit(std::move(rows), request->timeout_us, [this, &m, request, leave, start, done](Outcome o) {
+      if (o.status != 200) {
+        ++m.counters().failure;
+        return done(o.status, "model '" + m.name() + "': " + o.error, {});
+      }
+      auto answer = [&m, request, leave, start, done, logits = o.logits] {
+        auto& c = m.counters();
+        const auto out_start = Clock::now();
+        InferResponse r;
+        try {
+          r = m.respond(*request, logits);
+        } catch (const Error& e) {
+          ++c.failure;
+          const auto* p = dynamic_cast<const ProtocolError*>(&e);
+          return done(p ? p->status() : 400, e.what(), {});
+        }
+        done(200, "", std::move(r));
+        c.output_us += micros_since(out_start);
+        ++c.success;
+        c.request_us += micros_since(start);
+      };
+      if (m.batcher().queued() == 0) return answer();
+      workers_.submit(std::move(answer));
+    });
+  }
+
+  // ---- ServingCore: what the gRPC service asks, answered as the HTTP routes answer.
+  bool ready() const override { return !drain_.draining(); }
+  std::string server_metadata() const override { return dump_json(server_metadata_json()); }
+  std::string repository_index() const override { return dump_json(repository_index_json()); }
+  std::string find_model(const std::string& name, const std::string& version) const override {
+    if (models_.find(name) == models_.end()) return "Request for unknown model: '" + utf8_escaped(name) + "' is not found";
+    if (!version.empty() && version != "1") {
+      return "Request for unknown model: '" + name + "' version " + utf8_escaped(version) +
+             " is not found (version 1 is served)";
+    }
+    return "";
+  }
+  std::string model_metadata(const std::string& name) const override { return dump_json(models_.at(name)->metadata()); }
+  std::string model_config(const std::string& name) const override { return dump_json(models_.at(name)->config()); }
+  void infer(const std::string& name, const std::string& version, InferRequest request, InferDone done) override {
+    const auto start = Clock::now();
+    if (!drain_.enter()) return done(503, "the server is shutting down: no new requests are taken", {});
+    auto leave = std::shared_ptr<void>(nullptr, [this](void*) { drain_.leave(); });
+    if (auto missing = find_model(name, version); !missing.empty()) return done(404, missing, {});
+    run_infer(*models_.at(name), std::make_shared<const InferRequest>(std::move(request)), start, std::move(leave),
+              std::move(done));
+  }
+
+  Json server_metadata_json() const {
+    Json extensions = {"classification", "binary_tensor_data", "model_configuration", "model_repository"};
+    return {{"name", "convnets"}, {"version", CONVNETS_VERSION}, {"extensions", extensions}};
+  }
+  Json repository_index_json() const {
+    Json list = Json::array();
+    for (const auto& [name, s] : models_) list.push_back({{"name", name}, {"version", "1"}, {"state", "READY"}});
+    return list;
   }
 
   HttpResponse metrics() const {
@@ -809,6 +872,7 @@ class Server {
   std::atomic<bool> stopped_{false};
   Clock::time_point drain_began_{};
   std::unique_ptr<HttpFront> http_, metrics_;
+  std::unique_ptr<GrpcService> grpc_;  // its calls hold answers into the batchers: stopped before models_ go
   // Last: destroyed first, before the fronts its jobs reply into.
   Workers workers_;
 };
@@ -873,6 +937,15 @@ int run_server(const ServerOptions& options) {
     throw Error("--metrics-port must be -1 (off: /metrics on the HTTP port) or 0..65535, got " +
                 std::to_string(options.metrics_port));
   }
+  if (options.grpc_port < -1 || options.grpc_port > 65535) {
+    throw Error("--grpc-port must be -1 (off), 0 (a free port) or 1..65535, got " + std::to_string(options.grpc_port));
+  }
+#ifndef CONVNETS_GRPC
+  if (options.grpc_asked && options.grpc_port >= 0) {
+    throw Error("--grpc-port: this convnets was built without gRPC (Debian's libgrpc++-dev and protobuf-compiler-grpc; "
+                "scripts/setup.sh installs them)");
+  }
+#endif
   if (options.max_connections < 1 || options.max_connections > 65536) throw Error("--max-connections must be 1 .. 65536");
   if (options.max_json_bytes < 1024) throw Error("--max-json-bytes must be at least 1024");
   if (options.idle_timeout_s < 1 || options.header_timeout_s < 1 || options.body_timeout_s < 1 ||
@@ -917,7 +990,7 @@ int run_server(const ServerOptions& options) {
   }
   done = true;
   watcher.join();
-  std::fprintf(stderr, "convnets serve: stopped\n");
+  std::fprintf(stderr, "convnets serve: stopped (%s)\n", server.answered().c_str());
   return rc;
 }
 

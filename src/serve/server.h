@@ -25,6 +25,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback unless asked: a server is reachable only where it is meant to be
   int http_port = 8000;            // 0: a free port (the startup line names it)
   int metrics_port = 8002;         // Triton's; 0: a free port; -1: /metrics on the HTTP port only
+  int grpc_port = 8001;            // Triton's gRPC service; 0: a free port; -1: none
+  bool grpc_asked = false;         // --grpc-port given: a build without gRPC refuses it rather than serve HTTP alone
   int max_connections = 1024;      // sockets open at once (idle ones cost no thread); more wait in the backlog
   int idle_timeout_s = 5;          // a keep-alive connection with no request for this long is closed
   int header_timeout_s = 10;       // a request whose headers are not complete this long after its first byte: closed

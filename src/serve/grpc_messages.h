@@ -1,0 +1,17 @@
+// Triton's gRPC infer messages and the server's own request and response (kserve.h): the conversion both ways, with the HTTP protocol's checks, protobuf alone (no gRPC runtime), so the fuzzer reaches it.
+#pragma once
+
+#include "serve/grpc_service.h"
+#include "serve/kserve.h"
+#include "serve/triton_grpc.pb.h"
+
+namespace convnets::serve {
+
+// The request as parse_infer_request gives it from an HTTP body: the same checks, ProtocolError the same way.
+// Typed contents are packed as raw bytes would be; every output comes back as raw contents (binary), as Triton's.
+InferRequest request_of(const inference::ModelInferRequest& m, const Limits& limits);
+
+// The response's outputs as raw_output_contents (BYTES as 4-byte lengths, each followed by its bytes).
+void fill(const InferResponse& r, inference::ModelInferResponse& m);
+
+}  // namespace convnets::serve

@@ -1,0 +1,149 @@
+#include "serve/grpc_service.h"
+
+#include "serve/grpc_messages.h"
+#include "serve/triton_grpc.grpc.pb.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <limits>
+
+namespace convnets::serve {
+namespace {
+
+using inference::GRPCInferenceService;
+
+// The HTTP status the server's core answers with, as the gRPC code Triton gives for the same failure.
+grpc::Status status_of(int http, const std::string& message) {
+  switch (http) {
+    case 404: return {grpc::StatusCode::NOT_FOUND, message};
+    case 408: return {grpc::StatusCode::DEADLINE_EXCEEDED, message};
+    case 413: return {grpc::StatusCode::RESOURCE_EXHAUSTED, message};
+    case 503: return {grpc::StatusCode::UNAVAILABLE, message};
+    case 400: case 411: case 415: return {grpc::StatusCode::INVALID_ARGUMENT, message};
+    default: return {grpc::StatusCode::INTERNAL, message};
+  }
+}
+
+// One of the server's JSON bodies as the message of the same fields (Triton's HTTP and gRPC protocols share
+// them); fields the message does not carry are skipped.
+template <typename Message>
+grpc::Status from_json(const std::string& json, Message& m) {
+  google::protobuf::util::JsonParseOptions o;
+  o.ignore_unknown_fields = true;
+  const auto s = google::protobuf::util::JsonStringToMessage(json, &m, o);
+  return s.ok() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::INTERNAL, "the server's answer: " + s.ToString());
+}
+
+class Service final : public GRPCInferenceService::CallbackService {
+ public:
+  Service(ServingCore& core, const Limits& limits) : core_(core), limits_(limits) {}
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* out) override {
+    out->set_live(true);
+    return finish(ctx, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* out) override {
+    out->set_ready(core_.ready());
+    return finish(ctx, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* in,
+                                       inference::ModelReadyResponse* out) override {
+    out->set_ready(core_.ready() && core_.find_model(in->name(), in->version()).empty());
+    return finish(ctx, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* out) override {
+    return finish(ctx, from_json(core_.server_metadata(), *out));
+  }
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* in,
+                                          inference::ModelMetadataResponse* out) override {
+    if (auto missing = core_.find_model(in->name(), in->version()); !missing.empty()) {
+      return finish(ctx, status_of(404, missing));
+    }
+    return finish(ctx, from_json(core_.model_metadata(in->name()), *out));
+  }
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* in,
+                                        inference::ModelConfigResponse* out) override {
+    if (auto missing = core_.find_model(in->name(), in->version()); !missing.empty()) {
+      return finish(ctx, status_of(404, missing));
+    }
+    return finish(ctx, from_json("{\"config\":" + core_.model_config(in->name()) + "}", *out));
+  }
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest*,
+                                            inference::RepositoryIndexResponse* out) override {
+    return finish(ctx, from_json("{\"models\":" + core_.repository_index() + "}", *out));
+  }
+
+  // Parsed here (gRPC's threads), run on the batcher's; answered from whichever thread finishes it.
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* in,
+                                       inference::ModelInferResponse* out) override {
+    auto* reactor = ctx->DefaultReactor();
+    InferRequest request;
+    try {
+      request = request_of(*in, limits_);
+    } catch (const ProtocolError& e) {
+      reactor->Finish(status_of(e.status(), e.what()));
+      return reactor;
+    }
+    core_.infer(in->model_name(), in->model_version(), std::move(request),
+                [reactor, out](int status, const std::string& error, InferResponse response) {
+                  if (status != 200) return reactor->Finish(status_of(status, error));
+                  fill(response, *out);
+                  reactor->Finish(grpc::Status::OK);
+                });
+    return reactor;
+  }
+
+ private:
+  static grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  ServingCore& core_;
+  Limits limits_;
+};
+
+}  // namespace
+
+struct GrpcService::Impl {
+  Service service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  Impl(ServingCore& core, const Limits& limits) : service(core, limits) {}
+};
+
+GrpcService::GrpcService(ServingCore& core, const GrpcOptions& o) : impl_(std::make_unique<Impl>(core, o.limits)) {
+  const std::string address =
+      (o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host) + ":" + std::to_string(o.port);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  // As the HTTP port: a port another server holds is refused, not shared (gRPC's default is SO_REUSEPORT).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // A message over the request limit is refused (RESOURCE_EXHAUSTED) before it is read whole.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<std::size_t>(o.limits.max_body_bytes, std::numeric_limits<int>::max())));
+  builder.RegisterService(&impl_->service);
+  impl_->server = builder.BuildAndStart();
+  if (!impl_->server || impl_->port == 0) {
+    throw Error("--grpc-port " + std::to_string(o.port) + ": cannot listen on " + address +
+                " (in use, or not an address of this machine)");
+  }
+}
+
+GrpcService::~GrpcService() { shutdown(); }
+
+int GrpcService::port() const { return impl_->port; }
+
+void GrpcService::shutdown() {
+  if (impl_ && impl_->server) {
+    impl_->server->Shutdown();
+    impl_->server->Wait();
+    impl_->server.reset();
+  }
+}
+
+}  // namespace convnets::serve
