@@ -559,7 +559,9 @@ class Server final : public ServingCore {
     http_->run();
     // Drained by now (the HTTP front stops once nothing is in flight, gRPC's calls included): what remains are
     // calls that came after, answered 503 before the service stops.
+#ifdef CONVNETS_GRPC
     if (grpc_) grpc_->shutdown();
+#endif
     if (metrics_) metrics_->stop();
     if (metrics_thread.joinable()) metrics_thread.join();
     for (auto& [name, m] : models_) m->batcher().finish();
@@ -872,7 +874,9 @@ class Server final : public ServingCore {
   std::atomic<bool> stopped_{false};
   Clock::time_point drain_began_{};
   std::unique_ptr<HttpFront> http_, metrics_;
+#ifdef CONVNETS_GRPC
   std::unique_ptr<GrpcService> grpc_;  // its calls hold answers into the batchers: stopped before models_ go
+#endif
   // Last: destroyed first, before the fronts its jobs reply into.
   Workers workers_;
 };
