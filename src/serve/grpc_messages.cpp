@@ -111,10 +111,7 @@ InferRequest request_of(const inference::ModelInferRequest& m, const Limits& lim
                                  std::to_string(limits.max_outputs));
   }
   for (const auto& out : m.outputs()) {
-    if (out.name().empty() || out.name().size() > limits.max_name_bytes) {
-      bad("a requested output: a name of 1.." + std::to_string(limits.max_name_bytes) + " bytes, got " +
-          std::to_string(out.name().size()));
-    }
+    check_name(out.name(), limits, "a requested output");
     RequestedOutput o;
     o.name = out.name();
     o.binary = true;  // gRPC answers in raw_output_contents, as Triton does

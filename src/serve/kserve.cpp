@@ -160,12 +160,6 @@ void read_json_data(Tensor& t, const nlohmann::json& data, std::int64_t expected
   }
 }
 
-void check_name(const std::string& name, const Limits& limits, const std::string& where) {
-  if (name.empty() || name.size() > limits.max_name_bytes) {
-    bad(where + ": a name of 1.." + std::to_string(limits.max_name_bytes) + " bytes, got " + std::to_string(name.size()));
-  }
-}
-
 std::string name_of(const nlohmann::json& j, const Limits& limits, const std::string& where) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) bad(where + ": expected an object with a \"name\"");
   auto name = j["name"].get<std::string>();
@@ -251,6 +245,12 @@ void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, 
   if (static_cast<std::int64_t>(t.elements.size()) != expected) {
     bad(where + ": the binary data holds " + std::to_string(t.elements.size()) + " elements, the shape " +
         std::to_string(expected));
+  }
+}
+
+void check_name(const std::string& name, const Limits& limits, const std::string& where) {
+  if (name.empty() || name.size() > limits.max_name_bytes) {
+    bad(where + ": a name of 1.." + std::to_string(limits.max_name_bytes) + " bytes, got " + std::to_string(name.size()));
   }
 }
 

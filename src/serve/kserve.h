@@ -70,6 +70,9 @@ class ProtocolError : public Error {
 InferRequest parse_infer_request(std::string_view body, std::optional<std::size_t> header_length,
                                  const Limits& limits = {});
 
+// A tensor's name, 1..limits.max_name_bytes bytes (ProtocolError 400 naming `where` otherwise).
+void check_name(const std::string& name, const Limits& limits, const std::string& where);
+
 // One input as either protocol declares it: its name, datatype and shape checked against the limits and against
 // the inputs before it (ProtocolError naming it: 400, or 413 for a size), set into `t`; returns its element count.
 std::int64_t declare_input(Tensor& t, const std::string& name, std::string_view datatype,

@@ -455,6 +455,12 @@ std::string url(const std::string& host, int port) {
   return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+// A failed request's status: a protocol error's own, else 400 (the request could not be served as it was).
+int status_of(const Error& e) {
+  const auto* p = dynamic_cast<const ProtocolError*>(&e);
+  return p ? p->status() : 400;
+}
+
 HttpResponse error_response(int status, const std::string& message, bool close = false) {
   return HttpResponse::json_error(status, error_body(message), close);
 }
@@ -717,8 +723,7 @@ class Server final : public ServingCore {
       request = std::make_shared<const InferRequest>(parse_infer_request(req.body, header_length, o_.limits));
     } catch (const Error& e) {
       ++m.counters().failure;
-      const auto* p = dynamic_cast<const ProtocolError*>(&e);
-      return reply(error_response(p ? p->status() : 400, e.what()));
+      return reply(error_response(status_of(e), e.what()));
     }
     req.body.clear();
     req.body.shrink_to_fit();
@@ -749,8 +754,7 @@ class Server final : public ServingCore {
       rows = m.rows_of(*request);
     } catch (const Error& e) {
       ++c.failure;
-      const auto* p = dynamic_cast<const ProtocolError*>(&e);
-      return done(p ? p->status() : 400, e.what(), {});
+      return done(status_of(e), e.what(), {});
     }
     c.input_us += micros_since(start);
     m.batcher().submit(std::move(rows), request->timeout_us, [this, &m, request, leave, start, done](Outcome o) {
@@ -766,8 +770,7 @@ class Server final : public ServingCore {
           r = m.respond(*request, logits);
         } catch (const Error& e) {
           ++c.failure;
-          const auto* p = dynamic_cast<const ProtocolError*>(&e);
-          return done(p ? p->status() : 400, e.what(), {});
+          return done(status_of(e), e.what(), {});
         }
         done(200, "", std::move(r));
         c.output_us += micros_since(out_start);
