@@ -275,8 +275,9 @@ class DleFlags(unittest.TestCase):
         self.assertEqual(resolved("--gather-checkpoints", "-1")["save_every"], 0)
 
     def test_the_resnet50_readme_lines_read_as_dle_reads_them(self):
-        # The seed README's line, as printed: -c fanin is DLE's fan_in Kaiming init, --static-loss-scale alone a
-        # fixed scale; --dynamic-loss-scale makes it dynamic (convnets' 0).
+        # The seed README's line, as printed: -c fanin is DLE's fan_in Kaiming init, --static-loss-scale the scale
+        # today's main.py starts its GradScaler from (doubled after 100 clean steps); --dynamic-loss-scale, the
+        # seed's apex flag, makes it convnets' own dynamic one (0).
         c = resolved("--arch", "resnet50", "-c", "fanin", "--label-smoothing", "0.1", "--amp",
                      "--static-loss-scale", "256")
         self.assertEqual((c["init"], c["precision"], c["static_loss_scale"]), ("fan_in", "amp", 256))

@@ -7,6 +7,10 @@ label), so a class added to such a module would otherwise run nowhere, silently.
 import ast
 import os
 import re
+import subprocess
+import sys
+import tempfile
+import textwrap
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,6 +68,41 @@ class SuiteLayout(unittest.TestCase):
         self.assertEqual(calls["engines_accuracy"], ["EngineAccuracy"])
         self.assertEqual(calls["faults_disk_full"], ["DiskFullWhileSaving"])
         self.assertIsNone(calls["cli"])
+
+
+class SkipsReadAsSkips(unittest.TestCase):
+    """ctest_unittest.py, which runs every module above: its exit status is all CTest sees."""
+
+    def status(self, body):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "probe_module.py"), "w") as f:
+                f.write("import unittest\n\n\n" + textwrap.dedent(body))
+            r = subprocess.run([sys.executable, os.path.join(HERE, "ctest_unittest.py"), "probe_module"],
+                               capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": tmp})
+            return r.returncode, r.stderr
+
+    def test_a_skipped_class_is_a_skip_a_failure_a_failure(self):
+        passing = "class A(unittest.TestCase):\n    def test_a(self):\n        pass\n"
+        skipped = ("@unittest.skipUnless(False, 'no ../shared')\nclass B(unittest.TestCase):\n"
+                   "    def test_b(self):\n        pass\n")
+        failing = "class C(unittest.TestCase):\n    def test_c(self):\n        self.fail('no')\n"
+        self.assertEqual(self.status(passing)[0], 0)
+        code, err = self.status(passing + skipped)
+        self.assertEqual(code, 77, err)
+        self.assertIn("probe_module.B.test_b: no ../shared", err)
+        self.assertEqual(self.status(passing + skipped + failing)[0], 1)
+        self.assertEqual(self.status("X = 1\n")[0], 1)  # nothing ran: not a pass either
+
+    def test_every_unittest_call_counts_skips(self):
+        with open(CMAKE) as f:
+            text = f.read()
+        start = text.index("function(convnets_python_test")
+        function = text[start:text.index("endfunction()", start)]
+        commands = re.findall(r"set\(command [^)]*\)", function)
+        self.assertEqual(len(commands), 3, function)
+        # Every command but the ARGS one (a script's own main) goes through ctest_unittest.py.
+        self.assertEqual(sum("ctest_unittest.py" in c for c in commands), 2, commands)
+        self.assertEqual(function.count("set(T_SKIP_RETURN_CODE 77)"), 2, function)
 
 
 if __name__ == "__main__":
