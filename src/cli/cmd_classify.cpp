@@ -105,7 +105,7 @@ void add_classify_command(CLI::App& app) {
       "classify", "Top-k classes of JPEG/PNG images with a checkpoint's preprocessing and class names");
   cmd->add_option("IMAGE", a->images, "image files; - reads a list of paths from stdin, one per line");
   cmd->add_option("--image", a->image_options, "DLE classify.py: an image file (as IMAGE; repeatable)");
-  cmd->add_option("--checkpoint,--weights", a->checkpoint,
+  cmd->add_option("--checkpoint,--weights,--pretrained-from-file", a->checkpoint,
                   "a checkpoint written by `convnets train`, an exported ONNX file, or plain weights (safetensors, or "
                   "PyTorch's torch.save files: torchvision, timm, DLE) with --arch")
       ->required();
@@ -119,7 +119,7 @@ void add_classify_command(CLI::App& app) {
          "command lines)")
       ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
   cmd->add_flag_callback("--cpu", [a] { a->device = "cpu"; }, "DLE classify.py: --device cpu");
-  cmd->add_option("--num-classes", a->num_classes, "plain weights: the class count (default: the classifier's width)")
+  cmd->add_option("--num-classes,--num_classes", a->num_classes, "plain weights: the class count (default: the classifier's width)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--top-k", a->top_k, "classes per image (capped at the class count)");
   cmd->add_option("--batch-size", a->batch_size, "images per forward pass");

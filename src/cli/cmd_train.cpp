@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -36,6 +37,9 @@ struct TrainArgs {
   std::optional<bool> enable_distill;  // GPUNet's --enable-distill True|False
   bool dynamic_loss_scale = false;     // DLE's --dynamic-loss-scale: it wins over --static-loss-scale
   std::string tensorboard_folder;      // the DIR of --tensorboard [DIR], if one was given
+  // DLE's launch.py: --mode's preset fills fields no flag set (over the recipe's), --platform picks the recipe.
+  nlohmann::json mode_defaults = nlohmann::json::object();
+  std::string platform;
   nlohmann::json flags = nlohmann::json::object();
   distributed::LaunchOptions launch;
 };
@@ -128,6 +132,27 @@ runtime::Checkpoint load_resume_checkpoint(const std::string& path, const std::s
   }
 }
 
+// DLE's launch.py --platform DGXA100: configs.yml's DGXA100 block for the --model, which is what the built-in
+// <arch>-250ep recipes hold (model block: 250 epochs, mixup 0.2; DGXA100: 256 a GPU). The other platforms' batch
+// sizes and worker counts are not carried.
+std::string platform_recipe(const TrainArgs& a) {
+  if (a.platform != "DGXA100") {
+    throw Error("--platform " + a.platform + ": convnets carries DLE's DGXA100 configurations only (its built-in "
+                "recipes *-250ep), not " + a.platform + "'s",
+                "use --platform DGXA100, or --recipe resnet50-250ep with the --batch-size and --workers your GPU takes");
+  }
+  const auto arch = a.values.count("arch") ? a.values.at("arch") : std::string("resnet50");
+  std::string recipe = arch;
+  for (auto& c : recipe) c = c == '_' ? '-' : c;
+  recipe += "-250ep";
+  const auto known = train::builtin_recipes();
+  if (std::find(known.begin(), known.end(), recipe) == known.end()) {
+    throw Error("--platform DGXA100 --model " + arch + ": DLE's configs.yml has no configuration for it",
+                "its models: resnet50, resnext101-32x4d, se-resnext101-32x4d; or name a --recipe");
+  }
+  return recipe;
+}
+
 int run(TrainArgs& a) {
   train::TrainConfig config;
   train::RunOptions options;
@@ -142,6 +167,7 @@ int run(TrainArgs& a) {
     if (options.resume->is_training_checkpoint())
       train::apply_json(config, options.resume->meta.at("config"), a.resume + " (config)");
   }
+  if (!a.platform.empty() && a.recipe.empty()) a.recipe = platform_recipe(a);
   nlohmann::json recipe = nlohmann::json::object();
   if (!a.recipe.empty()) {
     recipe = train::load_recipe(a.recipe);
@@ -152,6 +178,8 @@ int run(TrainArgs& a) {
   for (const auto& [field, text] : a.values) overrides[field] = parse_value(field, defaults.at(field), text);
   if (!a.data.empty()) overrides["data"] = a.data;
   if (a.dynamic_loss_scale) overrides["static_loss_scale"] = 0;  // convnets' 0: dynamic
+  for (const auto& [field, value] : a.mode_defaults.items())
+    if (!overrides.contains(field)) overrides[field] = value;
   // DLE's --lr is absolute: a recipe's per-reference-batch LR does not scale
   // an LR given on the command line unless --lr-reference-batch is given too.
   if (overrides.contains("lr") && !overrides.contains("lr_reference_batch")) overrides["lr_reference_batch"] = 0;
@@ -219,7 +247,8 @@ void add_train_command(CLI::App& app) {
       ->multi_option_policy(last);
   cmd->add_option("--resume", args->resume, "continue the run saved in this checkpoint (e.g. WORKSPACE/last.safetensors)")
       ->multi_option_policy(last);
-  cmd->add_option("--fine-tune", args->fine_tune, "start from these weights, a new classifier for another class count")
+  cmd->add_option("--fine-tune,--pretrained-from-file", args->fine_tune,
+                  "start from these weights, a new classifier for another class count (DLE: --pretrained-from-file)")
       ->multi_option_policy(last);
   add_key_layout_option(cmd, args->key_layout);
   cmd->add_flag("--print-config", args->print_config,
@@ -246,6 +275,43 @@ void add_train_command(CLI::App& app) {
          },
          "DLE: classic | grp-fanout (Kaiming fan_out init) or fanin | grp-fanin (fan_in): --init")
       ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
+  // DLE's model parser (image_classification/models/resnet.py) since the seed: --conv_init is -c's Kaiming mode,
+  // --last_bn_0_init zeroes each block's last BN (read as True/False, where DLE's type=bool takes "False" as true).
+  cmd->add_option_function<std::string>(
+         "--conv_init", [args](const std::string& mode) { args->flags["init"] = mode; },
+         "DLE: fan_in | fan_out, the convolutions' Kaiming mode: --init")
+      ->check(CLI::IsMember({"fan_in", "fan_out"}));
+  cmd->add_option_function<std::string>(
+      "--last_bn_0_init",
+      [args](const std::string& v) {
+        if (v != "True" && v != "False") throw Error("--last_bn_0_init " + v + ": expected True or False");
+        args->flags["zero_init_residual"] = v == "True";
+      },
+      "DLE: True zeroes the last BN of each residual branch: --zero-init-residual");
+  // DLE's launch.py (configs.yml): a mode block of fields under the flags given, and the platform's configuration.
+  cmd->add_option_function<std::string>(
+         "--mode",
+         [args](const std::string& mode) {
+           auto& m = args->mode_defaults;
+           m = nlohmann::json::object();
+           const bool benchmark = mode.rfind("benchmark_", 0) == 0;
+           m["print_freq"] = benchmark ? 1 : 20;
+           m["checkpoints"] = mode == "convergence";
+           if (mode == "benchmark_training" || mode == "benchmark_training_short") {
+             m["epochs"] = mode == "benchmark_training" ? 3 : 1;
+             m["training_only"] = true;
+           }
+           if (mode == "benchmark_training_short") m["data_backend"] = "synthetic", m["prof"] = 100;
+           if (mode == "benchmark_inference" || mode == "evaluate") m["evaluate"] = true, m["epochs"] = 1;
+         },
+         "DLE launch.py: benchmark_training (3 epochs, training only, no checkpoints, -p 1) | "
+         "benchmark_training_short (1 epoch of 100 synthetic batches) | benchmark_inference (--evaluate, -p 1) | "
+         "evaluate | convergence; flags given win")
+      ->check(CLI::IsMember(
+          {"benchmark_training", "benchmark_training_short", "benchmark_inference", "evaluate", "convergence"}));
+  cmd->add_option("--platform", args->platform,
+                  "DLE launch.py: DGXA100 reads the --model's built-in *-250ep recipe (configs.yml's DGXA100 values); "
+                  "other platforms are refused");
   // What torch.distributed.launch passes each process; convnets reads LOCAL_RANK, which it sets only when absent.
   cmd->add_option_function<int>(
       "--local_rank,--local-rank",
@@ -363,8 +429,15 @@ void add_train_command(CLI::App& app) {
     } else {
       const auto& v = it.value();
       const auto alias = dle_aliases.find(field);
-      cmd->add_option(alias == dle_aliases.end() ? flag : alias->second + "," + flag, args->values[field], help)
-          ->expected(1)
+      auto* opt = cmd->add_option(alias == dle_aliases.end() ? flag : alias->second + "," + flag, args->values[field], help);
+      if (field == "precision") {
+        // Any case, as classify and eval read it: launch.py writes AMP, TF32, FP32. The check stays train's own.
+        opt->transform([](std::string v) {
+          for (auto& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+          return v;
+        });
+      }
+      opt->expected(1)
           ->multi_option_policy(last)
           ->type_name(v.is_number_integer() ? "INT" : v.is_number() ? "NUMBER" : v.is_array() ? "N,N,.." : "TEXT");
     }

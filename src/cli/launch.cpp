@@ -12,12 +12,12 @@ void add_launch_flags(CLI::App* cmd, distributed::LaunchOptions& o) {
   cmd->add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "worker processes on this machine (one per GPU)")
       ->group(group)->multi_option_policy(last);
   cmd->add_option("--nnodes", o.nnodes, "machines in the job [default 1]")->group(group)->multi_option_policy(last);
-  cmd->add_option("--node-rank", o.node_rank, "this machine's index, 0..nnodes-1 [default 0]")
+  cmd->add_option("--node-rank,--node_rank", o.node_rank, "this machine's index, 0..nnodes-1 [default 0]")
       ->group(group)->multi_option_policy(last);
-  cmd->add_option("--master-addr", o.master_addr, "address of node 0, where rank 0 serves the rendezvous store "
+  cmd->add_option("--master-addr,--master_addr", o.master_addr, "address of node 0, where rank 0 serves the rendezvous store "
                                                   "[default MASTER_ADDR, else 127.0.0.1]")
       ->group(group)->multi_option_policy(last);
-  cmd->add_option("--master-port", o.master_port, "its TCP port [default MASTER_PORT, else 29500]")
+  cmd->add_option("--master-port,--master_port", o.master_port, "its TCP port [default MASTER_PORT, else 29500]")
       ->group(group)->multi_option_policy(last);
   cmd->add_option("--dist-timeout", o.timeout_s,
                   "seconds the rendezvous and each collective may take before the ranks give up and name the rank "

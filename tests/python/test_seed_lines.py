@@ -2,10 +2,15 @@
 user would type it: `python ./main.py` as `convnets train`, `multiproc.py` and `train.sh` as its launcher,
 `classify.py` as `convnets classify`, `validate.py` (timm's, in the GPUNet README) as `convnets eval`.
 
+DeepLearningExamples' README has changed since the seed was taken: its current lines (CURRENT_LINES, quoted from
+the upstream file named there) use classify.py's and main.py's --pretrained-from-file, and launch.py's presets
+(--model --precision --mode --platform) in place of the seed's benchmark lines; they go through the same check.
+
 Each line either runs, or is refused with one line naming what convnets offers instead. The lines are data below,
 as printed; only the placeholders are filled (a small JPEG folder for ImageNet, checkpoints made from the
-reference key lists), and the data and epochs shortened (SHORTER). The AMP lines need a CUDA GPU, and on the CPU
-they are refused naming --precision fp32; the GPU machine runs them (scripts/gpu.sh).
+reference key lists), and the data and epochs shortened (SHORTER). The AMP and TF32 lines need a CUDA GPU: on the
+CPU they are refused naming --precision fp32, on a CUDA machine they run (this module expects both counts exactly;
+scripts/gpu.sh does not run it, since ../shared does not travel to the GPU machine).
 """
 import collections
 import json
@@ -68,33 +73,98 @@ LINES = [
     (GPUNET_README, "python validate.py -h"),
 ]
 
+# DeepLearningExamples' PyTorch/Classification/ConvNets/resnet50v1.5/README.md at 729963dd (2024-04-04), the lines
+# that differ from the seed's (the -c fanin training lines and the --resume one are unchanged). Line 519 repeats 512.
+CURRENT_README = "NVIDIA/DeepLearningExamples@729963dd resnet50v1.5/README.md"
+CURRENT_LINES = [
+    (CURRENT_README, "python ./main.py --arch resnet50 --evaluate --epochs 1 --pretrained-from-file "
+                     "nvidia_resnet50_200821.pth.tar -b <batch size> <path to imagenet>"),
+    (CURRENT_README, "python classify.py --arch resnet50 --pretrained-from-file nvidia_resnet50_200821.pth.tar "
+                     "--precision AMP|FP32 --image <path to JPEG image>"),
+    (CURRENT_README, "python main.py -h"),
+    (CURRENT_README, "python classify.py --arch resnet50 --pretrained-from-file <path to weights from previous step> "
+                     "--precision AMP|FP32 --image <path to JPEG image>"),
+    (CURRENT_README, "python ./main.py --arch resnet50 --evaluate --epochs 1 --pretrained-from-file "
+                     "<path to pretrained weights> -b <batch size> <path to imagenet>"),
+    (CURRENT_README, "python classify.py --arch resnet50 --weights nvidia_resnet50_200821.pth.tar "
+                     "--precision AMP|FP32 --image <path to JPEG image>"),
+    (CURRENT_README, "python ./launch.py --model resnet50 --precision FP32 --mode benchmark_training --platform DGX1V "
+                     "<path to imagenet> --raport-file benchmark.json --epochs 1 --prof 100"),
+    (CURRENT_README, "python ./launch.py --model resnet50 --precision TF32 --mode benchmark_training "
+                     "--platform DGXA100 <path to imagenet> --raport-file benchmark.json --epochs 1 --prof 100"),
+    (CURRENT_README, "python ./launch.py --model resnet50 --precision AMP --mode benchmark_training "
+                     "--platform <DGX1V|DGXA100> <path to imagenet> --raport-file benchmark.json --epochs 1 --prof 100"),
+    (CURRENT_README, "python ./multiproc.py --nproc_per_node 8 ./launch.py --model resnet50 --precision TF32 "
+                     "--mode benchmark_training --platform DGXA100 <path to imagenet> --raport-file benchmark.json "
+                     "--epochs 1 --prof 100"),
+    (CURRENT_README, "python ./multiproc.py --nproc_per_node 8 ./launch.py --model resnet50 --precision AMP "
+                     "--mode benchmark_training --platform <DGX1V|DGXA100> <path to imagenet> "
+                     "--raport-file benchmark.json --epochs 1 --prof 100"),
+    (CURRENT_README, "python ./launch.py --model resnet50 --precision FP32 --mode benchmark_inference "
+                     "--platform DGX1V <path to imagenet> --raport-file benchmark.json --epochs 1 --prof 100"),
+    (CURRENT_README, "python ./launch.py --model resnet50 --precision TF32 --mode benchmark_inference "
+                     "--platform DGXA100 <path to imagenet> --raport-file benchmark.json --epochs 1 --prof 100"),
+    (CURRENT_README, "python ./launch.py --model resnet50 --precision AMP --mode benchmark_inference "
+                     "--platform <DGX1V|DGXA100> <path to imagenet> --raport-file benchmark.json --epochs 1 --prof 100"),
+]
+
 # A refusal: what its error line names, and the convnets equivalent it (or its hint) gives.
 FP16_REFUSED = ("error: --fp16: convnets does not train in pure fp16", "use --amp")
 FP16_PRECISION_REFUSED = ("error: --precision: FP16 (pure fp16 weights) is not offered", "--precision amp runs fp16")
 AMP_ON_CPU = ("error: --precision amp needs a CUDA GPU, and this run is on the CPU", "use --precision fp32 on the CPU")
+TF32_ON_CPU = ("error: --precision tf32 needs a CUDA GPU, and this run is on the CPU", "use --precision fp32 on the CPU")
+OTHER_PLATFORM = ("error: --platform DGX1V: convnets carries DLE's DGXA100 configurations only",
+                  "use --platform DGXA100, or --recipe resnet50-250ep")
 
 # Shortened, as the issue allows: one or two steps of small images, a batch that two cores run.
 SHORTER = {"--epochs": "1", "--prof": "2", "-b": "8", "--image-size": "32"}
 
 
+# timm train.py's flags in GPUNet's train.params: the --print-config field each sets, and its value read as timm does.
+TIMM_FLAGS = {
+    "--model": ("arch", lambda v: v.replace("_", "-")), "--sched": ("lr_schedule", {"step": "staircase"}.get),
+    "--decay-epochs": ("lr_decay_epochs", float), "--decay-rate": ("lr_step_factor", float),
+    "--opt": ("optimizer", str), "-b": ("batch_size", int), "--epochs": ("epochs", int),
+    "--opt-eps": ("opt_eps", float), "-j": ("workers", int), "--warmup-lr": ("warmup_lr", float),
+    "--weight-decay": ("weight_decay", float), "--model-ema-decay": ("ema", float), "--aa": ("augment", str),
+    "--remode": ("remode", str), "--reprob": ("reprob", float), "--lr": ("lr", float),
+    "--num-classes": ("num_classes", int), "--crop-pct": ("crop_ratio", float), "--img-size": ("image_size", int),
+    "--teacher": ("teacher", str), "--teacher-img-size": ("teacher_img_size", int),
+    "--test-teacher": ("test_teacher", {"True": True, "False": False}.get),
+}
+# Flags read otherwise, each checked apart below: bare ones, the GPUNets' ignored dropouts, distillation's switch.
+TIMM_OTHER = {"--model-ema", "--amp", "--drop", "--drop-connect", "--enable-distill"}
+
+
+def timm_flags(words):
+    """{flag: value, or None for a bare flag} of a train.py command line."""
+    out, i = {}, 0
+    while i < len(words):
+        assert words[i].startswith("-"), words[i:]
+        bare = i + 1 == len(words) or (words[i + 1].startswith("--") or words[i + 1] == "-b")
+        out[words[i]] = None if bare else words[i + 1]
+        i += 1 if bare else 2
+    return out
+
+
 def launcher(words):
     """The convnets words for the script a line starts with, and the rest of the line."""
     if words[:2] == ["python", "./multiproc.py"]:
-        assert words[2] == "--nproc_per_node" and words[4] == "./main.py", words
+        assert words[2] == "--nproc_per_node" and words[4] in ("./main.py", "./launch.py"), words
         # A process per GPU there; two CPU processes here.
         return ["train", "--nproc_per_node", "2"], words[5:]
     script = {"./main.py": "train", "main.py": "train", "train.py": "train", "classify.py": "classify",
-              "validate.py": "eval"}
+              "validate.py": "eval", "./launch.py": "train"}
     assert words[0] == "python" and words[1] in script, words
     return [script[words[1]]], words[2:]
 
 
 def expand(line):
-    """One line per choice of an `A|B|C` value."""
-    m = re.search(r"(\S+\|\S+)", line)
+    """One line per choice of an `A|B|C` (or `<A|B>`) value."""
+    m = re.search(r"<(\w+(?:\|\w+)+)>|(\S+\|\S+)", line)
     if not m:
         return [line]
-    return [line[:m.start()] + choice + line[m.end():] for choice in m.group(1).split("|")]
+    return [line[:m.start()] + choice + line[m.end():] for choice in (m.group(1) or m.group(2)).split("|")]
 
 
 def shortened(args):
@@ -113,8 +183,12 @@ def expectation(words):
         return FP16_REFUSED
     if "FP16" in words:
         return FP16_PRECISION_REFUSED
+    if "DGX1V" in words:  # launch.py's --platform: checked before the device
+        return OTHER_PLATFORM
     if ("--amp" in words or "AMP" in words) and not torch.cuda.is_available():
         return AMP_ON_CPU
+    if "TF32" in words and not torch.cuda.is_available():
+        return TF32_ON_CPU
     return None
 
 
@@ -178,6 +252,7 @@ class SeedCommandLines(unittest.TestCase):
     def placeholders(self):
         return {"<path to imagenet>": IMAGENET_LIKE, "<path to checkpoint>": self.checkpoint, "<batch size>": "8",
                 "<path to weights from previous step>": self.weights, "<path to JPEG image>": self.jpeg,
+                "<path to pretrained weights>": self.weights,
                 "/path/to/imagenet/val": self.val, "./configs/batch1/GV100/0.65ms.pth.tar": self.gpunet}
 
     def run_line(self, words, cwd):
@@ -199,13 +274,56 @@ class SeedCommandLines(unittest.TestCase):
                     self.assertIn(part, text)
 
     def test_every_line_runs_or_is_refused_by_name(self):
+        ran, refused = self.check_lines(LINES)
+        # 21 lines once A|B|C is expanded: 3 --fp16 and 1 FP16 refused everywhere, 6 AMP ones on the CPU only.
+        self.assertEqual((ran, refused), (17, 4) if torch.cuda.is_available() else (11, 10))
+
+    def test_todays_dle_lines_run_or_are_refused_by_name(self):
+        ran, refused = self.check_lines(CURRENT_LINES)
+        # 20 lines expanded: launch.py's 5 DGX1V ones refused everywhere; on the CPU also 3 TF32 and 6 AMP ones.
+        self.assertEqual((ran, refused), (15, 5) if torch.cuda.is_available() else (6, 14))
+
+    def test_launch_py_presets(self):
+        # What a DGXA100 line resolves to (the model's 250-epoch recipe, the mode's fields under the flags given),
+        # and a benchmark_training line run in fp32 on the CPU: its report, and no checkpoint (the mode's).
+        base = ["train", "--model", "resnet50", "--platform", "DGXA100", "--precision", "FP32", IMAGENET_LIKE]
+        expected = {
+            "benchmark_training": {"epochs": 3, "training_only": True, "checkpoints": False, "print_freq": 1},
+            "benchmark_training_short": {"epochs": 1, "prof": 100, "data": "synthetic", "checkpoints": False},
+            "benchmark_inference": {"epochs": 1, "evaluate": True, "checkpoints": False, "print_freq": 1},
+            "evaluate": {"epochs": 1, "evaluate": True, "checkpoints": False, "print_freq": 20},
+            "convergence": {"epochs": 250, "checkpoints": True, "print_freq": 20},
+        }
+        for mode, fields in expected.items():
+            with self.subTest(mode=mode):
+                r = runner.run([BIN, *base, "--mode", mode, "--print-config"], capture_output=True, text=True,
+                               timeout=120)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                config = json.loads(r.stdout)
+                self.assertEqual({k: config[k] for k in fields}, fields)
+                self.assertEqual((config["precision"], config["mixup"], config["batch_size"]), ("fp32", 0.2, 256))
+        r = runner.run([BIN, *base, "--mode", "benchmark_training", "--epochs", "7", "--print-config"],
+                       capture_output=True, text=True, timeout=120)
+        self.assertEqual(json.loads(r.stdout)["epochs"], 7)  # a flag given wins over the mode
+        cwd = tempfile.mkdtemp(dir=self.tmp)
+        args = shortened(base + ["--mode", "benchmark_training", "--raport-file", "benchmark.json"])
+        r = runner.run([BIN, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.check_what_ran(args, r, cwd)
+        written = [f for _, _, files in os.walk(cwd) for f in files]
+        self.assertIn("benchmark.json", written)
+        self.assertEqual([f for f in written if f.endswith(".safetensors")], [], written)
+
+    def check_lines(self, lines):
+        """(ran, refused) over every variant of `lines`."""
         ran = refused = 0
-        for seed, printed in LINES:
+        for seed, printed in lines:
             for line in expand(printed):
                 for placeholder, value in self.placeholders().items():
                     line = line.replace(placeholder, value)
                 words = line.split()
                 cwd = tempfile.mkdtemp(dir=self.tmp)
+                os.symlink(self.weights, os.path.join(cwd, "nvidia_resnet50_200821.pth.tar"))  # NGC's, downloaded
                 with self.subTest(line=printed, variant=line):
                     r, args = self.run_line(words, cwd)
                     refusal = expectation(words)
@@ -220,8 +338,7 @@ class SeedCommandLines(unittest.TestCase):
                         self.assertTrue(errors and names in errors[0], f"convnets {' '.join(args)}:\n{r.stderr}")
                         self.assertIn(instead, r.stderr)
                         refused += 1
-        self.assertGreaterEqual(ran, 9)
-        self.assertGreaterEqual(refused, 5 if torch.cuda.is_available() else 10)
+        return ran, refused
 
     def check_what_ran(self, args, r, cwd):
         """What each kind of line must have done, beyond exiting 0."""
@@ -236,18 +353,44 @@ class SeedCommandLines(unittest.TestCase):
         elif "--resume" in args:
             self.assertIn(f"resume: {self.checkpoint} is DLE's checkpoint after epoch 90 (best top-1 76.9)", r.stdout)
             self.assertIn("val 2/2", r.stdout)
+        elif "--pretrained-from-file" in args:
+            path = args[args.index("--pretrained-from-file") + 1]
+            self.assertIn(f"fine-tune: weights from {path}\n", r.stdout)  # all of them: the same class count
+            self.assertIn("val 2/2", r.stdout)
         elif "--raport-file" in args:
             workspace = [os.path.join(root, "benchmark.json") for root, _, files in os.walk(cwd)
                          if "benchmark.json" in files]
             self.assertEqual(len(workspace), 1, r.stdout)
             with open(workspace[0]) as f:
                 records = [json.loads(x[5:]) for x in f]
-            key = "val.total_ips" if "--evaluate" in args else "train.total_ips"
+            key = "val.total_ips" if "--evaluate" in args or "benchmark_inference" in args else "train.total_ips"
             epochs = [x["data"] for x in records if x.get("step") == [1]]  # DLE's benchmark reads the epoch's line
             self.assertEqual(len(epochs), 1, records)
             self.assertGreater(epochs[0][key], 0, epochs[0])
         else:
             self.assertIn("done: 2 steps", r.stdout)
+
+    def check_timm_config(self, words, config, stderr):
+        """Every flag of a train.params line against the resolved configuration."""
+        flags = timm_flags(words)
+        self.assertEqual(set(flags) - set(TIMM_FLAGS) - TIMM_OTHER, set(), "flags this test does not read")
+        for flag, value in flags.items():
+            if flag in TIMM_FLAGS:
+                field, read = TIMM_FLAGS[flag]
+                self.assertEqual(config[field], read(value), f"{flag} {value}")
+        self.assertEqual(config["precision"], "amp" if "--amp" in flags else "fp32")
+        if "--model-ema" in flags:
+            self.assertGreater(config["ema"], 0)
+            self.assertFalse(config["ema_warmup"])  # timm's ModelEmaV2: no warm-up
+        if flags.get("--enable-distill") == "False":
+            self.assertEqual((config["teacher"], config["teacher_img_size"]), ("", 0))
+        else:
+            self.assertEqual(config["teacher"], flags["--teacher"])
+        # DLE's GPUNet train.py builds gpunet_* from its JSON definition and ignores --drop/--drop-connect: so do we.
+        self.assertIn("--drop/--drop-connect are ignored for " + config["arch"], stderr)
+        # What timm's train.py does with the flags it was not given: absolute LR per epoch, 3 warm-up epochs.
+        self.assertEqual((config["lr_reference_batch"], config["lr_granularity"], config["warmup"]), (0, "epoch", 3))
+        self.assertEqual(config["train_interpolation"], "random")
 
     def test_gpunet_train_sh_lines_parse_and_gpunet_0_runs_without_amp(self):
         # train.sh N DATA ARGS is torch.distributed.launch over N processes of train.py ARGS (GPUNet's README).
@@ -267,7 +410,7 @@ class SeedCommandLines(unittest.TestCase):
                     args += ["--teacher-checkpoint", "tf_efficientnet_b5.pth"]
                 r = runner.run([BIN, *args], capture_output=True, text=True, timeout=120)
                 self.assertEqual(r.returncode, 0, r.stderr)
-                self.assertEqual(json.loads(r.stdout)["precision"], "amp")
+                self.check_timm_config(words[3:], json.loads(r.stdout), r.stderr)
         # GPUNet-0's line runs as printed but for --amp (the CPU's refusal is checked above), data shortened.
         words = [w for w in recipes["GPUNet-0"][3:] if w != "--amp"]
         words[words.index("--num-classes") + 1] = "10"  # the folder's classes
