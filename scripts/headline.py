@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""The headline table (docs/headline.json) rendered into README.md and docs/PERFORMANCE.md, between the lines
+`<!-- headline:begin -->` and `<!-- headline:end -->`, so that the two cannot disagree with each other or with
+the data: a GPU cell's figures are computed here from the run's bench/results/RUN/summary.json rows it names, a CPU
+cell's are checked to be in the PERFORMANCE.md section it names.
+
+    scripts/headline.py          # rewrite the table in both files
+    scripts/headline.py --check  # exit 1, naming the file, where either differs from what the data gives
+"""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
+TARGETS = {"README.md": "", "docs/PERFORMANCE.md": "../"}  # file -> its way back to the root, for links
+
+
+class HeadlineError(Exception):
+    pass
+
+
+def summary(run):
+    path = os.path.join(ROOT, "bench", "results", run, "summary.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise HeadlineError(f"{path}: {e}")
+
+
+def value(rows, pick, run):
+    """A row's convnets figure, or the named peer's (a convnets variant is one of the row's peers)."""
+    found = [r for r in rows if r["figure"] == pick["figure"] and ("peer" not in pick or r["peer"] == pick["peer"])]
+    if not found:
+        raise HeadlineError(f"bench/results/{run}/summary.json: no row {pick}")
+    row = found[0]
+    return (row["peer_value"] if "peer" in pick else row["convnets"]), row["unit"]
+
+
+def number(v, unit):
+    return f"{v:,.0f} img/s" if unit == "img/s" else f"{v:.3f} ms" if unit == "ms" else f"{v:g} {unit}"
+
+
+def gpu_cell(cell, back):
+    rows = summary(cell["run"])
+    ours, unit = value(rows, cell["ours"], cell["run"])
+    parts = []
+    for peer in cell["theirs"]:
+        theirs, peer_unit = value(rows, peer, cell["run"])
+        if peer_unit != unit:
+            raise HeadlineError(f"{cell['run']}: {peer} is in {peer_unit}, convnets' figure in {unit}")
+        speed = theirs / ours if unit == "ms" else ours / theirs  # above 1: convnets faster
+        parts.append(f"**{speed:.2f}x** {peer['name']}")
+    text = number(ours, unit) + ": " + ", ".join(parts)
+    if cell.get("note"):
+        text += f" ({cell['note']})"
+    gpu = cell["run"].split("-", 3)[3]
+    date = cell["run"][:10]
+    return text, f"{gpu}, {date} ([data]({back}bench/results/{cell['run']}/summary.json))"
+
+
+def cpu_cell(cell, performance):
+    start = performance.find("\n" + cell["section"] + "\n")
+    if start < 0:
+        raise HeadlineError(f"docs/PERFORMANCE.md has no section '{cell['section']}'")
+    rest = performance[start + 1:]
+    nxt = rest.find("\n## ", 1)
+    section = rest if nxt < 0 else rest[:nxt]
+    for figure in cell["figures"]:
+        if figure not in section:
+            raise HeadlineError(f"docs/PERFORMANCE.md, section '{cell['section']}', does not say {figure}")
+    text = cell["text"]
+    for figure in cell["figures"]:
+        text = text.replace(figure, f"**{figure}**", 1)
+    return text, cell["machine"]
+
+
+def render(back, performance):
+    with open(os.path.join(ROOT, "docs", "headline.json")) as f:
+        table = json.load(f)["rows"]
+    lines = ["| What | Against | convnets | Machine, date |", "|---|---|---|---|"]
+    for row in table:
+        if "gpu" in row:
+            text, where = gpu_cell(row["gpu"], back)
+        elif "cpu" in row:
+            text, where = cpu_cell(row["cpu"], performance)
+        else:
+            text, where = row["none"], "-"
+        lines.append(f"| {row['what']} | {row['peers']} | {text} | {where} |")
+    return "\n".join(lines)
+
+
+def split(text, name):
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise HeadlineError(f"{name}: expected one '{BEGIN}' line, then one '{END}' line")
+    head, rest = text.split(BEGIN, 1)
+    body, tail = rest.split(END, 1)
+    return head, body.strip("\n"), tail
+
+
+def main(argv):
+    check = argv[1:] == ["--check"]
+    if argv[1:] not in ([], ["--check"]):
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        with open(os.path.join(ROOT, "docs", "PERFORMANCE.md")) as f:
+            performance = f.read()
+        stale = []
+        for name, back in TARGETS.items():
+            path = os.path.join(ROOT, name)
+            with open(path) as f:
+                text = f.read()
+            head, body, tail = split(text, name)
+            table = render(back, performance)
+            if body != table:
+                if check:
+                    stale.append(name)
+                else:
+                    with open(path, "w") as f:
+                        f.write(head + BEGIN + "\n" + table + "\n" + END + tail)
+        if stale:
+            raise HeadlineError(", ".join(stale) + ": the headline table differs from docs/headline.json and its "
+                                "data; run scripts/headline.py")
+    except HeadlineError as e:
+        print(f"headline: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
