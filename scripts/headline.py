@@ -2,13 +2,14 @@
 """The headline table (docs/headline.json) rendered into README.md and docs/PERFORMANCE.md, between the lines
 `<!-- headline:begin -->` and `<!-- headline:end -->`, so that the two cannot disagree with each other or with
 the data: a GPU cell's figures are computed here from the run's bench/results/RUN/summary.json rows it names, a CPU
-cell's are checked to be in the PERFORMANCE.md section it names.
+cell's must be in the lines it quotes from the PERFORMANCE.md section it names.
 
     scripts/headline.py          # rewrite the table in both files
     scripts/headline.py --check  # exit 1, naming the file, where either differs from what the data gives
 """
 import json
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,8 +33,10 @@ def summary(run):
 def value(rows, pick, run):
     """A row's convnets figure, or the named peer's (a convnets variant is one of the row's peers)."""
     found = [r for r in rows if r["figure"] == pick["figure"] and ("peer" not in pick or r["peer"] == pick["peer"])]
-    if not found:
-        raise HeadlineError(f"bench/results/{run}/summary.json: no row {pick}")
+    if "peer" not in pick:
+        found = found[:1]  # the convnets figure is on each of its peers' rows: any one
+    if len(found) != 1:
+        raise HeadlineError(f"bench/results/{run}/summary.json: {len(found)} rows for {pick}, expected one")
     row = found[0]
     return (row["peer_value"] if "peer" in pick else row["convnets"]), row["unit"]
 
@@ -60,6 +63,11 @@ def gpu_cell(cell, back):
     return text, f"{gpu}, {date} ([data]({back}bench/results/{cell['run']}/summary.json))"
 
 
+def figure_pattern(figure):
+    """The figure as a whole number: "1.00x" is not the end of "11.00x"."""
+    return re.compile(r"(?<![\d.])" + re.escape(figure) + r"(?!\d)")
+
+
 def cpu_cell(cell, performance):
     start = performance.find("\n" + cell["section"] + "\n")
     if start < 0:
@@ -67,12 +75,19 @@ def cpu_cell(cell, performance):
     rest = performance[start + 1:]
     nxt = rest.find("\n## ", 1)
     section = rest if nxt < 0 else rest[:nxt]
-    for figure in cell["figures"]:
-        if figure not in section:
-            raise HeadlineError(f"docs/PERFORMANCE.md, section '{cell['section']}', does not say {figure}")
+    # Whitespace as the page wraps it does not matter; the words do.
+    flat = " ".join(section.split())
+    quotes = [" ".join(q.split()) for q in cell["quotes"]]
+    for quote in quotes:
+        if quote not in flat:
+            raise HeadlineError(f"docs/PERFORMANCE.md, section '{cell['section']}', does not say: {quote}")
     text = cell["text"]
     for figure in cell["figures"]:
-        text = text.replace(figure, f"**{figure}**", 1)
+        if not any(figure_pattern(figure).search(q) for q in quotes):
+            raise HeadlineError(f"docs/headline.json: {figure} is in none of its cell's quotes")
+        text, n = figure_pattern(figure).subn(f"**{figure}**", text, count=1)
+        if n != 1:
+            raise HeadlineError(f"docs/headline.json: the text '{cell['text']}' does not hold its figure {figure}")
     return text, cell["machine"]
 
 

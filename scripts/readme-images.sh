@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 run=${1:-$(ls -d runs/fashion-mnist-resnet10s-* 2>/dev/null | sort | tail -n 1)}
 [ -n "$run" ] && [ -f "$run/best.safetensors" ] || { echo "readme-images: no finished run (./scripts/run.sh makes one)" >&2; exit 1; }
-command -v chromium >/dev/null || apt-get install -y --no-install-recommends chromium
+command -v chromium >/dev/null || { apt-get update && apt-get install -y --no-install-recommends chromium; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ./build/convnets eval /usr/share/datasets/fashion-mnist --checkpoint "$run/best.safetensors" --per-class --json > "$tmp/eval.json"

@@ -133,14 +133,17 @@ runtime::Checkpoint load_resume_checkpoint(const std::string& path, const std::s
 }
 
 // DLE's launch.py --platform DGXA100: configs.yml's DGXA100 block for the --model, which is what the built-in
-// <arch>-250ep recipes hold (model block: 250 epochs, mixup 0.2; DGXA100: 256 a GPU). The other platforms' batch
-// sizes and worker counts are not carried.
-std::string platform_recipe(const TrainArgs& a) {
-  if (a.platform != "DGXA100") {
-    throw Error("--platform " + a.platform + ": convnets carries DLE's DGXA100 configurations only (its built-in "
-                "recipes *-250ep), not " + a.platform + "'s",
+// <arch>-250ep recipes hold (model block: 250 epochs, mixup 0.2; DGXA100: the per-GPU batch). The other
+// platforms' batch sizes and worker counts are not carried.
+void check_platform(const std::string& platform) {
+  if (platform != "DGXA100") {
+    throw Error("--platform " + platform + ": convnets carries DLE's DGXA100 configurations only (its built-in "
+                "recipes *-250ep), not " + platform + "'s",
                 "use --platform DGXA100, or --recipe resnet50-250ep with the --batch-size and --workers your GPU takes");
   }
+}
+
+std::string platform_recipe(const TrainArgs& a) {
   const auto arch = a.values.count("arch") ? a.values.at("arch") : std::string("resnet50");
   std::string recipe = arch;
   for (auto& c : recipe) c = c == '_' ? '-' : c;
@@ -167,7 +170,10 @@ int run(TrainArgs& a) {
     if (options.resume->is_training_checkpoint())
       train::apply_json(config, options.resume->meta.at("config"), a.resume + " (config)");
   }
-  if (!a.platform.empty() && a.recipe.empty()) a.recipe = platform_recipe(a);
+  if (!a.platform.empty()) {
+    check_platform(a.platform);
+    if (a.recipe.empty()) a.recipe = platform_recipe(a);
+  }
   nlohmann::json recipe = nlohmann::json::object();
   if (!a.recipe.empty()) {
     recipe = train::load_recipe(a.recipe);
@@ -180,6 +186,13 @@ int run(TrainArgs& a) {
   if (a.dynamic_loss_scale) overrides["static_loss_scale"] = 0;  // convnets' 0: dynamic
   for (const auto& [field, value] : a.mode_defaults.items())
     if (!overrides.contains(field)) overrides[field] = value;
+  if (!a.platform.empty()) {
+    // A DGX A100 is 8 GPUs: configs.yml's optimizer batch is 8 x the per-GPU batch, which DLE accumulates to on
+    // fewer GPUs (so the LR is 8 GPUs' too); its TF32 block leaves main.py's NCHW, only AMP's sets NHWC.
+    if (!overrides.contains("optimizer_batch_size")) overrides["optimizer_batch_size"] = 8 * config.batch_size;
+    const std::string precision = overrides.value("precision", config.precision);
+    if (!overrides.contains("memory_format") && precision != "amp") overrides["memory_format"] = "nchw";
+  }
   // DLE's --lr is absolute: a recipe's per-reference-batch LR does not scale
   // an LR given on the command line unless --lr-reference-batch is given too.
   if (overrides.contains("lr") && !overrides.contains("lr_reference_batch")) overrides["lr_reference_batch"] = 0;
@@ -310,8 +323,8 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember(
           {"benchmark_training", "benchmark_training_short", "benchmark_inference", "evaluate", "convergence"}));
   cmd->add_option("--platform", args->platform,
-                  "DLE launch.py: DGXA100 reads the --model's built-in *-250ep recipe (configs.yml's DGXA100 values); "
-                  "other platforms are refused");
+                  "DLE launch.py: DGXA100 reads the --model's built-in *-250ep recipe with 8 GPUs' optimizer batch "
+                  "(configs.yml's DGXA100 values); other platforms are refused");
   // What torch.distributed.launch passes each process; convnets reads LOCAL_RANK, which it sets only when absent.
   cmd->add_option_function<int>(
       "--local_rank,--local-rank",

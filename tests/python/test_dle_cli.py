@@ -110,6 +110,33 @@ class DleConfigsReadAsDle(unittest.TestCase):
                 self.assertEqual(config["lr_reference_batch"], 0)
                 self.assertEqual(config["lr_granularity"], "epoch")
 
+    def test_launch_py_platform_dgxa100_is_its_configuration(self):
+        # launch.py --model M --platform DGXA100 --precision P resolves to configs.yml's block, field by field;
+        # the LR as the optimizer applies it (convnets' per-256 LR times the optimizer batch).
+        with open(CONFIGS) as f:
+            configs = [c for c in json.load(f)["configs"] if c["platform"] == "DGXA100"]
+        self.assertEqual(len(configs), 6)
+        for entry in configs:
+            v = entry["values"]
+            with self.subTest(model=entry["model"], precision=entry["precision"]):
+                c = resolved("--model", entry["model"], "--platform", "DGXA100", "--precision", entry["precision"])
+                lr = c["lr"] * c["optimizer_batch_size"] / c["lr_reference_batch"] if c["lr_reference_batch"] else c["lr"]
+                self.assertAlmostEqual(lr, v["lr"], places=12)
+                self.assertEqual(c["precision"], "amp" if v["amp"] else "tf32")
+                self.assertEqual(c["memory_format"], v.get("memory_format", "nchw"))  # main.py's default
+                # 0 and "" are the arch's own input size and interpolation, what `convnets models` says they
+                # are; the class count 0 is the data's (ImageNet's 1,000 there).
+                self.assertEqual(c["num_classes"], 0)
+                arch = json.loads(convnets("models", "--arch", c["arch"], "--json").stdout)
+                self.assertEqual(c["image_size"] or arch["input_size"], v["image_size"])
+                self.assertEqual(c["interpolation"] or arch["interpolation"], v["interpolation"])
+                for key in ("arch", "batch_size", "optimizer_batch_size", "epochs", "warmup", "weight_decay",
+                            "momentum", "label_smoothing", "mixup", "lr_schedule"):
+                    _, field, convert = DLE_KEYS[key]
+                    self.assertEqual(c[field], convert(v[key]) if convert else v[key], key)
+                if v["amp"]:
+                    self.assertEqual(c["static_loss_scale"], v["static_loss_scale"])
+
     def test_builtin_recipes_are_the_dgxa100_amp_configurations(self):
         # The recipes give the LR per 256 images; scaled to configs.yml's optimizer batch it is its lr.
         with open(CONFIGS) as f:

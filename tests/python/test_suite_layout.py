@@ -63,7 +63,7 @@ class SuiteLayout(unittest.TestCase):
                 self.assertEqual(covered - classes, set(), module + ": CTest names classes the module lacks")
 
     def test_the_check_reads_the_split_modules(self):
-        # The parser itself: a module split by class shows its classes, the faults test its ARGS-named class.
+        # The parser itself: a module split by class shows its classes, as the disk-full test names its one.
         calls = {name: named for name, _, named in ctest_calls()}
         self.assertEqual(calls["engines_accuracy"], ["EngineAccuracy"])
         self.assertEqual(calls["faults_disk_full"], ["DiskFullWhileSaving"])
@@ -91,6 +91,10 @@ class SkipsReadAsSkips(unittest.TestCase):
         self.assertEqual(code, 77, err)
         self.assertIn("probe_module.B.test_b: no ../shared", err)
         self.assertEqual(self.status(passing + skipped + failing)[0], 1)
+        # A skip raised in setUpClass (a fixture that cannot be made) runs no test at all: still a skip.
+        code, err = self.status("class D(unittest.TestCase):\n    @classmethod\n    def setUpClass(cls):\n"
+                                "        raise unittest.SkipTest('no tmpfs')\n\n    def test_d(self):\n        pass\n")
+        self.assertEqual(code, 77, err)
         self.assertEqual(self.status("X = 1\n")[0], 1)  # nothing ran: not a pass either
 
     def test_every_unittest_call_counts_skips(self):
