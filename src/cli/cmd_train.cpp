@@ -12,7 +12,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -146,7 +145,7 @@ void check_platform(const std::string& platform) {
 std::string platform_recipe(const TrainArgs& a) {
   const auto arch = a.values.count("arch") ? a.values.at("arch") : std::string("resnet50");
   std::string recipe = arch;
-  for (auto& c : recipe) c = c == '_' ? '-' : c;
+  std::replace(recipe.begin(), recipe.end(), '_', '-');
   recipe += "-250ep";
   const auto known = train::builtin_recipes();
   if (std::find(known.begin(), known.end(), recipe) == known.end()) {
@@ -288,6 +287,12 @@ void add_train_command(CLI::App& app) {
          },
          "DLE: classic | grp-fanout (Kaiming fan_out init) or fanin | grp-fanin (fan_in): --init")
       ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
+  auto truth = [](const std::string& flag, const std::string& v) {
+    if (v == "True" || v == "true" || v == "1") return true;
+    if (v == "False" || v == "false" || v == "0") return false;
+    throw Error(flag + " " + v + ": expected True or False",
+                "a value that is neither is read as the flag's: put DATA before " + flag + ", or write " + flag + " True");
+  };
   // DLE's model parser (image_classification/models/resnet.py) since the seed: --conv_init is -c's Kaiming mode,
   // --last_bn_0_init zeroes each block's last BN (read as True/False, where DLE's type=bool takes "False" as true).
   cmd->add_option_function<std::string>(
@@ -296,10 +301,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"fan_in", "fan_out"}));
   cmd->add_option_function<std::string>(
       "--last_bn_0_init",
-      [args](const std::string& v) {
-        if (v != "True" && v != "False") throw Error("--last_bn_0_init " + v + ": expected True or False");
-        args->flags["zero_init_residual"] = v == "True";
-      },
+      [args, truth](const std::string& v) { args->flags["zero_init_residual"] = truth("--last_bn_0_init", v); },
       "DLE: True zeroes the last BN of each residual branch: --zero-init-residual");
   // DLE's launch.py (configs.yml): a mode block of fields under the flags given, and the platform's configuration.
   cmd->add_option_function<std::string>(
@@ -393,12 +395,6 @@ void add_train_command(CLI::App& app) {
         args->flags["ema_warmup"] = false;
       },
       "timm: keep a weight EMA (decay --model-ema-decay or the recipe's, else 0.9998; no warm-up)");
-  auto truth = [](const std::string& flag, const std::string& v) {
-    if (v == "True" || v == "true" || v == "1") return true;
-    if (v == "False" || v == "false" || v == "0") return false;
-    throw Error(flag + " " + v + ": expected True or False",
-                "a value that is neither is read as the flag's: put DATA before " + flag + ", or write " + flag + " True");
-  };
   cmd->add_option_function<std::string>(
       "--enable-distill", [args, truth](const std::string& v) { args->enable_distill = truth("--enable-distill", v); },
       "GPUNet: True distils from --teacher, False trains without a teacher whatever else names one");
@@ -443,13 +439,8 @@ void add_train_command(CLI::App& app) {
       const auto& v = it.value();
       const auto alias = dle_aliases.find(field);
       auto* opt = cmd->add_option(alias == dle_aliases.end() ? flag : alias->second + "," + flag, args->values[field], help);
-      if (field == "precision") {
-        // Any case, as classify and eval read it: launch.py writes AMP, TF32, FP32. The check stays train's own.
-        opt->transform([](std::string v) {
-          for (auto& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-          return v;
-        });
-      }
+      // Any case, as classify and eval read it: launch.py writes AMP, TF32, FP32. The check stays train's own.
+      if (field == "precision") opt->transform(lower_case);
       opt->expected(1)
           ->multi_option_policy(last)
           ->type_name(v.is_number_integer() ? "INT" : v.is_number() ? "NUMBER" : v.is_array() ? "N,N,.." : "TEXT");

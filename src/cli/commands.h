@@ -26,6 +26,8 @@ void add_serve_command(CLI::App& app);
 // that DLE classify.py's AMP | FP32 read as amp | fp32. Pure fp16 (FP16) is
 // refused by name, pointing to amp.
 CLI::Option* add_precision_option(CLI::App* cmd, std::string& target);
+// ASCII letters in lower case: the values DLE's scripts write in capitals (AMP, TF32) read as convnets' own.
+std::string lower_case(std::string value);
 
 // --key-layout: how a plain weights file names its tensors (options::key_layout).
 CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target);

@@ -10,10 +10,15 @@
 
 namespace convnets::cli {
 
+std::string lower_case(std::string value) {
+  for (auto& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return value;
+}
+
 CLI::Option* add_precision_option(CLI::App* cmd, std::string& target) {
   return cmd->add_option("--precision", target, options::precision.listed() + " (any case: DLE's AMP, FP32)")
       ->transform([](std::string value) {
-        for (auto& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        value = lower_case(std::move(value));
         if (value == "fp16") {
           throw CLI::ValidationError("FP16 (pure fp16 weights) is not offered; --precision amp runs fp16 "
                                      "compute with fp32 weights, DLE's AMP");

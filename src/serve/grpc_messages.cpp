@@ -9,8 +9,6 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw ProtocolError(400, what); }
 
-std::string quoted(const std::string& name) { return "'" + name + "'"; }
-
 // `values` (a typed contents field) packed as the tensor's little-endian elements, each checked to fit the type.
 template <typename T, typename Values>
 void pack(Tensor& t, const Values& values, const std::string& where) {
@@ -91,7 +89,7 @@ InferRequest request_of(const inference::ModelInferRequest& m, const Limits& lim
     Tensor t;
     const std::vector<std::int64_t> shape(in.shape().begin(), in.shape().end());
     const std::int64_t elements = declare_input(t, in.name(), in.datatype(), shape, limits, r.inputs);
-    const std::string where = "input " + quoted(in.name());
+    const std::string where = "input " + in_quotes(in.name());
     if (raw) {
       if (in.has_contents()) bad(where + ": both contents and raw_input_contents");
       read_binary_data(t, m.raw_input_contents(i), elements, where);
@@ -116,8 +114,8 @@ InferRequest request_of(const inference::ModelInferRequest& m, const Limits& lim
     o.name = out.name();
     o.binary = true;  // gRPC answers in raw_output_contents, as Triton does
     if (const auto* p = parameter(out.parameters(), "classification")) {
-      o.classification = int_parameter(*p, "classification", "output " + quoted(o.name));
-      if (o.classification < 0) bad("output " + quoted(o.name) + ": classification must be 0 or more");
+      o.classification = int_parameter(*p, "classification", "output " + in_quotes(o.name));
+      if (o.classification < 0) bad("output " + in_quotes(o.name) + ": classification must be 0 or more");
     }
     r.outputs.push_back(std::move(o));
   }
@@ -133,16 +131,7 @@ void fill(const InferResponse& r, inference::ModelInferResponse& m) {
     o->set_name(t.name);
     o->set_datatype(datatype_name(t.datatype));
     for (const auto d : t.shape) o->add_shape(d);
-    std::string* raw = m.add_raw_output_contents();
-    if (t.datatype != DataType::Bytes) {
-      *raw = t.data;
-      continue;
-    }
-    for (const auto& e : t.elements) {
-      const auto n = static_cast<std::uint32_t>(e.size());
-      raw->append(reinterpret_cast<const char*>(&n), 4);
-      raw->append(e);
-    }
+    *m.add_raw_output_contents() = raw_bytes(t);
   }
 }
 

@@ -152,8 +152,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return answer(f_.refusal(400, "a malformed HTTP request: " + ec.message()));
     const auto& h = parser_->get();
     keep_alive_ = h.keep_alive();
-    HttpRequest r = request_of_header();
-    if (auto refused = f_.precheck(r)) {
+    request_ = request_of_header();
+    if (auto refused = f_.precheck(request_)) {
       refused->close = true;  // its body, unread, would be taken for the next request
       return answer(std::move(*refused));
     }
@@ -213,7 +213,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void dispatch() {
-    HttpRequest r = request_of_header();
+    HttpRequest r = std::move(request_);
     r.body = std::move(parser_->get().body());
     stream_.expires_never();
     auto& ioc = f_.ioc;
@@ -232,11 +232,8 @@ class Session : public std::enable_shared_from_this<Session> {
     HttpRequest r;
     r.method = std::string(h.method_string());
     const std::string target(h.target());
-    const auto q = target.find('?');
-    r.path = target.substr(0, q);
-    if (q != std::string::npos) r.query = target.substr(q + 1);
+    r.path = target.substr(0, target.find('?'));
     for (const auto& field : h) r.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    r.peer = peer_;
     return r;
   }
 
@@ -291,6 +288,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string peer_;
+  HttpRequest request_;  // the request whose headers were read, made once and handed on with its body
   bool keep_alive_ = false;
   std::uint64_t reserved_ = 0;
 };

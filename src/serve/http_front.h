@@ -13,10 +13,9 @@
 namespace convnets::serve {
 
 struct HttpRequest {
-  std::string method, path, query;  // the target split at '?'
+  std::string method, path;  // the path without its query
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
-  std::string peer;  // "address:port", for log lines
   bool has_header(const std::string& name) const;
   std::string header(const std::string& name) const;  // case-insensitive; "" when absent
 };
@@ -49,7 +48,6 @@ struct HttpFrontOptions {
   std::string body_limit_flag = "--max-request-bytes";     // named in the 413
   std::string body_timeout_flag = "--body-timeout-s";      // named in the 408
   int log_verbose = 0;             // 1: a line on stderr for each connection a deadline or a limit ends
-  int threads = 1;                 // event-loop threads (the handlers' work runs elsewhere)
 };
 
 // Makes the JSON error body ({"error": message}) of a refusal: the server's own format.
@@ -72,7 +70,7 @@ class HttpFront {
 
   // Listens on options.host:port (0: a free port) and returns the port; an Error naming `flag` if it cannot.
   int bind(int port, const std::string& flag);
-  // Serves on the calling thread (and options.threads - 1 more) until stop().
+  // Serves on the calling thread, the one event loop (the handlers' work runs elsewhere), until stop().
   void run();
   // From any thread, before or during run(): stops accepting, closes every connection, and run() returns.
   void stop();

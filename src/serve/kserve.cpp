@@ -30,13 +30,6 @@ constexpr std::array<std::pair<const char*, DataType>, 13> kTypes{{{"BOOL", Data
 [[noreturn]] void bad(const std::string& what) { throw ProtocolError(400, what); }
 [[noreturn]] void too_large(const std::string& what) { throw ProtocolError(413, what); }
 
-std::string in_quotes(const std::string& name) {
-  std::string text = "'";
-  text += utf8_escaped(name);
-  text += '\'';
-  return text;
-}
-
 template <typename T>
 void append(std::string& out, T v) {
   char bytes[sizeof(T)];
@@ -216,6 +209,23 @@ std::int64_t Tensor::element_count() const {
   return n;
 }
 
+std::string in_quotes(const std::string& name) {
+  std::string text = "'";
+  text += utf8_escaped(name);
+  text += '\'';
+  return text;
+}
+
+std::string raw_bytes(const Tensor& t) {
+  if (t.datatype != DataType::Bytes) return t.data;
+  std::string bytes;
+  for (const auto& e : t.elements) {
+    append<std::uint32_t>(bytes, static_cast<std::uint32_t>(e.size()));
+    bytes += e;
+  }
+  return bytes;
+}
+
 void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where) {
   if (t.datatype != DataType::Bytes) {
     const auto need = static_cast<std::uint64_t>(expected) * element_size(t.datatype);
@@ -386,15 +396,7 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
     const Tensor& t = r.outputs[i];
     nlohmann::json o{{"name", t.name}, {"datatype", datatype_name(t.datatype)}, {"shape", t.shape}};
     if (i < r.binary.size() && r.binary[i]) {
-      std::string bytes;
-      if (t.datatype == DataType::Bytes) {
-        for (const auto& e : t.elements) {
-          append<std::uint32_t>(bytes, static_cast<std::uint32_t>(e.size()));
-          bytes += e;
-        }
-      } else {
-        bytes = t.data;
-      }
+      const std::string bytes = raw_bytes(t);
       o["parameters"] = {{"binary_data_size", bytes.size()}};
       tail += bytes;
       any_binary = true;

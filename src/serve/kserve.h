@@ -83,6 +83,13 @@ std::int64_t declare_input(Tensor& t, const std::string& name, std::string_view 
 // ProtocolError (400, naming `where`) when they do not hold exactly `expected` elements.
 void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where);
 
+// The other way: a tensor's contents as both protocols carry them raw (its data, or BYTES elements each after a
+// 4-byte little-endian length).
+std::string raw_bytes(const Tensor& t);
+
+// A name as errors quote it: in single quotes, bytes that are not UTF-8 escaped.
+std::string in_quotes(const std::string& name);
+
 // The value of an Inference-Header-Content-Length header: a decimal count, or ProtocolError 400.
 std::size_t parse_header_length(std::string_view value);
 

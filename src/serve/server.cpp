@@ -644,17 +644,11 @@ class Server final : public ServingCore {
   // The model a path names (its version 1), or the 404 answer.
   ServedModel* find(const std::smatch& m, HttpResponse& refused) {
     const std::string name = m[1];
-    const auto it = models_.find(name);
-    if (it == models_.end()) {
-      refused = error_response(404, "Request for unknown model: '" + utf8_escaped(name) + "' is not found");
+    if (auto missing = find_model(name, m.size() > 2 && m[2].matched ? m[2].str() : ""); !missing.empty()) {
+      refused = error_response(404, missing);
       return nullptr;
     }
-    if (m.size() > 2 && m[2].matched && m[2].str() != "1") {
-      refused = error_response(404, "Request for unknown model: '" + name + "' version " + utf8_escaped(m[2].str()) +
-                                        " is not found (version 1 is served)");
-      return nullptr;
-    }
-    return it->second.get();
+    return models_.at(name).get();
   }
 
   // On the event loop: the small answers at once, inference handed to the workers.
