@@ -766,9 +766,10 @@ class Server final : public ServingCore {
           ++c.failure;
           return done(status_of(e), e.what(), {});
         }
+        // Counted before the answer leaves: a client that reads /metrics once it has its answer sees it counted.
+        ++c.success;
         done(200, "", std::move(r));
         c.output_us += micros_since(out_start);
-        ++c.success;
         c.request_us += micros_since(start);
       };
       if (m.batcher().queued() == 0) return answer();
