@@ -191,6 +191,14 @@ def kserve_seeds():
         {"name": "t", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": 8}}],
         "parameters": {"binary_data_output": True}}).encode()
     request("binary.bin", head + items + floats, header=len(head))
+    # Triton's system shared memory: inputs that name a region's range instead of carrying data.
+    request("shared-memory.json", json.dumps({"inputs": [
+        {"name": "input", "shape": [1, 2], "datatype": "FP32",
+         "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 8, "shared_memory_offset": 64}},
+        {"name": "INPUT", "shape": [1, 1], "datatype": "BYTES",
+         "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 44}}],
+        "outputs": [{"name": "logits", "parameters": {"shared_memory_region": "out",
+                                                      "shared_memory_byte_size": 40}}]}).encode())
 
 
 if __name__ == "__main__":

@@ -552,15 +552,18 @@ stage_graphs() {
   # `serve` on the same engine (BN folded, fused, a CUDA graph per size its batcher fills) under tritonclient's
   # load on loopback, against `bench infer` in the same step: DLE's Triton tables (concurrency 1, 4, 16, 64), for
   # ResNet-50 and GPUNet-0; the clients spread over processes (serve_load.py --client-processes, half the cores).
+  # Each image in the request over HTTP, then in the client's system shared memory (perf_analyzer's
+  # --shared-memory system): the second takes the 0.6-1.2 MB bodies off the loopback socket.
   need_serve_client
-  step --show 14 "serve-load-$p" "${serve_client[@]}" "$root/bench/serve_load.py" --convnets "$bin/convnets" \
+  step --show 18 "serve-load-$p" "${serve_client[@]}" "$root/bench/serve_load.py" --convnets "$bin/convnets" \
     --arch "$arch" --device "$device" --precision "$p" --model-args=--fold-bn --batch-size "$serve_batch" \
     --concurrency "$serve_concurrency" --seconds "$serve_seconds" --warmup-seconds "$serve_warmup" --soak 0 \
-    --json "$res/serve-load-$p.json" --summary "$summary_json"
-  step --show 6 "serve-load-gpunet-0-$p" "${serve_client[@]}" "$root/bench/serve_load.py" --convnets "$bin/convnets" \
+    --protocols http,http-shm --json "$res/serve-load-$p.json" --summary "$summary_json"
+  step --show 10 "serve-load-gpunet-0-$p" "${serve_client[@]}" "$root/bench/serve_load.py" --convnets "$bin/convnets" \
     --arch gpunet-0 --device "$device" --precision "$p" --model-args=--fold-bn --batch-size "$serve_batch" \
     --concurrency "$serve_concurrency" --seconds "$serve_seconds" --warmup-seconds "$serve_warmup" --soak 0 \
-    --image-size "$gpunet0_side" --json "$res/serve-load-gpunet-0-$p.json" --summary "$summary_json"
+    --protocols http,http-shm --image-size "$gpunet0_side" --json "$res/serve-load-gpunet-0-$p.json" \
+    --summary "$summary_json"
 }
 
 # compile_peers train|infer INFIX BATCHES MODE...: bench/torch_peer.py under torch.compile in each mode (the modes
@@ -615,7 +618,7 @@ settings() {
     per_class=300 val_per_class=8 data_images=6000 data_images_1=1500 data_batch=256 example_steps=60
     example_epochs=6 example_workers=12 file_backends=synthetic,cpu,gpu compile_backend=inductor
     fused_batches=64,256 profile_steps=3 max_autotune_s=300 example_amp=--amp example_precision=amp
-    serve_batch=32 serve_concurrency=1,4,16,64 serve_seconds=8 serve_warmup=2 gpunet0_side=320
+    serve_batch=32 serve_concurrency=1,4,16,64 serve_seconds=5 serve_warmup=1 gpunet0_side=320
   else
     device=cpu arch=resnet18 size=32 big=2 train_batches=2 infer_batches=1,2
     amp=fp32 bf16=fp32 tf32=fp32 half=fp32 warmup=1 iterations=2 latency_iterations=2 files_iterations=2

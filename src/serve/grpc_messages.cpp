@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <type_traits>
 
 namespace convnets::serve {
@@ -69,6 +71,22 @@ std::int64_t int_parameter(const inference::InferParameter& p, const char* key, 
   bad(where + ": parameter \"" + key + "\" must be an integer");
 }
 
+template <typename Map>
+std::optional<std::int64_t> int_of(const Map& parameters, const char* key, const std::string& where) {
+  const auto* p = parameter(parameters, key);
+  return p ? std::optional<std::int64_t>(int_parameter(*p, key, where)) : std::nullopt;
+}
+
+template <typename Map>
+std::optional<std::string> string_of(const Map& parameters, const char* key, const std::string& where) {
+  const auto* p = parameter(parameters, key);
+  if (!p) return std::nullopt;
+  if (p->parameter_choice_case() != inference::InferParameter::kStringParam) {
+    bad(where + ": parameter \"" + key + "\" must be a string");
+  }
+  return p->string_param();
+}
+
 // The checks and the form of parse_infer_request (kserve.h), from the gRPC message.
 }  // namespace
 
@@ -79,20 +97,30 @@ InferRequest request_of(const inference::ModelInferRequest& m, const Limits& lim
   if (static_cast<std::size_t>(m.inputs_size()) > limits.max_inputs) {
     throw ProtocolError(413, std::to_string(m.inputs_size()) + " inputs, over the limit of " + std::to_string(limits.max_inputs));
   }
+  // Raw contents are one entry per input that does not name a shared-memory region, in the inputs' order (as
+  // tritonclient sends them and Triton reads them).
   const bool raw = m.raw_input_contents_size() > 0;
-  if (raw && m.raw_input_contents_size() != m.inputs_size()) {
+  int in_memory = 0;
+  for (const auto& in : m.inputs()) in_memory += in.parameters().count("shared_memory_region") == 0;
+  if (raw && m.raw_input_contents_size() != in_memory) {
     bad("raw_input_contents holds " + std::to_string(m.raw_input_contents_size()) + " entries for " +
-        std::to_string(m.inputs_size()) + " inputs");
+        std::to_string(in_memory) + " inputs not in shared memory");
   }
+  int next_raw = 0;
   for (int i = 0; i < m.inputs_size(); ++i) {
     const auto& in = m.inputs(i);
     Tensor t;
     const std::vector<std::int64_t> shape(in.shape().begin(), in.shape().end());
     const std::int64_t elements = declare_input(t, in.name(), in.datatype(), shape, limits, r.inputs);
     const std::string where = "input " + in_quotes(in.name());
-    if (raw) {
+    t.shared_memory = shared_memory_ref(string_of(in.parameters(), "shared_memory_region", where),
+                                        int_of(in.parameters(), "shared_memory_byte_size", where),
+                                        int_of(in.parameters(), "shared_memory_offset", where), limits, where);
+    if (t.shared_memory) {
+      if (in.has_contents()) bad(where + ": both shared_memory_region and contents");
+    } else if (raw) {
       if (in.has_contents()) bad(where + ": both contents and raw_input_contents");
-      read_binary_data(t, m.raw_input_contents(i), elements, where);
+      read_binary_data(t, m.raw_input_contents(next_raw++), elements, where);
     } else {
       if (!in.has_contents()) bad(where + ": no contents and no raw_input_contents");
       read_contents(t, in.contents(), elements, where);
@@ -113,6 +141,7 @@ InferRequest request_of(const inference::ModelInferRequest& m, const Limits& lim
     RequestedOutput o;
     o.name = out.name();
     o.binary = true;  // gRPC answers in raw_output_contents, as Triton does
+    if (out.parameters().count("shared_memory_region")) refuse_shared_memory_output("output " + in_quotes(o.name));
     if (const auto* p = parameter(out.parameters(), "classification")) {
       o.classification = int_parameter(*p, "classification", "output " + in_quotes(o.name));
       if (o.classification < 0) bad("output " + in_quotes(o.name) + ": classification must be 0 or more");

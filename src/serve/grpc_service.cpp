@@ -77,6 +77,32 @@ class Service final : public GRPCInferenceService::CallbackService {
     return finish(ctx, from_json("{\"models\":" + core_.repository_index() + "}", *out));
   }
 
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx,
+                                                     const inference::SystemSharedMemoryStatusRequest* in,
+                                                     inference::SystemSharedMemoryStatusResponse* out) override {
+    return finish(ctx, shared_memory_call([&] {
+                    for (const auto& s : core_.shared_memory().status(in->name())) {
+                      auto& r = (*out->mutable_regions())[s.name];
+                      r.set_name(s.name);
+                      r.set_key(s.key);
+                      r.set_offset(s.offset);
+                      r.set_byte_size(s.byte_size);
+                    }
+                  }));
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx,
+                                                       const inference::SystemSharedMemoryRegisterRequest* in,
+                                                       inference::SystemSharedMemoryRegisterResponse*) override {
+    return finish(ctx, shared_memory_call([&] {
+                    core_.shared_memory().add(in->name(), in->key(), in->offset(), in->byte_size());
+                  }));
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
+                                                         const inference::SystemSharedMemoryUnregisterRequest* in,
+                                                         inference::SystemSharedMemoryUnregisterResponse*) override {
+    return finish(ctx, shared_memory_call([&] { core_.shared_memory().remove(in->name()); }));
+  }
+
   // Parsed here (gRPC's threads), run on the batcher's; answered from whichever thread finishes it.
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* in,
                                        inference::ModelInferResponse* out) override {
@@ -98,6 +124,16 @@ class Service final : public GRPCInferenceService::CallbackService {
   }
 
  private:
+  // A registry call's ProtocolError as the status the HTTP route's answer maps to.
+  template <typename F>
+  static grpc::Status shared_memory_call(F&& call) {
+    try {
+      call();
+      return grpc::Status::OK;
+    } catch (const ProtocolError& e) {
+      return status_of(e.status(), e.what());
+    }
+  }
   static grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(status);

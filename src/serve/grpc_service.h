@@ -2,6 +2,7 @@
 #pragma once
 
 #include "serve/kserve.h"
+#include "serve/shared_memory.h"
 
 #include <functional>
 #include <memory>
@@ -24,6 +25,8 @@ class ServingCore {
   virtual std::string model_config(const std::string& name) const = 0;    // GET /v2/models/NAME/config
   // Runs a request: `done` gets status 200 and the response, or the HTTP status (400, 404, 413, 503) and the
   // message the HTTP front end would send; on any thread, once.
+  // Triton's system shared-memory regions, which both protocols register, list and read inputs from.
+  virtual SharedMemoryRegions& shared_memory() = 0;
   using InferDone = std::function<void(int status, const std::string& error, InferResponse response)>;
   virtual void infer(const std::string& name, const std::string& version, InferRequest request, InferDone done) = 0;
 };

@@ -170,6 +170,8 @@ std::optional<T> parameter(const nlohmann::json& parent, const char* key, const 
   const auto& v = p[key];
   if constexpr (std::is_same_v<T, bool>) {
     if (!v.is_boolean()) bad(where + ": parameter \"" + key + "\" must be true or false");
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) bad(where + ": parameter \"" + key + "\" must be a string");
   } else {
     if (!v.is_number_integer()) bad(where + ": parameter \"" + key + "\" must be an integer");
   }
@@ -224,6 +226,25 @@ std::string raw_bytes(const Tensor& t) {
     bytes += e;
   }
   return bytes;
+}
+
+std::optional<SharedMemoryRef> shared_memory_ref(std::optional<std::string> region, std::optional<std::int64_t> byte_size,
+                                                 std::optional<std::int64_t> offset, const Limits& limits,
+                                                 const std::string& where) {
+  if (!region) {
+    if (byte_size || offset) bad(where + ": shared_memory_byte_size or shared_memory_offset without shared_memory_region");
+    return std::nullopt;
+  }
+  check_name(*region, limits, where + "'s shared_memory_region");
+  if (!byte_size) bad(where + ": shared_memory_region without shared_memory_byte_size");
+  if (*byte_size < 0) bad(where + ": shared_memory_byte_size must be 0 or more");
+  if (offset && *offset < 0) bad(where + ": shared_memory_offset must be 0 or more");
+  return SharedMemoryRef{*region, static_cast<std::uint64_t>(offset.value_or(0)), static_cast<std::uint64_t>(*byte_size)};
+}
+
+void refuse_shared_memory_output(const std::string& where) {
+  bad(where + ": outputs are not written into shared memory (regions are mapped read-only); ask for it in the "
+      "response instead");
 }
 
 void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where) {
@@ -352,7 +373,12 @@ InferRequest parse_infer_request(std::string_view body, std::optional<std::size_
     Tensor t;
     const std::int64_t elements = declare_input(t, name, in["datatype"].get<std::string>(), shape, limits, r.inputs);
     const auto binary_size = parameter<std::int64_t>(in, "binary_data_size", where);
-    if (binary_size) {
+    t.shared_memory = shared_memory_ref(parameter<std::string>(in, "shared_memory_region", where),
+                                        parameter<std::int64_t>(in, "shared_memory_byte_size", where),
+                                        parameter<std::int64_t>(in, "shared_memory_offset", where), limits, where);
+    if (t.shared_memory) {
+      if (binary_size || in.contains("data")) bad(where + ": both shared_memory_region and the tensor's data");
+    } else if (binary_size) {
       if (!header_length) bad(where + ": binary_data_size without an Inference-Header-Content-Length header");
       if (in.contains("data")) bad(where + ": both \"data\" and binary_data_size");
       if (*binary_size < 0 || static_cast<std::uint64_t>(*binary_size) > binary.size()) {
@@ -377,6 +403,7 @@ InferRequest parse_infer_request(std::string_view body, std::optional<std::size_
       RequestedOutput o;
       o.name = name_of(out, limits, "a requested output");
       const std::string where = "output " + in_quotes(o.name);
+      if (parameter<std::string>(out, "shared_memory_region", where)) refuse_shared_memory_output(where);
       o.binary = parameter<bool>(out, "binary_data", where).value_or(r.binary_data_output);
       o.classification = parameter<std::int64_t>(out, "classification", where).value_or(0);
       if (o.classification < 0) bad(where + ": classification must be 0 or more");

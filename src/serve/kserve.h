@@ -18,12 +18,21 @@ std::optional<DataType> datatype_of(std::string_view name);
 const char* datatype_name(DataType t);
 std::size_t element_size(DataType t);  // bytes per element; 0 for BYTES
 
+// Where an input's bytes wait instead (Triton's system shared-memory extension): `byte_size` bytes at `offset`
+// into the region a client registered under `region` (SharedMemoryRegions resolves it into the tensor's data).
+struct SharedMemoryRef {
+  std::string region;
+  std::uint64_t offset = 0;
+  std::uint64_t byte_size = 0;
+};
+
 struct Tensor {
   std::string name;
   DataType datatype = DataType::Fp32;
   std::vector<std::int64_t> shape;
   std::string data;                   // fixed-size types: the elements little-endian, row-major, packed
   std::vector<std::string> elements;  // BYTES: one string per element (an encoded image, a label line)
+  std::optional<SharedMemoryRef> shared_memory;  // set: data/elements are still to be read from the region
   std::int64_t element_count() const;
 };
 
@@ -82,6 +91,16 @@ std::int64_t declare_input(Tensor& t, const std::string& name, std::string_view 
 // fixed-size types packed little-endian, BYTES as 4-byte little-endian lengths each followed by its bytes.
 // ProtocolError (400, naming `where`) when they do not hold exactly `expected` elements.
 void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, const std::string& where);
+
+// An input's shared-memory parameters as either protocol names them (shared_memory_region, _byte_size, _offset):
+// none without a region, else checked (ProtocolError 400 naming `where`: a size or offset without a region, no
+// size, a negative one). The region itself is looked up when the request runs (SharedMemoryRegions::resolve).
+std::optional<SharedMemoryRef> shared_memory_ref(std::optional<std::string> region, std::optional<std::int64_t> byte_size,
+                                                 std::optional<std::int64_t> offset, const Limits& limits,
+                                                 const std::string& where);
+
+// ProtocolError 400 for an output asked into shared memory, naming it (`where`): the server does not write there.
+[[noreturn]] void refuse_shared_memory_output(const std::string& where);
 
 // The other way: a tensor's contents as both protocols carry them raw (its data, or BYTES elements each after a
 // 4-byte little-endian length).

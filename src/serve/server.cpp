@@ -655,7 +655,8 @@ class Server final : public ServingCore {
   void route(HttpRequest r, HttpFront::Reply reply) {
     static const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
     static const std::regex model_route(model), ready_route(model + "/ready"), config_route(model + "/config"),
-        infer_route(model + "/infer");
+        infer_route(model + "/infer"),
+        shm_route(R"(/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister))");
     const auto& p = r.path;
     std::smatch m;
     HttpResponse refused;
@@ -675,8 +676,12 @@ class Server final : public ServingCore {
         return reply(s ? json_response(s->metadata()) : refused);
       }
       if (p == "/metrics" && o_.metrics_port < 0) return reply(metrics());
+      if (std::regex_match(p, m, shm_route) && m[2] == "status") return reply(shared_memory_call(m[1].str(), "status", ""));
     } else if (r.method == "POST") {
       if (p == "/v2/repository/index") return reply(json_response(repository_index_json()));
+      if (std::regex_match(p, m, shm_route) && m[2] != "status") {
+        return reply(shared_memory_call(m[1].str(), m[2].str(), r.body));
+      }
       if (std::regex_match(p, m, infer_route)) {
         const auto start = Clock::now();
         if (!drain_.enter()) {
@@ -698,6 +703,41 @@ class Server final : public ServingCore {
     reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + p)));
   }
 
+  // Triton's system shared-memory routes: GET .../status, POST .../register {"key", "offset", "byte_size"} and
+  // .../unregister, each for one region (`name`) or, without /region/NAME, for all (register needs a name).
+  HttpResponse shared_memory_call(const std::string& name, const std::string& what, const std::string& body) {
+    try {
+      if (what == "status") {
+        Json list = Json::array();
+        for (const auto& s : shared_memory_.status(name)) {
+          list.push_back({{"name", s.name}, {"key", s.key}, {"offset", s.offset}, {"byte_size", s.byte_size}});
+        }
+        return json_response(list);
+      }
+      if (what == "unregister") {
+        shared_memory_.remove(name);
+        return status_response(200);
+      }
+      if (name.empty()) return error_response(404, "no such endpoint: POST /v2/systemsharedmemory/register (name a region)");
+      const auto j = parse_json(body, "the register request for shared memory region " + in_quotes(name));
+      const auto field = [&](const char* key) -> const nlohmann::json* {
+        return j.is_object() && j.contains(key) ? &j[key] : nullptr;
+      };
+      const auto* key = field("key");
+      const auto* size = field("byte_size");
+      const auto* offset = field("offset");
+      if (!key || !key->is_string() || !size || !size->is_number_unsigned() || (offset && !offset->is_number_unsigned())) {
+        return error_response(400, "register shared memory region " + in_quotes(name) +
+                                       ": expected {\"key\": string, \"byte_size\": integer, \"offset\": integer}");
+      }
+      shared_memory_.add(name, key->get<std::string>(), offset ? offset->get<std::uint64_t>() : 0,
+                         size->get<std::uint64_t>());
+      return status_response(200);
+    } catch (const Error& e) {
+      return error_response(status_of(e), e.what());
+    }
+  }
+
   // On a worker (on the loop for a small body): the body parsed, then run as run_infer runs it; the answer
   // written as the request asked (JSON, or Triton's binary tensors).
   void infer(ServedModel& m, HttpRequest& req, const HttpFront::Reply& reply, const std::shared_ptr<void>& leave,
@@ -714,7 +754,9 @@ class Server final : public ServingCore {
         throw ProtocolError(413, "the request's JSON is " + std::to_string(json) + " bytes, over --max-json-bytes " +
                                      std::to_string(o_.max_json_bytes) + ": send tensors as Triton's binary data");
       }
-      request = std::make_shared<const InferRequest>(parse_infer_request(req.body, header_length, o_.limits));
+      auto parsed = parse_infer_request(req.body, header_length, o_.limits);
+      shared_memory_.resolve(parsed);
+      request = std::make_shared<const InferRequest>(std::move(parsed));
     } catch (const Error& e) {
       ++m.counters().failure;
       return reply(error_response(status_of(e), e.what()));
@@ -791,17 +833,25 @@ class Server final : public ServingCore {
   }
   std::string model_metadata(const std::string& name) const override { return dump_json(models_.at(name)->metadata()); }
   std::string model_config(const std::string& name) const override { return dump_json(models_.at(name)->config()); }
+  SharedMemoryRegions& shared_memory() override { return shared_memory_; }
   void infer(const std::string& name, const std::string& version, InferRequest request, InferDone done) override {
     const auto start = Clock::now();
     if (!drain_.enter()) return done(503, "the server is shutting down: no new requests are taken", {});
     auto leave = std::shared_ptr<void>(nullptr, [this](void*) { drain_.leave(); });
     if (auto missing = find_model(name, version); !missing.empty()) return done(404, missing, {});
+    try {
+      shared_memory_.resolve(request);
+    } catch (const Error& e) {
+      ++models_.at(name)->counters().failure;
+      return done(status_of(e), e.what(), {});
+    }
     run_infer(*models_.at(name), std::make_shared<const InferRequest>(std::move(request)), start, std::move(leave),
               std::move(done));
   }
 
   Json server_metadata_json() const {
-    Json extensions = {"classification", "binary_tensor_data", "model_configuration", "model_repository"};
+    Json extensions = {"classification", "binary_tensor_data", "model_configuration", "model_repository",
+                       "system_shared_memory"};
     return {{"name", "convnets"}, {"version", CONVNETS_VERSION}, {"extensions", extensions}};
   }
   Json repository_index_json() const {
@@ -869,6 +919,7 @@ class Server final : public ServingCore {
   const ServerOptions& o_;
   std::map<std::string, std::unique_ptr<ServedModel>> models_;
   Drain drain_;
+  SharedMemoryRegions shared_memory_;  // before the workers, which read from it, so that it outlives them
   std::atomic<bool> stopped_{false};
   Clock::time_point drain_began_{};
   std::unique_ptr<HttpFront> http_, metrics_;

@@ -253,6 +253,9 @@ class GraphsStage(DryCall):
                        "convnets bench infer, batch 2"), peers)
         self.assertIn(("serve gpunet-0 fp32, concurrency 2 (tritonclient HTTP, batches up to 2)",
                        "convnets bench infer, batch 2"), peers)
+        for net in ("resnet18", "gpunet-0"):
+            self.assertIn(("serve %s fp32, concurrency 2 (tritonclient HTTP, inputs in system shared memory, batches "
+                           "up to 2)" % net, "convnets bench infer, batch 2"), peers)
         self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "graphs.tar.gz", "summary.json", "summary.txt"])
 
 

@@ -34,7 +34,7 @@ import grpc
 import tritonclient.grpc as tritongrpc
 import tritonclient.http as triton
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import runner  # noqa: E402
@@ -681,7 +681,7 @@ class GrpcService(unittest.TestCase):
                 self.assertEqual(mine.full_name, their.full_name, m.name)
                 compare(mine, their, mine.full_name)
         self.assertEqual(problems, [])
-        self.assertEqual(len(service.methods), 8)
+        self.assertEqual(len(service.methods), 11)
 
     def test_tensors_give_the_package_logits(self):
         import convnets  # the package: classify's InferenceModel, its engine chosen as classify chooses it
@@ -747,6 +747,72 @@ class GrpcService(unittest.TestCase):
         self.assertEqual(status, "StatusCode.NOT_FOUND")
         self.assertIn("'absent' is not found", message)
         self.assertEqual(self.grpc.infer("fashion", [f]).as_numpy("logits").shape, (1, 10))
+
+    def test_inputs_from_system_shared_memory(self):
+        # Triton's system shared-memory extension, the way perf_analyzer --shared-memory system and tritonclient's
+        # utilities use it: the client writes a tensor and a JPEG into one POSIX shared-memory object, registers it
+        # over either protocol (one registry), and each request names a range of it instead of carrying the bytes.
+        import tritonclient.utils.shared_memory as shm
+        h, g = self.server.client, self.grpc
+        x = np.random.default_rng(21).standard_normal((3, 3, 28, 28)).astype(np.float32)
+        expected = h.infer("fashion", [tensor_input(x)]).as_numpy("logits")
+        jpeg_path = fixtures.imagenet_like_jpegs(1)[0]
+        # Triton's BYTES element as its shared-memory clients write it: a 4-byte length, then the bytes.
+        jpeg = serialize_byte_tensor(np.array([[read(jpeg_path)]], dtype=np.object_))
+        jpeg_top1 = h.infer("fashion", [image_input([jpeg_path])]).as_numpy("logits").argmax(1)
+        jpeg_bytes = len(jpeg.item())
+        key = f"/convnets-test-{os.getpid()}"
+        size = 64 + x.nbytes + jpeg_bytes
+        region = shm.create_shared_memory_region("in", key, size)
+        try:
+            shm.set_shared_memory_region(region, [x], offset=64)
+            shm.set_shared_memory_region(region, [jpeg], offset=64 + x.nbytes)
+            for register, client, module in ((h.register_system_shared_memory, h, triton),
+                                             (g.register_system_shared_memory, g, tritongrpc)):
+                register("in", key, size)
+                t = module.InferInput("input", list(x.shape), "FP32")
+                t.set_shared_memory("in", x.nbytes, offset=64)
+                np.testing.assert_allclose(client.infer("fashion", [t]).as_numpy("logits"), expected, rtol=0, atol=1e-5)
+                b = module.InferInput("INPUT", [1, 1], "BYTES")
+                b.set_shared_memory("in", jpeg_bytes, offset=64 + x.nbytes)
+                self.assertEqual(client.infer("fashion", [b]).as_numpy("logits").argmax(1).tolist(), jpeg_top1.tolist())
+                # One registry: what one protocol registered, the other lists.
+                self.assertEqual(h.get_system_shared_memory_status(),
+                                 [{"name": "in", "key": key, "offset": 0, "byte_size": size}])
+                status = g.get_system_shared_memory_status(as_json=True)["regions"]["in"]
+                self.assertEqual((status["name"], status["key"], int(status["byte_size"])), ("in", key, size))
+                # A range past the region, an output asked into it, a second registration, a range past the object,
+                # a key that does not exist, a region unregistered: refused by name.
+                past = module.InferInput("input", list(x.shape), "FP32")
+                past.set_shared_memory("in", x.nbytes, offset=size - x.nbytes + 4)
+                with self.assertRaises(InferenceServerException) as e:
+                    client.infer("fashion", [past])
+                self.assertIn("input 'input': shared_memory_offset", e.exception.message())
+                self.assertIn(f"is past the end of shared memory region 'in' ({size} bytes)", e.exception.message())
+                out = module.InferRequestedOutput("logits")
+                out.set_shared_memory("in", 40 * 3)
+                with self.assertRaises(InferenceServerException) as e:
+                    client.infer("fashion", [t], outputs=[out])
+                self.assertIn("output 'logits': outputs are not written into shared memory", e.exception.message())
+                with self.assertRaises(InferenceServerException) as e:
+                    register("in", key, size)
+                self.assertIn("shared memory region 'in' is already registered", e.exception.message())
+                with self.assertRaises(InferenceServerException) as e:
+                    register("more", key, size + 1)
+                self.assertIn(f"offset 0 + byte_size {size + 1} is past the end of '{key}' ({size} bytes)",
+                              e.exception.message())
+                with self.assertRaises(InferenceServerException) as e:
+                    register("absent", key + "-absent", 8)
+                self.assertIn(f"cannot open the shared memory object '{key}-absent'", e.exception.message())
+                client.unregister_system_shared_memory("in")
+                with self.assertRaises(InferenceServerException) as e:
+                    client.infer("fashion", [t])
+                self.assertIn("input 'input': shared memory region 'in' is not registered", e.exception.message())
+                self.assertEqual(h.get_system_shared_memory_status(), [])
+            self.assertIn("system_shared_memory", h.get_server_metadata()["extensions"])
+        finally:
+            h.unregister_system_shared_memory()
+            shm.destroy_shared_memory_region(region)
 
     def test_a_message_over_the_limit_is_resource_exhausted(self):
         server = Serve(f"fashion={self.ckpt}", "--max-request-bytes", "65536")

@@ -1,0 +1,54 @@
+// Triton's system shared-memory extension: the POSIX shared-memory regions clients register by key, mapped read-only, and the inputs a request reads from them instead of from its body.
+#pragma once
+
+#include "serve/kserve.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace convnets::serve {
+
+// A client that writes its tensors into shared memory sends each request as a few hundred bytes of JSON or
+// protobuf: on one machine the 0.6-1.2 MB image bodies are then not copied through the loopback socket twice
+// (Triton's perf_analyzer --shared-memory system measures serving this way). Regions are mapped read-only: the
+// server writes no output into them (a request asking for that is refused, naming the output).
+class SharedMemoryRegions {
+ public:
+  struct Status {
+    std::string name, key;
+    std::uint64_t offset = 0, byte_size = 0;
+  };
+
+  // At most `max_regions` at once: each holds a mapping (no descriptor) until it is unregistered or the server ends.
+  explicit SharedMemoryRegions(std::size_t max_regions = 1024) : max_regions_(max_regions) {}
+
+  // Maps `byte_size` bytes at `offset` of the shared-memory object `key` (shm_open's name) as region `name`.
+  // ProtocolError 400 naming the region or key: a name already registered, a key that cannot be opened, a range
+  // past the object's end, a zero size, or too many regions.
+  void add(const std::string& name, const std::string& key, std::uint64_t offset, std::uint64_t byte_size);
+  // Unregisters `name` ("" every region). An unknown name is not an error (Triton's unregister is idempotent).
+  void remove(const std::string& name);
+  // Every region ("") or the one named; ProtocolError 404 for a name not registered.
+  std::vector<Status> status(const std::string& name) const;
+
+  // Each of the request's inputs that names a region gets its elements from there, checked as binary data is
+  // (ProtocolError 400 naming the input and the region: not registered, or a range outside it).
+  void resolve(InferRequest& request) const;
+
+ private:
+  struct Mapping;
+  struct Region {
+    Status status;
+    std::shared_ptr<const Mapping> mapping;  // a request reading it keeps it mapped through an unregister
+  };
+  std::size_t max_regions_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Region> regions_;
+};
+
+}  // namespace convnets::serve
