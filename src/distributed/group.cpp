@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -315,6 +316,14 @@ std::shared_ptr<Group::Pending> Group::start(const char* what, const std::functi
   auto p = std::make_shared<Pending>();
   p->what = what;
   try {
+    // ProcessGroupGloo::enqueue (LibTorch 2.11) records each collective in c10d's process-wide flight recorder:
+    // two groups of one process enqueuing at once (the tests' ranks as threads) crashed in a std::map insert
+    // under that call (the preflight of 2026-11-28), a race between the groups. Enqueues are serialized instead.
+    // One group per process, as a real run has, never waits here; the enqueue returns at once, and the wait for
+    // the peers is outside the lock.
+    static std::mutex gloo_enqueue;
+    std::unique_lock<std::mutex> lock(gloo_enqueue, std::defer_lock);
+    if (backend_ == "gloo") lock.lock();
     launch(*p);
   } catch (const std::exception& e) {
     fail(what, message_of(e));
