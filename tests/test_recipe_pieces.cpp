@@ -1,4 +1,4 @@
-// GPUNet's training pieces: RMSpropTF against its formula, the staircase schedule, warmup from a small LR, distillation loss.
+// GPUNet's training pieces: RMSpropTF (and DLE's torch.optim.RMSprop) against their formulas, the staircase schedule, warmup from a small LR, distillation loss.
 #include "core/error.h"
 #include "models/network.h"
 #include "train/config.h"
@@ -10,76 +10,108 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
+#include <memory>
 
 namespace convnets::train {
 namespace {
 
-// timm's RMSpropTF written out per element in double: g = grad + wd p;
-// v += (1 - alpha)(g^2 - v) from v = 1; m = mom m + lr g / sqrt(v + eps); p -= m.
-TEST(RmsPropTf, FollowsTimmsFormulaElementByElement) {
-  torch::nn::Module m;
-  auto w = m.register_parameter("w", torch::tensor({{0.5f, -1.0f}, {2.0f, 0.0f}}));  // decayed (2-D)
-  auto b = m.register_parameter("b", torch::tensor({0.25f, -0.75f}));              // not decayed (1-D)
+// Three steps of the optimizer `kind` on a 2x2 weight (decayed) and a 2-vector bias (not decayed), weight decay 0.1,
+// alpha 0.9, eps 1e-3, against `reference`: one step of element i in double, given the step's LR and the gradient
+// with its decay added. Gradients of 1e-4 and below make eps's place (inside or outside the root) show. Returns the
+// optimizer, for its state.
+std::unique_ptr<Optimizer> expect_formula(torch::nn::Module& m, const char* kind, double momentum,
+                                          const std::function<void(int i, double lr, double g, double& p)>& reference) {
+  auto w = m.register_parameter("w", torch::tensor({{0.5f, -1.0f}, {2.0f, 0.0f}}));
+  auto b = m.register_parameter("b", torch::tensor({0.25f, -0.75f}));
   OptimizerOptions o;
-  o.kind = "rmsproptf";
-  o.momentum = 0.9;
+  o.kind = kind;
+  o.momentum = momentum;
   o.weight_decay = 0.1;
   o.alpha = 0.9;
   o.eps = 1e-3;
-  RmsPropTf opt(m, o);
-  std::vector<double> p = {0.5, -1.0, 2.0, 0.0, 0.25, -0.75}, v(6, 1.0), mom(6, 0.0);
+  auto opt = make_optimizer(m, o);
+  EXPECT_EQ(opt->name(), kind);
+  std::vector<double> p = {0.5, -1.0, 2.0, 0.0, 0.25, -0.75};
   const double lrs[] = {0.1, 0.05, 0.02};
   const std::vector<std::vector<double>> grads = {{1e-4, -0.5, 3.0, 0.0, 0.2, -2e-5},
                                                   {0.3, 0.3, -1.0, 1e-3, 0.0, 0.7},
                                                   {-2.0, 1e-6, 0.5, -0.25, 1.5, 0.1}};
   for (int step = 0; step < 3; ++step) {
     const auto& g = grads[step];
-    opt.zero_grad();
+    opt->zero_grad();
     {
       // The flat buffer owns the gradients: write through the bound views.
       torch::NoGradGuard no_grad;
       w.grad().copy_(torch::tensor({{g[0], g[1]}, {g[2], g[3]}}, torch::kFloat));
       b.grad().copy_(torch::tensor({g[4], g[5]}, torch::kFloat));
     }
-    opt.step(lrs[step]);
-    for (int i = 0; i < 6; ++i) {
-      const double wd = i < 4 ? 0.1 : 0.0;
-      const double gi = g[i] + wd * p[i];
-      v[i] += 0.1 * (gi * gi - v[i]);
-      mom[i] = 0.9 * mom[i] + lrs[step] * gi / std::sqrt(v[i] + 1e-3);
-      p[i] -= mom[i];
-    }
+    opt->step(lrs[step]);
+    for (int i = 0; i < 6; ++i) reference(i, lrs[step], g[i] + (i < 4 ? 0.1 : 0.0) * p[i], p[i]);
     const auto flat = torch::cat({w.detach().flatten(), b.detach()}).to(torch::kDouble);
-    for (int i = 0; i < 6; ++i) EXPECT_NEAR(flat[i].item<double>(), p[i], 2e-6) << "step " << step << " element " << i;
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_NEAR(flat[i].item<double>(), p[i], 2e-6) << kind << " momentum " << momentum << " step " << step
+                                                       << " element " << i;
+    }
   }
+  return opt;
+}
+
+// timm's RMSpropTF: v += (1 - alpha)(g^2 - v) from v = 1; m = mom m + lr g / sqrt(v + eps); p -= m.
+TEST(RmsPropTf, FollowsTimmsFormulaElementByElement) {
+  torch::nn::Module m;
+  std::vector<double> v(6, 1.0), mom(6, 0.0);
+  const auto opt = expect_formula(m, "rmsproptf", 0.9, [&](int i, double lr, double g, double& p) {
+    v[i] += 0.1 * (g * g - v[i]);
+    mom[i] = 0.9 * mom[i] + lr * g / std::sqrt(v[i] + 1e-3);
+    p -= mom[i];
+  });
   // The state round-trips by name.
-  const auto state = opt.state();
+  const auto state = opt->state();
   ASSERT_EQ(state.size(), 4u);
   EXPECT_EQ(state[0].first.rfind("optimizer.square_avg.", 0), 0u);
 }
 
+// torch.optim.RMSprop (DLE's --optimizer rmsprop), as PyTorch's documentation writes it:
+// v = alpha v + (1 - alpha) g^2 from v = 0; b = mom b + g / (sqrt(v) + eps); p -= lr b (without momentum,
+// p -= lr g / (sqrt(v) + eps)).
+TEST(RmsProp, FollowsTorchsFormulaElementByElement) {
+  for (const double momentum : {0.9, 0.0}) {
+    torch::nn::Module m;
+    std::vector<double> v(6, 0.0), buf(6, 0.0);
+    expect_formula(m, "rmsprop", momentum, [&](int i, double lr, double g, double& p) {
+      v[i] = 0.9 * v[i] + 0.1 * g * g;
+      const double s = g / (std::sqrt(v[i]) + 1e-3);
+      buf[i] = momentum * buf[i] + s;
+      p -= lr * (momentum > 0 ? buf[i] : s);
+    });
+  }
+}
+
 // A device-tensor LR (the CUDA graph form) gives the same update as the scalar.
 TEST(RmsPropTf, TensorLearningRateMatchesTheScalarOne) {
-  std::vector<at::Tensor> results;
-  for (bool tensor_lr : {false, true}) {
-    torch::nn::Module m;
-    auto w = m.register_parameter("w", torch::linspace(-1, 1, 12).view({3, 4}));
-    OptimizerOptions o;
-    o.kind = "rmsproptf";
-    o.momentum = 0.9;
-    auto opt = make_optimizer(m, o);
-    for (int s = 0; s < 3; ++s) {
-      opt->zero_grad();
-      (w * w * (s + 1)).sum().backward();
-      if (tensor_lr) {
-        opt->step(torch::full({}, 0.01));
-      } else {
-        opt->step(0.01);
+  for (const char* kind : {"rmsproptf", "rmsprop"}) {
+    std::vector<at::Tensor> results;
+    for (bool tensor_lr : {false, true}) {
+      torch::nn::Module m;
+      auto w = m.register_parameter("w", torch::linspace(-1, 1, 12).view({3, 4}));
+      OptimizerOptions o;
+      o.kind = kind;
+      o.momentum = 0.9;
+      auto opt = make_optimizer(m, o);
+      for (int s = 0; s < 3; ++s) {
+        opt->zero_grad();
+        (w * w * (s + 1)).sum().backward();
+        if (tensor_lr) {
+          opt->step(torch::full({}, 0.01));
+        } else {
+          opt->step(0.01);
+        }
       }
+      results.push_back(w.detach().clone());
     }
-    results.push_back(w.detach().clone());
+    EXPECT_TRUE(torch::allclose(results[0], results[1], 1e-6, 1e-7)) << kind;
   }
-  EXPECT_TRUE(torch::allclose(results[0], results[1], 1e-6, 1e-7));
 }
 
 TEST(RmsPropTf, OverflowSkipLeavesParametersAndStateUnchanged) {

@@ -119,6 +119,7 @@ void add_classify_command(CLI::App& app) {
          "command lines)")
       ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
   cmd->add_flag_callback("--cpu", [a] { a->device = "cpu"; }, "DLE classify.py: --device cpu");
+  add_dle_model_refusals(cmd);
   cmd->add_option("--num-classes,--num_classes", a->num_classes, "plain weights: the class count (default: the classifier's width)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--top-k", a->top_k, "classes per image (capped at the class count)");

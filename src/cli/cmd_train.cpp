@@ -350,6 +350,28 @@ void add_train_command(CLI::App& app) {
                     "use --amp: mixed precision, fp16 compute with fp32 weights, the mode DLE's results use");
       },
       "DLE's pure-fp16 training: refused, use --amp");
+  add_dle_model_refusals(cmd);
+  cmd->add_option_function<std::string>(
+         "--jit",
+         [](const std::string& mode) {
+           if (mode != "no") {
+             throw Error("--jit " + mode + ": convnets is C++ on LibTorch; there is no TorchScript to compile the "
+                         "model into",
+                         "leave the flag out (DLE's default, --jit no): on CUDA the whole step already replays as one "
+                         "CUDA graph (--cuda-graph)");
+           }
+         },
+         "DLE: no (its default) | script (TorchScript), which is refused: the C++ step replays as one CUDA graph")
+      ->check(CLI::IsMember({"no", "script"}));
+  cmd->add_option_function<std::string>(
+      "--checkpoint-filename",
+      [](const std::string& name) {
+        throw Error("--checkpoint-filename " + name + ": convnets names its checkpoints itself: last.safetensors "
+                    "(each epoch; what --resume continues) and best.safetensors in --workspace",
+                    "leave the flag out and point --workspace at the folder; --gather-checkpoints N keeps "
+                    "epoch-N.safetensors too");
+      },
+      "DLE: the last checkpoint's file name; refused: convnets writes WORKSPACE/last.safetensors and best.safetensors");
   cmd->add_option_function<std::string>(
       "--gpu-affinity",
       [](const std::string& mode) {
@@ -378,12 +400,12 @@ void add_train_command(CLI::App& app) {
       "--opt",
       [args](const std::string& s) {
         // timm's create_optimizer: "sgd" and "nesterov" are Nesterov SGD, "momentum" plain momentum SGD.
-        if (s == "rmsproptf") args->flags["optimizer"] = "rmsproptf";
+        if (s == "rmsproptf" || s == "rmsprop") args->flags["optimizer"] = s;
         else if (s == "sgd" || s == "nesterov") args->flags["optimizer"] = "sgd", args->flags["nesterov"] = true;
         else if (s == "momentum") args->flags["optimizer"] = "sgd", args->flags["nesterov"] = false;
-        else throw Error("--opt " + s + ": convnets has timm's rmsproptf, sgd (Nesterov), nesterov and momentum");
+        else throw Error("--opt " + s + ": convnets has timm's rmsproptf, rmsprop, sgd (Nesterov), nesterov and momentum");
       },
-      "timm: rmsproptf | sgd (Nesterov) | nesterov | momentum");
+      "timm: rmsproptf | rmsprop (torch.optim.RMSprop) | sgd (Nesterov) | nesterov | momentum");
   cmd->add_option("--drop", args->timm_drop, "timm: dropout before the classifier (ignored for GPUNets, as DLE's train.py)");
   cmd->add_option("--drop-connect", args->timm_drop_connect,
                   "timm: drop-path rate (ignored for GPUNets, as DLE's train.py)");

@@ -29,6 +29,10 @@ CLI::Option* add_precision_option(CLI::App* cmd, std::string& target);
 // ASCII letters in lower case: the values DLE's scripts write in capitals (AMP, TF32) read as convnets' own.
 std::string lower_case(std::string value);
 
+// DLE's model flags that have an equivalent rather than a counterpart (main.py's and classify.py's --pretrained, the
+// ResNets' --trt), refused with the convnets way named.
+void add_dle_model_refusals(CLI::App* cmd);
+
 // --key-layout: how a plain weights file names its tensors (options::key_layout).
 CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target);
 // --no-cuda-graph, --graph-batch-sizes, --graph-memory-mb: the inference engine's CUDA graphs

@@ -1,5 +1,6 @@
 // Flags several commands take with the same spelling and check: --precision and --key-layout.
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/options.h"
 #include "deploy/graph_engine.h"
 
@@ -28,6 +29,23 @@ CLI::Option* add_precision_option(CLI::App* cmd, std::string& target) {
         }
         return value;
       });
+}
+
+void add_dle_model_refusals(CLI::App* cmd) {
+  cmd->add_flag_callback(
+      "--pretrained",
+      [] {
+        throw Error("--pretrained: convnets downloads nothing (DLE's flag fetches NGC's weights)",
+                    "download the weights file yourself and pass it with --pretrained-from-file FILE");
+      },
+      "DLE: NGC's pretrained weights, downloaded; refused (convnets downloads nothing): --pretrained-from-file");
+  cmd->add_flag_callback(
+      "--trt",
+      [] {
+        throw Error("--trt: convnets builds no TensorRT-ready variant of the network (DLE's SE blocks for TensorRT)",
+                    "export the trained network with `convnets export --format onnx` (or triton) for TensorRT");
+      },
+      "DLE: the SE blocks' TensorRT form; refused: `convnets export --format onnx`");
 }
 
 CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target) {

@@ -401,8 +401,13 @@ void read_optimizer(const Value& opt, TorchSaveContents& out, const std::string&
   for (const auto& g : groups->items) {
     const Value* params = nullptr;
     if (g->kind == Value::Kind::Dict) {
-      for (const auto& [k, v] : g->dict)
-        if (k->kind == Value::Kind::String && k->s == "params") params = v.get();
+      for (const auto& [k, v] : g->dict) {
+        if (k->kind != Value::Kind::String) continue;
+        if (k->s == "params") params = v.get();
+        // The group's hyperparameters name the optimizer even before its first step made any state.
+        if (k->s == "alpha") out.optimizer_kind = "rmsprop";
+        if (k->s == "dampening" && out.optimizer_kind.empty()) out.optimizer_kind = "sgd";
+      }
     }
     if (!params || params->kind != Value::Kind::List) throw bad("a param group without its 'params' list");
     std::vector<std::int64_t> ids;

@@ -46,6 +46,9 @@ struct TorchSaveContents {
   std::string optimizer_problem;
   std::vector<std::vector<std::int64_t>> optimizer_groups;
   std::map<std::int64_t, NamedTensors> optimizer_state;
+  // "rmsprop" when a param group holds torch.optim.RMSprop's "alpha", "sgd" for torch.optim.SGD's "dampening",
+  // else empty.
+  std::string optimizer_kind;
 };
 
 TorchSaveContents read_torch_save(const std::string& path);

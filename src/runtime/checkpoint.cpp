@@ -193,20 +193,32 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
   for (const auto& [raw, tensor] : file.file.tensors)
     c.file.tensors.emplace_back("model." + imported_name(raw, layout.map), tensor);
   for (const auto& [raw, tensor] : t.ema) c.file.tensors.emplace_back("ema." + imported_name(raw, layout.map), tensor);
+  // DLE builds torch.optim.SGD (momentum_buffer) or, with --optimizer rmsprop, torch.optim.RMSprop (square_avg, a
+  // momentum_buffer with momentum, a step count it does not use), which convnets' rmsprop continues.
+  bool rmsprop = t.optimizer_kind == "rmsprop";
+  for (const auto& [id, state] : t.optimizer_state) {
+    for (const auto& entry : state) rmsprop = rmsprop || entry.first == "square_avg";
+  }
   std::size_t at = 0;
   for (const auto& g : t.optimizer_groups) {
     for (const std::int64_t id : g) {
       const std::size_t p = order[at++];
-      at::Tensor momentum;
+      at::Tensor momentum, square_avg;
       if (const auto it = t.optimizer_state.find(id); it != t.optimizer_state.end()) {
         for (const auto& [key, buffer] : it->second) {
           if (key == "momentum_buffer") momentum = buffer;
-          else throw Error(path + ": its optimizer state holds '" + key + "', not torch.optim.SGD's momentum_buffer",
-                           "convnets resumes DLE's SGD runs; use --fine-tune to start a new optimizer from its weights");
+          else if (rmsprop && key == "square_avg") square_avg = buffer;
+          else if (rmsprop && key == "step") continue;
+          else throw Error(path + ": its optimizer state holds '" + key + "', not torch.optim.SGD's momentum_buffer "
+                           "or a (not centered) torch.optim.RMSprop's square_avg",
+                           "convnets resumes DLE's SGD and RMSprop runs; use --fine-tune to start a new optimizer "
+                           "from its weights");
         }
       }
-      // torch.optim.SGD creates a buffer at a parameter's first step: none yet is zero momentum.
+      // Either optimizer creates its buffers at a parameter's first step: none yet is zero.
       if (!momentum.defined()) momentum = at::zeros_like(weights[p]);
+      if (rmsprop) c.file.tensors.emplace_back("optimizer.square_avg." + names[p],
+                                               square_avg.defined() ? square_avg : at::zeros_like(weights[p]));
       c.file.tensors.emplace_back("optimizer.momentum." + names[p], momentum);
     }
   }
@@ -217,7 +229,7 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
             {"step", 0},
             {"step_in_epoch", 0},
             {"best_top1", plain.value("best_prec1", -1.0)},
-            {"config", {{"optimizer", "sgd"}}},
+            {"config", {{"optimizer", rmsprop ? "rmsprop" : "sgd"}}},
             {"preprocessing", to_json(arch.preprocessing)},
             {"imported_from", "DLE main.py checkpoint"}};
   return c;

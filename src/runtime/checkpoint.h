@@ -54,8 +54,10 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& key_layou
 // A DLE main.py training checkpoint (checkpoint.pth.tar: epoch, best_prec1,
 // state_dict, optimizer, state_dict_ema where --use-ema) as the convnets
 // training checkpoint of `arch` that --resume continues: weights under
-// "model." and "ema.", torch.optim.SGD's momentum buffers under each
-// parameter's convnets name, "epoch" the next epoch to train (DLE's too) and
+// "model." and "ema.", torch.optim.SGD's momentum buffers (or, for DLE's
+// --optimizer rmsprop, torch.optim.RMSprop's square_avg and momentum, the
+// config's optimizer then rmsprop) under each parameter's convnets name,
+// "epoch" the next epoch to train (DLE's too) and
 // "best_top1" from best_prec1. DLE numbers its parameters through its two
 // param groups, the parameters whose names hold "bn" and then the rest
 // (image_classification/optimizers.py), or through one group with

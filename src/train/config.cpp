@@ -26,7 +26,7 @@ namespace {
   X(workspace, "folder for config.json, log.json and checkpoints")                                           \
   X(epochs, "training epochs")                                                                               \
   X(batch_size, "images per step and process")                                                              \
-  X(optimizer_batch_size, "images per optimizer step over all processes; a multiple of --batch-size x processes accumulates gradients (0: no accumulation)") \
+  X(optimizer_batch_size, "images per optimizer step over all processes; a multiple of --batch-size x processes accumulates gradients (0 or DLE's -1: no accumulation)") \
   X(lr, "learning rate, absolute as in DLE (per --lr-reference-batch images when that is set)")             \
   X(lr_reference_batch, "batch a recipe's --lr refers to; the LR scales linearly with the optimizer batch (0: absolute). A --lr flag without this flag sets it to 0") \
   X(lr_schedule, "step | linear | cosine | staircase (timm's --sched step: decay every --lr-decay-epochs)")   \
@@ -37,10 +37,10 @@ namespace {
   X(lr_steps, "step schedule: epochs where the LR is multiplied by --lr-step-factor")                        \
   X(lr_step_factor, "step schedule: LR multiplier at each of --lr-steps")                                    \
   X(end_lr, "cosine/linear: LR at the last step")                                                            \
-  X(optimizer, "sgd | rmsproptf (timm's RMSpropTF: TF-style epsilon inside the square root)")                \
+  X(optimizer, "sgd | rmsproptf (timm's RMSpropTF: TF-style epsilon inside the square root) | rmsprop (torch.optim.RMSprop, DLE's)") \
   X(momentum, "SGD / RMSprop momentum")                                                                      \
-  X(rmsprop_alpha, "rmsproptf: smoothing constant of the squared-gradient average")                          \
-  X(opt_eps, "rmsproptf: epsilon added to the squared-gradient average inside the square root")             \
+  X(rmsprop_alpha, "rmsproptf, rmsprop: smoothing constant of the squared-gradient average")                 \
+  X(opt_eps, "rmsproptf: epsilon added inside the square root; rmsprop: added to the root (DLE's --rmsprop-eps)") \
   X(nesterov, "Nesterov momentum")                                                                           \
   X(weight_decay, "L2 weight decay")                                                                         \
   X(bn_weight_decay, "also decay BN parameters and biases")                                                  \
@@ -81,6 +81,7 @@ namespace {
   X(data_backend, "auto | cpu | gpu: decode on the loader threads, or entropy-decode there and finish on the GPU (auto: cpu; DLE's pytorch and dali-cpu are cpu, dali-gpu is gpu)") \
   X(prof, "stop after this many optimizer steps (0: full run)")                                              \
   X(run_epochs, "stop after this many epochs of this invocation, the schedule still spanning --epochs (DLE; 0 or -1: all)") \
+  X(early_stopping_patience, "stop when validation top-1 has not improved for this many epochs (DLE's; -1 or 0: off)") \
   X(training_only, "skip validation")                                                                        \
   X(evaluate, "only validate the weights of --resume or --fine-tune")                                        \
   X(print_freq, "steps between progress lines when stdout is not a terminal")                                \
@@ -215,9 +216,9 @@ void validate(const TrainConfig& c) {
   if (c.data.empty()) throw Error("no training data given", "convnets train DATA (a folder, list file or synthetic)");
   check(c.epochs >= 1, "epochs", "at least 1", std::to_string(c.epochs));
   check(c.batch_size >= 1, "batch_size", "at least 1", std::to_string(c.batch_size));
-  check(c.optimizer_batch_size == 0 ||
+  check(c.optimizer_batch_size == 0 || c.optimizer_batch_size == -1 ||
             (c.optimizer_batch_size >= c.batch_size && c.optimizer_batch_size % c.batch_size == 0),
-        "optimizer_batch_size", "0 or a multiple of --batch-size (" + std::to_string(c.batch_size) + ")",
+        "optimizer_batch_size", "0, -1 or a multiple of --batch-size (" + std::to_string(c.batch_size) + ")",
         std::to_string(c.optimizer_batch_size));
   check(std::isfinite(c.lr) && c.lr >= 0, "lr", "a non-negative number", str(c.lr));
   check(c.lr_reference_batch >= 0, "lr_reference_batch", "0 or positive", std::to_string(c.lr_reference_batch));
@@ -229,7 +230,7 @@ void validate(const TrainConfig& c) {
   }
   check(c.warmup_lr >= 0, "warmup_lr", "non-negative", str(c.warmup_lr));
   check(c.lr_decay_epochs > 0, "lr_decay_epochs", "positive epochs", str(c.lr_decay_epochs));
-  check_choice("optimizer", c.optimizer, {"sgd", "rmsproptf"});
+  check_choice("optimizer", c.optimizer, {"sgd", "rmsproptf", "rmsprop"});
   check(c.rmsprop_alpha > 0 && c.rmsprop_alpha < 1, "rmsprop_alpha", "in (0, 1)", str(c.rmsprop_alpha));
   check(c.opt_eps > 0, "opt_eps", "positive", str(c.opt_eps));
   check(!c.nesterov || c.optimizer == "sgd", "nesterov", "used with --optimizer sgd", c.optimizer);
@@ -278,6 +279,10 @@ void validate(const TrainConfig& c) {
   check(c.workers >= 0, "workers", "0 or positive", std::to_string(c.workers));
   check(c.prof >= -1, "prof", "-1, 0 (full run) or positive", std::to_string(c.prof));
   check(c.run_epochs >= -1, "run_epochs", "-1, 0 (all) or positive", std::to_string(c.run_epochs));
+  check(c.early_stopping_patience >= -1, "early_stopping_patience", "-1, 0 (off) or positive",
+        std::to_string(c.early_stopping_patience));
+  check(c.early_stopping_patience <= 0 || !c.training_only, "early_stopping_patience",
+        "used without --training-only (it watches validation top-1)", std::to_string(c.early_stopping_patience));
   check(!c.raport_file.empty() && c.raport_file.find('/') == std::string::npos && c.raport_file != "config.json" &&
             c.raport_file.find(".safetensors") == std::string::npos,
         "raport_file", "a file name inside --workspace other than config.json and the checkpoints",

@@ -22,7 +22,7 @@ struct TrainConfig {
   std::string workspace = "runs/convnets";
   std::int64_t epochs = 90;
   std::int64_t batch_size = 256;            // per process
-  std::int64_t optimizer_batch_size = 0;    // over all processes (DLE); 0: batch_size x processes; a multiple accumulates
+  std::int64_t optimizer_batch_size = 0;    // over all processes (DLE); 0 or -1: batch_size x processes; a multiple accumulates
   double lr = 0.256;                        // absolute, as DLE's --lr; per `lr_reference_batch` images when that is set
   std::int64_t lr_reference_batch = 0;      // > 0: linear scaling (Goyal et al. 2017) from this batch; 0: none (DLE)
   std::string lr_schedule = "cosine";       // step | linear | cosine | staircase
@@ -33,11 +33,11 @@ struct TrainConfig {
   std::vector<double> lr_steps{30, 60, 80}; // step schedule: epochs where the LR is multiplied
   double lr_step_factor = 0.1;
   double end_lr = 0;                        // cosine/linear: LR reached at the last step
-  std::string optimizer = "sgd";            // sgd | rmsproptf
+  std::string optimizer = "sgd";            // sgd | rmsproptf | rmsprop
   double momentum = 0.875;
   bool nesterov = false;
-  double rmsprop_alpha = 0.9;               // rmsproptf: decay of the squared-gradient average
-  double opt_eps = 1e-3;                    // rmsproptf: epsilon, added inside the square root (TF)
+  double rmsprop_alpha = 0.9;               // rmsproptf, rmsprop: decay of the squared-gradient average
+  double opt_eps = 1e-3;                    // rmsproptf: epsilon inside the square root (TF); rmsprop: outside it
   double weight_decay = 3.0517578125e-05;   // 1/32768
   bool bn_weight_decay = false;             // also decay BN parameters and biases
   double label_smoothing = 0.1;
@@ -76,6 +76,7 @@ struct TrainConfig {
   std::int64_t prefetch = 2;                // batches prepared ahead per loader thread (DLE's --prefetch)
   std::int64_t prof = 0;                    // stop after this many optimizer steps; 0: full run
   std::int64_t run_epochs = 0;              // DLE: stop after this many epochs of this invocation; 0 (or -1): all
+  std::int64_t early_stopping_patience = -1;  // DLE: stop after this many epochs without a better top-1; <= 0: off
   bool training_only = false;               // skip validation
   bool evaluate = false;                    // validate only (needs --resume or --fine-tune weights)
   std::int64_t print_freq = 50;             // steps between progress lines when not on a terminal

@@ -32,13 +32,13 @@ class Optimizer {
 };
 
 struct OptimizerOptions {
-  std::string kind = "sgd";  // sgd | rmsproptf
+  std::string kind = "sgd";  // sgd | rmsproptf | rmsprop
   double momentum = 0.875;
   bool nesterov = false;     // sgd
   double weight_decay = 0;
   bool decay_all = false;    // false: no decay on 1-D parameters (BN, biases)
-  double alpha = 0.9;        // rmsproptf
-  double eps = 1e-3;         // rmsproptf
+  double alpha = 0.9;        // rmsproptf, rmsprop
+  double eps = 1e-3;         // rmsproptf (inside the square root), rmsprop (outside)
 };
 
 // Rebinds the model's parameters into flat buffers (call once the model is on

@@ -6,16 +6,20 @@
 
 namespace convnets::train {
 
-RmsPropTf::RmsPropTf(torch::nn::Module& model, const OptimizerOptions& options)
+RmsProp::RmsProp(torch::nn::Module& model, const OptimizerOptions& options)
     : options_(options),
+      tf_(options.kind == "rmsproptf"),
       flat_(model, 2, [&](const std::string&, const at::Tensor& p) { return options.decay_all || p.dim() > 1 ? 0 : 1; }) {
-  square_avg_ = flat_.make_buffer().fill_(1.0);  // TF initialises the mean square to 1
+  if (!tf_ && options.kind != "rmsprop") throw Error("RmsProp: kind must be rmsproptf or rmsprop, got '" + options.kind + "'");
+  square_avg_ = flat_.make_buffer();
+  if (tf_) square_avg_.fill_(1.0);  // TF initialises the mean square to 1, PyTorch to 0
   momentum_ = flat_.make_buffer();
 }
 
-void RmsPropTf::update(const at::Tensor& skip, const at::Tensor* lr_tensor, double lr) {
+void RmsProp::update(const at::Tensor& skip, const at::Tensor* lr_tensor, double lr) {
   torch::NoGradGuard no_grad;
-  const double alpha = options_.alpha, mom = options_.momentum;
+  const double alpha = options_.alpha, mom = options_.momentum, eps = options_.eps;
+  const auto times_lr = [&](at::Tensor t) { return lr_tensor ? t.mul_(*lr_tensor) : t.mul_(lr); };
   flat_.for_each_slice([&](std::int64_t begin, std::int64_t end, int group) {
     const double wd = group == 0 ? options_.weight_decay : 0.0;
     auto p = flat_.values().slice(0, begin, end);
@@ -24,26 +28,33 @@ void RmsPropTf::update(const at::Tensor& skip, const at::Tensor* lr_tensor, doub
     const auto grad = flat_.grads().slice(0, begin, end);
     const auto g = wd != 0 ? grad.add(p, wd) : grad;
     auto v_next = v + (g.square() - v) * (1.0 - alpha);
-    auto step = g / (v_next + options_.eps).sqrt();
-    step = lr_tensor ? step.mul_(*lr_tensor) : step.mul_(lr);
-    auto m_next = mom > 0 ? m.mul(mom).add_(step) : step;
+    at::Tensor m_next, p_step;
+    if (tf_) {
+      auto step = times_lr(g / (v_next + eps).sqrt());
+      m_next = mom > 0 ? m.mul(mom).add_(step) : step;
+      p_step = m_next;
+    } else {
+      auto step = g / v_next.sqrt().add_(eps);
+      m_next = mom > 0 ? m.mul(mom).add_(step) : step;
+      p_step = times_lr(m_next.clone());
+    }
     if (skip.defined()) {
       v.copy_(torch::where(skip, v, v_next));
       if (mom > 0) m.copy_(torch::where(skip, m, m_next));
-      p.copy_(torch::where(skip, p, p - m_next));
+      p.copy_(torch::where(skip, p, p - p_step));
     } else {
       v.copy_(v_next);
       if (mom > 0) m.copy_(m_next);
-      p.sub_(m_next);
+      p.sub_(p_step);
     }
   });
 }
 
-void RmsPropTf::step(double lr, const at::Tensor& skip) { update(skip, nullptr, lr); }
+void RmsProp::step(double lr, const at::Tensor& skip) { update(skip, nullptr, lr); }
 
-void RmsPropTf::step(const at::Tensor& lr, const at::Tensor& skip) { update(skip, &lr, 0.0); }
+void RmsProp::step(const at::Tensor& lr, const at::Tensor& skip) { update(skip, &lr, 0.0); }
 
-NamedTensors RmsPropTf::state() const {
+NamedTensors RmsProp::state() const {
   NamedTensors out;
   for (const auto& e : flat_.entries()) {
     out.emplace_back("optimizer.square_avg." + e.name, flat_.view(square_avg_, e));
@@ -52,12 +63,12 @@ NamedTensors RmsPropTf::state() const {
   return out;
 }
 
-void RmsPropTf::load_state(const TensorFile& file, const std::string& source) {
+void RmsProp::load_state(const TensorFile& file, const std::string& source) {
   auto targets = state();
   std::vector<at::Tensor> loaded;
   for (const auto& [name, t] : targets) {
     const auto* f = file.find(name);
-    if (!f) throw Error(source + ": no '" + name + "' (an rmsproptf state buffer)");
+    if (!f) throw Error(source + ": no '" + name + "' (an " + this->name() + " state buffer)");
     if (f->sizes() != t.sizes()) {
       throw Error(source + ": '" + name + "' has shape " + c10::str(f->sizes()) + ", the model's parameter " +
                   c10::str(t.sizes()));

@@ -85,6 +85,7 @@ struct TrainingRun {
   std::shared_ptr<const quant::Plan> quant;               // --qat: the fake quantization's ranges
   std::string fused_bn;  // which BN layers run fused with their ReLU and add (runtime::set_fused_batchnorm)
   RunPosition position;
+  bool stopped_early = false;  // --early-stopping-patience ended the epochs before --epochs
 
   // Set by plan_steps.
   std::int64_t steps_per_epoch = 0;

@@ -301,6 +301,7 @@ int finish_run(TrainingRun& run, const std::optional<Validation>& last_val) {
   const auto& pos = run.position;
   const bool by_ema = best_by_ema(run);
   nlohmann::ordered_json summary{{"train.steps", pos.global_step}};
+  if (run.stopped_early) summary["train.early_stopped_at_epoch"] = pos.epoch;
   if (pos.best_epoch > 0) {
     summary["val.best_top1"] = pos.best_top1;  // of the model or the EMA, as val.best_by says
     summary["val.best_epoch"] = pos.best_epoch;
@@ -319,7 +320,11 @@ int finish_run(TrainingRun& run, const std::optional<Validation>& last_val) {
   }
   if (run.config.checkpoints) std::cout << "; checkpoints in " << run.config.workspace;
   std::cout << '\n';
-  if (pos.epoch < run.config.epochs && run.config.prof <= 0 && run.config.checkpoints) {
+  if (run.stopped_early) {
+    std::cout << "early stopping: top-1 has not improved for " << pos.epoch - pos.best_epoch << " epochs (best at epoch "
+              << pos.best_epoch << "; --early-stopping-patience " << run.config.early_stopping_patience
+              << "), stopped at epoch " << pos.epoch << "/" << run.config.epochs << '\n';
+  } else if (pos.epoch < run.config.epochs && run.config.prof <= 0 && run.config.checkpoints) {
     std::cout << "stopped after --run-epochs " << run.config.run_epochs << " at epoch " << pos.epoch << "/"
               << run.config.epochs << "; continue with: " << run.options.command << " --resume " << run.last_path
               << '\n';
@@ -456,6 +461,13 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
     const int sig = pending_signal(run, /*agree=*/true);
     if (sig != 0 && epoch + 1 < end_epoch) return interrupted(run, sig, "after epoch " + std::to_string(epoch + 1));
     if (e.prof_reached) break;
+    // DLE's early stopping, counted from the best epoch the position keeps, so that it holds across --resume.
+    const std::int64_t patience = config.early_stopping_patience;
+    if (patience > 0 && e.complete && pos.best_epoch > 0 && pos.epoch - pos.best_epoch >= patience &&
+        pos.epoch < config.epochs) {
+      run.stopped_early = true;
+      break;
+    }
   }
   return finish_run(run, last_val);
 }

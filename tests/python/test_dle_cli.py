@@ -326,6 +326,29 @@ class DleFlags(unittest.TestCase):
             self.assertIn(message, r.stderr)
             self.assertIn(hint, r.stderr)
 
+    def test_every_option_of_dles_main_py_reads_or_names_its_equivalent(self):
+        # main.py's options beyond the README's lines (image_classification/ and main.py's parser): DLE's defaults
+        # and torch.optim.RMSprop read as DLE means them.
+        c = resolved("--jit", "no", "--optimizer-batch-size", "-1", "--optimizer", "rmsprop", "--rmsprop-alpha", "0.95",
+                     "--rmsprop-eps", "1e-4", "--early-stopping-patience", "3")
+        self.assertEqual((c["optimizer_batch_size"], c["optimizer"], c["rmsprop_alpha"], c["opt_eps"],
+                          c["early_stopping_patience"]), (-1, "rmsprop", 0.95, 1e-4, 3))
+        self.assertEqual(resolved("--opt", "rmsprop")["optimizer"], "rmsprop")  # timm's name for the same
+        for command, args, message, hint in (
+                ("train", ["--jit", "script"], "--jit script: convnets is C++ on LibTorch", "--cuda-graph"),
+                ("train", ["--checkpoint-filename", "c.pth.tar"], "--checkpoint-filename c.pth.tar",
+                 "last.safetensors"),
+                ("train", ["--pretrained"], "--pretrained: convnets downloads nothing", "--pretrained-from-file"),
+                ("train", ["--trt"], "--trt:", "convnets export --format onnx"),
+                ("train", ["--early-stopping-patience", "3", "--training-only"], "--early-stopping-patience",
+                 "--training-only"),
+                ("classify", ["x.jpg", "--arch", "resnet50", "--pretrained"], "--pretrained: convnets downloads nothing",
+                 "--pretrained-from-file")):
+            r = convnets(command, *([] if command == "classify" else ["--print-config"]), *args)
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertIn(message, r.stderr)
+            self.assertIn(hint, r.stderr)
+
     def test_refusals_name_the_flag(self):
         for args, flag in ((["--interpolation", "lanczos"], "--interpolation"),
                            (["--aa", "rand-m9-x1"], "--augment"),
@@ -428,6 +451,22 @@ class DleRunFlags(unittest.TestCase):
             losses[name] = loss
         for name in ("randaugment", "autoaugment", "erasing"):
             self.assertNotEqual(losses[name], losses["plain"], name)
+
+    def test_early_stopping_ends_the_run_patience_epochs_after_its_best(self):
+        # DLE's --early-stopping-patience N: the run ends once N epochs have passed since the best top-1. At LR 0
+        # only BN's running statistics move, so top-1 soon stops improving.
+        r = convnets("train", *TINY, "--epochs", "8", "--lr", "0", "--early-stopping-patience", "2",
+                     "--workspace", self.ws)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        log = dllogger(os.path.join(self.ws, "log.json"))
+        top1 = [x["data"]["val.top1"] for x in log if len(x.get("step", [])) == 1]
+        best = top1.index(max(top1)) + 1  # the first epoch at the maximum: later equal ones are no improvement
+        self.assertLess(len(top1), 8, top1)
+        self.assertEqual(len(top1), best + 2, top1)
+        self.assertIn(f"early stopping: top-1 has not improved for 2 epochs (best at epoch {best}; "
+                      f"--early-stopping-patience 2), stopped at epoch {best + 2}/8", r.stdout)
+        summary = [x for x in log if x.get("step") == []][-1]["data"]
+        self.assertEqual((summary["train.early_stopped_at_epoch"], summary["val.best_epoch"]), (best + 2, best))
 
     def test_no_checkpoints_writes_none(self):
         r = convnets("train", *TINY, "--no-checkpoints", "--workspace", self.ws)

@@ -594,14 +594,43 @@ class Checkpoints(unittest.TestCase):
             key = "optimizer.momentum." + k
             torch.testing.assert_close(after["moving"][key] - after["resting"][key], 0.875 * buffer,
                                        rtol=1e-5, atol=1e-5, msg=key)
-        # A DLE file with another optimizer's state, or weights alone, is named for what it is.
-        rms = torch.optim.RMSprop([{"params": bn}, {"params": rest}], lr=0.1, momentum=0.9)
+        # DLE's --optimizer rmsprop (torch.optim.RMSprop): its square_avg continues in convnets' rmsprop. One step
+        # from the file's state and one from none: the same gradient, so the averages differ by alpha x the file's.
+        rms = torch.optim.RMSprop([{"params": bn, "weight_decay": 0}, {"params": rest, "weight_decay": 5e-5}],
+                                  lr=0.1, alpha=0.9, eps=1e-3, momentum=0.9)
+        for p in params.values():
+            p.grad = torch.randn(p.shape, generator=g)
         rms.step()
-        odd = os.path.join(self.tmp, "dle-rmsprop.pth.tar")
-        torch.save(dle(rms.state_dict()), odd)
-        r = cli("train", FASHION, "--arch", "resnet8", "--resume", odd, "--epochs", "3", check=False)
+        square_of = {k: rms.state[p]["square_avg"].clone() for k, p in params.items()}
+        rms_files = {"moving": os.path.join(self.tmp, "dle-rmsprop.pth.tar"),
+                     "resting": os.path.join(self.tmp, "dle-rmsprop-resting.pth.tar")}
+        torch.save(dle(rms.state_dict()), rms_files["moving"])
+        torch.save(dle({"state": {}, "param_groups": rms.state_dict()["param_groups"]}), rms_files["resting"])
+        squares = {}
+        for name, path in rms_files.items():
+            ws = os.path.join(self.tmp, "resume-rmsprop-" + name)
+            r = cli("train", FASHION, "--arch", "resnet8", "--resume", path, "--optimizer", "rmsprop",
+                    "--rmsprop-alpha", "0.9", "--rmsprop-eps", "1e-3", "--momentum", "0.9", "--epochs", "3",
+                    "--prof", "1", "--batch-size", "64", "--max-train-images", "512", "--max-val-images", "64",
+                    "--wd", "5e-5", "--lr", "0.1", "--warmup", "0", "--ema", "0.9", "--workspace", ws)
+            squares[name], _ = read_safetensors(os.path.join(ws, "last.safetensors"))
+        for k, square in square_of.items():
+            key = "optimizer.square_avg." + k
+            torch.testing.assert_close(squares["moving"][key] - squares["resting"][key], 0.9 * square,
+                                       rtol=1e-4, atol=1e-7, msg=key)
+        r = cli("train", FASHION, "--arch", "resnet8", "--resume", rms_files["moving"], "--epochs", "3", check=False)
         self.assertEqual(r.returncode, 1)
-        self.assertIn(f"{odd}: its optimizer state holds 'square_avg', not torch.optim.SGD's momentum_buffer", r.stderr)
+        self.assertIn("was trained with --optimizer rmsprop, this run uses sgd", r.stderr)
+        # A DLE file with another optimizer's state, or weights alone, is named for what it is.
+        centered = torch.optim.RMSprop([{"params": bn}, {"params": rest}], lr=0.1, centered=True)
+        centered.step()
+        odd = os.path.join(self.tmp, "dle-centered.pth.tar")
+        torch.save(dle(centered.state_dict()), odd)
+        r = cli("train", FASHION, "--arch", "resnet8", "--resume", odd, "--optimizer", "rmsprop", "--epochs", "3",
+                check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{odd}: its optimizer state holds 'grad_avg', not torch.optim.SGD's momentum_buffer or a (not "
+                      "centered) torch.optim.RMSprop's square_avg", r.stderr)
         plain = os.path.join(self.tmp, "dle-weights.pth")
         torch.save(state, plain)
         r = cli("train", FASHION, "--arch", "resnet8", "--resume", plain, "--epochs", "3", check=False)
