@@ -23,10 +23,10 @@ class ServingCore {
   virtual std::string find_model(const std::string& name, const std::string& version) const = 0;
   virtual std::string model_metadata(const std::string& name) const = 0;  // GET /v2/models/NAME
   virtual std::string model_config(const std::string& name) const = 0;    // GET /v2/models/NAME/config
-  // Runs a request: `done` gets status 200 and the response, or the HTTP status (400, 404, 413, 503) and the
-  // message the HTTP front end would send; on any thread, once.
   // Triton's system shared-memory regions, which both protocols register, list and read inputs from.
   virtual SharedMemoryRegions& shared_memory() = 0;
+  // Runs a request: `done` gets status 200 and the response, or the HTTP status (400, 404, 413, 503) and the
+  // message the HTTP front end would send; on any thread, once.
   using InferDone = std::function<void(int status, const std::string& error, InferResponse response)>;
   virtual void infer(const std::string& name, const std::string& version, InferRequest request, InferDone done) = 0;
 };

@@ -238,6 +238,11 @@ std::optional<SharedMemoryRef> shared_memory_ref(std::optional<std::string> regi
   check_name(*region, limits, where + "'s shared_memory_region");
   if (!byte_size) bad(where + ": shared_memory_region without shared_memory_byte_size");
   if (*byte_size < 0) bad(where + ": shared_memory_byte_size must be 0 or more");
+  // What the body would have carried is bounded as a body is (--max-request-bytes): a region may be larger.
+  if (static_cast<std::uint64_t>(*byte_size) > limits.max_body_bytes) {
+    too_large(where + ": shared_memory_byte_size " + std::to_string(*byte_size) + " is over the limit of " +
+              std::to_string(limits.max_body_bytes) + " bytes a request may hold");
+  }
   if (offset && *offset < 0) bad(where + ": shared_memory_offset must be 0 or more");
   return SharedMemoryRef{*region, static_cast<std::uint64_t>(offset.value_or(0)), static_cast<std::uint64_t>(*byte_size)};
 }
@@ -251,7 +256,7 @@ void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, 
   if (t.datatype != DataType::Bytes) {
     const auto need = static_cast<std::uint64_t>(expected) * element_size(t.datatype);
     if (bytes.size() != need) {
-      bad(where + ": binary_data_size " + std::to_string(bytes.size()) + " is not the shape's " + std::to_string(expected) +
+      bad(where + ": " + std::to_string(bytes.size()) + " bytes of data are not the shape's " + std::to_string(expected) +
           " elements of " + std::to_string(element_size(t.datatype)) + " bytes (" + std::to_string(need) + ")");
     }
     t.data.assign(bytes.data(), bytes.size());

@@ -693,9 +693,9 @@ class Server final : public ServingCore {
         if (!s) return reply(refused);
         // A small body is parsed here, on the loop (at most tens of microseconds); a large one on a worker, so that
         // no copy of megabytes holds the other connections' reads and writes.
-        if (r.body.size() <= kInlineParseBytes) return infer(*s, r, reply, leave, start);
+        if (r.body.size() <= kInlineParseBytes) return infer(*s, r, reply, leave, start, /*on_loop=*/true);
         workers_.submit([this, s, r = std::make_shared<HttpRequest>(std::move(r)), reply, leave, start] {
-          infer(*s, *r, reply, leave, start);
+          infer(*s, *r, reply, leave, start, /*on_loop=*/false);
         });
         return;
       }
@@ -738,11 +738,10 @@ class Server final : public ServingCore {
     }
   }
 
-  // On a worker (on the loop for a small body): the body parsed, then run as run_infer runs it; the answer
-  // written as the request asked (JSON, or Triton's binary tensors).
+  // On a worker (on the loop for a small body, `on_loop`): the body parsed, then handed to resolve_and_run.
   void infer(ServedModel& m, HttpRequest& req, const HttpFront::Reply& reply, const std::shared_ptr<void>& leave,
-             Clock::time_point start) {
-    std::shared_ptr<const InferRequest> request;
+             Clock::time_point start, bool on_loop) {
+    InferRequest parsed;
     try {
       std::optional<std::size_t> header_length;
       if (req.has_header("Inference-Header-Content-Length")) {
@@ -754,28 +753,50 @@ class Server final : public ServingCore {
         throw ProtocolError(413, "the request's JSON is " + std::to_string(json) + " bytes, over --max-json-bytes " +
                                      std::to_string(o_.max_json_bytes) + ": send tensors as Triton's binary data");
       }
-      auto parsed = parse_infer_request(req.body, header_length, o_.limits);
-      shared_memory_.resolve(parsed);
-      request = std::make_shared<const InferRequest>(std::move(parsed));
+      parsed = parse_infer_request(req.body, header_length, o_.limits);
     } catch (const Error& e) {
       ++m.counters().failure;
       return reply(error_response(status_of(e), e.what()));
     }
     req.body.clear();
     req.body.shrink_to_fit();
-    run_infer(m, std::move(request), start, leave, [reply](int status, const std::string& error, InferResponse r) {
-      if (status != 200) return reply(error_response(status, error));
-      HttpResponse res;
-      std::optional<std::size_t> out_header;
-      res.body = write_infer_response(r, out_header);
-      if (out_header) {
-        res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*out_header));
-        res.content_type = "application/octet-stream";
-      } else {
-        res.content_type = "application/json";
-      }
-      reply(std::move(res));
-    });
+    // A body of a few hundred bytes can name megabytes in shared memory (or images to decode): those are copied
+    // out on a worker, as a large body is parsed there, not on the loop every connection shares.
+    const bool shared = std::any_of(parsed.inputs.begin(), parsed.inputs.end(),
+                                    [](const Tensor& t) { return t.shared_memory.has_value(); });
+    if (on_loop && shared) {
+      workers_.submit([this, &m, r = std::make_shared<InferRequest>(std::move(parsed)), reply, leave, start] {
+        resolve_and_run(m, std::move(*r), reply, leave, start);
+      });
+      return;
+    }
+    resolve_and_run(m, std::move(parsed), reply, leave, start);
+  }
+
+  // The request's shared-memory inputs read, then run as run_infer runs it; the answer written as the request
+  // asked (JSON, or Triton's binary tensors).
+  void resolve_and_run(ServedModel& m, InferRequest parsed, const HttpFront::Reply& reply,
+                       const std::shared_ptr<void>& leave, Clock::time_point start) {
+    try {
+      shared_memory_.resolve(parsed);
+    } catch (const Error& e) {
+      ++m.counters().failure;
+      return reply(error_response(status_of(e), e.what()));
+    }
+    run_infer(m, std::make_shared<const InferRequest>(std::move(parsed)), start, leave,
+              [reply](int status, const std::string& error, InferResponse r) {
+                if (status != 200) return reply(error_response(status, error));
+                HttpResponse res;
+                std::optional<std::size_t> out_header;
+                res.body = write_infer_response(r, out_header);
+                if (out_header) {
+                  res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*out_header));
+                  res.content_type = "application/octet-stream";
+                } else {
+                  res.content_type = "application/json";
+                }
+                reply(std::move(res));
+              });
   }
 
   // A parsed request through its model, whichever protocol carried it: its rows made, queued on the batcher, the

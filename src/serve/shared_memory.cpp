@@ -69,8 +69,11 @@ void SharedMemoryRegions::add(const std::string& name, const std::string& key, s
   }
   mapping->begin = static_cast<const char*>(mapping->base) + (offset - start);
   std::lock_guard<std::mutex> lock(mutex_);
-  // Checked again: another registration of the name may have come between the two locks.
+  // Checked again: other registrations may have come between the two locks.
   if (regions_.count(name)) bad(400, region_text(name) + " is already registered (unregister it first)");
+  if (regions_.size() >= max_regions_) {
+    bad(400, region_text(name) + ": " + std::to_string(max_regions_) + " regions are registered, the most at once");
+  }
   regions_[name] = Region{Status{name, key, offset, byte_size}, std::move(mapping)};
 }
 

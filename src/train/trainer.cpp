@@ -321,9 +321,12 @@ int finish_run(TrainingRun& run, const std::optional<Validation>& last_val) {
   if (run.config.checkpoints) std::cout << "; checkpoints in " << run.config.workspace;
   std::cout << '\n';
   if (run.stopped_early) {
-    std::cout << "early stopping: top-1 has not improved for " << pos.epoch - pos.best_epoch << " epochs (best at epoch "
-              << pos.best_epoch << "; --early-stopping-patience " << run.config.early_stopping_patience
-              << "), stopped at epoch " << pos.epoch << "/" << run.config.epochs << '\n';
+    const std::int64_t patience = run.config.early_stopping_patience;
+    std::cout << "early stopping: top-1 has not improved for " << patience << (patience == 1 ? " epoch (" : " epochs (")
+              << (pos.best_epoch > 0 ? "best at epoch " + std::to_string(pos.best_epoch)
+                                     : "best " + fmt("%.2f", pos.best_top1) + "% before this run")
+              << "; --early-stopping-patience " << patience << "), stopped at epoch "
+              << pos.epoch << "/" << run.config.epochs << '\n';
   } else if (pos.epoch < run.config.epochs && run.config.prof <= 0 && run.config.checkpoints) {
     std::cout << "stopped after --run-epochs " << run.config.run_epochs << " at epoch " << pos.epoch << "/"
               << run.config.epochs << "; continue with: " << run.options.command << " --resume " << run.last_path
@@ -428,6 +431,7 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
   // The position says which epoch is next: the one after a whole epoch, the
   // same one after --prof stopped inside it. --run-epochs ends this
   // invocation early (a begun epoch counts); the schedule spans --epochs.
+  const std::int64_t first_epoch = pos.epoch;
   const std::int64_t end_epoch =
       config.run_epochs > 0 ? std::min(config.epochs, pos.epoch + config.run_epochs) : config.epochs;
   for (std::int64_t epoch = pos.epoch; epoch < end_epoch; epoch = pos.epoch) {
@@ -461,10 +465,12 @@ int train(const TrainConfig& config, const RunOptions& options, std::unique_ptr<
     const int sig = pending_signal(run, /*agree=*/true);
     if (sig != 0 && epoch + 1 < end_epoch) return interrupted(run, sig, "after epoch " + std::to_string(epoch + 1));
     if (e.prof_reached) break;
-    // DLE's early stopping, counted from the best epoch the position keeps, so that it holds across --resume.
+    // DLE's early stopping, counted from the best epoch the position keeps, so that it holds across --resume; from
+    // this invocation's first epoch where that is unknown (a DLE checkpoint keeps best_prec1, not its epoch), as
+    // DLE's own counter starts at each launch.
     const std::int64_t patience = config.early_stopping_patience;
-    if (patience > 0 && e.complete && pos.best_epoch > 0 && pos.epoch - pos.best_epoch >= patience &&
-        pos.epoch < config.epochs) {
+    const std::int64_t counted_from = pos.best_epoch > 0 ? pos.best_epoch : first_epoch;
+    if (patience > 0 && e.complete && pos.epoch - counted_from >= patience && pos.epoch < config.epochs) {
       run.stopped_early = true;
       break;
     }

@@ -618,6 +618,14 @@ class Checkpoints(unittest.TestCase):
             key = "optimizer.square_avg." + k
             torch.testing.assert_close(squares["moving"][key] - squares["resting"][key], 0.9 * square,
                                        rtol=1e-4, atol=1e-7, msg=key)
+        # DLE's early stopping after a resume: its checkpoint keeps best_prec1 but not the epoch, so the count starts
+        # with this run, as DLE's own counter does at each launch (99.25 % is not beaten in one epoch).
+        r = cli("train", FASHION, "--arch", "resnet8", "--resume", moving, "--epochs", "5", "--early-stopping-patience",
+                "1", "--batch-size", "64", "--max-train-images", "512", "--max-val-images", "64", "--momentum", "0.875",
+                "--wd", "5e-5", "--lr", "0.1", "--warmup", "0", "--ema", "0.9",
+                "--workspace", os.path.join(self.tmp, "resume-early-stop"))
+        self.assertIn("early stopping: top-1 has not improved for 1 epoch (best 99.25% before this run; "
+                      "--early-stopping-patience 1), stopped at epoch 3/5", r.stdout)
         r = cli("train", FASHION, "--arch", "resnet8", "--resume", rms_files["moving"], "--epochs", "3", check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("was trained with --optimizer rmsprop, this run uses sgd", r.stderr)

@@ -789,6 +789,11 @@ class GrpcService(unittest.TestCase):
                     client.infer("fashion", [past])
                 self.assertIn("input 'input': shared_memory_offset", e.exception.message())
                 self.assertIn(f"is past the end of shared memory region 'in' ({size} bytes)", e.exception.message())
+                huge = module.InferInput("input", list(x.shape), "FP32")
+                huge.set_shared_memory("in", 1 << 30)  # a range no body could carry: bounded as a body is
+                with self.assertRaises(InferenceServerException) as e:
+                    client.infer("fashion", [huge])
+                self.assertIn("shared_memory_byte_size 1073741824 is over the limit of", e.exception.message())
                 out = module.InferRequestedOutput("logits")
                 out.set_shared_memory("in", 40 * 3)
                 with self.assertRaises(InferenceServerException) as e:
