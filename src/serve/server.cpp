@@ -461,6 +461,25 @@ int status_of(const Error& e) {
   return p ? p->status() : 400;
 }
 
+// A path segment as the client named it: tritonclient quote()s model and region names into the URL (a space is
+// %20). A '%' not followed by two hex digits stays as it is.
+std::string percent_decoded(const std::string& segment) {
+  const auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  std::string out;
+  out.reserve(segment.size());
+  for (std::size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] == '%' && i + 2 < segment.size() && hex(segment[i + 1]) >= 0 && hex(segment[i + 2]) >= 0) {
+      out += static_cast<char>(hex(segment[i + 1]) * 16 + hex(segment[i + 2]));
+      i += 2;
+    } else {
+      out += segment[i];
+    }
+  }
+  return out;
+}
+
 HttpResponse error_response(int status, const std::string& message, bool close = false) {
   return HttpResponse::json_error(status, error_body(message), close);
 }
@@ -643,8 +662,8 @@ class Server final : public ServingCore {
 
   // The model a path names (its version 1), or the 404 answer.
   ServedModel* find(const std::smatch& m, HttpResponse& refused) {
-    const std::string name = m[1];
-    if (auto missing = find_model(name, m.size() > 2 && m[2].matched ? m[2].str() : ""); !missing.empty()) {
+    const std::string name = percent_decoded(m[1]);
+    if (auto missing = find_model(name, m.size() > 2 && m[2].matched ? percent_decoded(m[2]) : ""); !missing.empty()) {
       refused = error_response(404, missing);
       return nullptr;
     }
@@ -676,11 +695,13 @@ class Server final : public ServingCore {
         return reply(s ? json_response(s->metadata()) : refused);
       }
       if (p == "/metrics" && o_.metrics_port < 0) return reply(metrics());
-      if (std::regex_match(p, m, shm_route) && m[2] == "status") return reply(shared_memory_call(m[1].str(), "status", ""));
+      if (std::regex_match(p, m, shm_route) && m[2] == "status") {
+        return reply(shared_memory_call(percent_decoded(m[1]), "status", ""));
+      }
     } else if (r.method == "POST") {
       if (p == "/v2/repository/index") return reply(json_response(repository_index_json()));
       if (std::regex_match(p, m, shm_route) && m[2] != "status") {
-        return reply(shared_memory_call(m[1].str(), m[2].str(), r.body));
+        return reply(shared_memory_call(percent_decoded(m[1]), m[2].str(), r.body));
       }
       if (std::regex_match(p, m, infer_route)) {
         const auto start = Clock::now();

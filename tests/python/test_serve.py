@@ -815,6 +815,14 @@ class GrpcService(unittest.TestCase):
                 self.assertIn("input 'input': shared memory region 'in' is not registered", e.exception.message())
                 self.assertEqual(h.get_system_shared_memory_status(), [])
             self.assertIn("system_shared_memory", h.get_server_metadata()["extensions"])
+            # tritonclient quote()s a region's name into the URL (a space as %20); the request's JSON names it as is.
+            h.register_system_shared_memory("in two", key, size)
+            self.assertEqual([r["name"] for r in h.get_system_shared_memory_status("in two")], ["in two"])
+            t = triton.InferInput("input", list(x.shape), "FP32")
+            t.set_shared_memory("in two", x.nbytes, offset=64)
+            np.testing.assert_allclose(h.infer("fashion", [t]).as_numpy("logits"), expected, rtol=0, atol=1e-5)
+            h.unregister_system_shared_memory("in two")
+            self.assertEqual(h.get_system_shared_memory_status(), [])
         finally:
             h.unregister_system_shared_memory()
             shm.destroy_shared_memory_region(region)
