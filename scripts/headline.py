@@ -13,6 +13,8 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import results_tables  # noqa: E402 - the summaries' one reader
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 TARGETS = {"README.md": "", "docs/PERFORMANCE.md": "../"}  # file -> its way back to the root, for links
 
@@ -22,10 +24,10 @@ class HeadlineError(Exception):
 
 
 def summary(run):
+    """The run's cells, read and checked by bench/results_tables.py, which draws the runs' own tables."""
     path = os.path.join(ROOT, "bench", "results", run, "summary.json")
     try:
-        with open(path) as f:
-            return json.load(f)
+        return results_tables.load(path)
     except (OSError, ValueError) as e:
         raise HeadlineError(f"{path}: {e}")
 

@@ -406,7 +406,6 @@ void read_optimizer(const Value& opt, TorchSaveContents& out, const std::string&
         if (k->s == "params") params = v.get();
         // The group's hyperparameters name the optimizer even before its first step made any state.
         if (k->s == "alpha") out.optimizer_kind = "rmsprop";
-        if (k->s == "dampening" && out.optimizer_kind.empty()) out.optimizer_kind = "sgd";
       }
     }
     if (!params || params->kind != Value::Kind::List) throw bad("a param group without its 'params' list");
@@ -422,8 +421,10 @@ void read_optimizer(const Value& opt, TorchSaveContents& out, const std::string&
     NamedTensors& tensors = out.optimizer_state[id->i];
     for (const auto& [k, v] : entry->dict) {
       // Scalars beside the buffers ("step") are the optimizer's count, not state convnets keeps.
-      if (k->kind == Value::Kind::String && v->kind == Value::Kind::Tensor && v->tensor.dim() > 0)
+      if (k->kind == Value::Kind::String && v->kind == Value::Kind::Tensor && v->tensor.dim() > 0) {
         tensors.emplace_back(k->s, v->tensor);
+        if (k->s == "square_avg") out.optimizer_kind = "rmsprop";
+      }
     }
   }
   out.has_optimizer = true;

@@ -46,8 +46,8 @@ struct TorchSaveContents {
   std::string optimizer_problem;
   std::vector<std::vector<std::int64_t>> optimizer_groups;
   std::map<std::int64_t, NamedTensors> optimizer_state;
-  // "rmsprop" when a param group holds torch.optim.RMSprop's "alpha", "sgd" for torch.optim.SGD's "dampening",
-  // else empty.
+  // "rmsprop" for torch.optim.RMSprop's state_dict (a param group's "alpha", or a "square_avg" buffer), else
+  // empty.
   std::string optimizer_kind;
 };
 

@@ -194,11 +194,9 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
     c.file.tensors.emplace_back("model." + imported_name(raw, layout.map), tensor);
   for (const auto& [raw, tensor] : t.ema) c.file.tensors.emplace_back("ema." + imported_name(raw, layout.map), tensor);
   // DLE builds torch.optim.SGD (momentum_buffer) or, with --optimizer rmsprop, torch.optim.RMSprop (square_avg, a
-  // momentum_buffer with momentum, a step count it does not use), which convnets' rmsprop continues.
-  bool rmsprop = t.optimizer_kind == "rmsprop";
-  for (const auto& [id, state] : t.optimizer_state) {
-    for (const auto& entry : state) rmsprop = rmsprop || entry.first == "square_avg";
-  }
+  // momentum_buffer with momentum; its step count is a scalar the reader leaves out), which convnets' rmsprop
+  // continues.
+  const bool rmsprop = t.optimizer_kind == "rmsprop";
   std::size_t at = 0;
   for (const auto& g : t.optimizer_groups) {
     for (const std::int64_t id : g) {
@@ -208,7 +206,6 @@ Checkpoint import_dle_checkpoint(const Checkpoint& file, const ArchInfo& arch) {
         for (const auto& [key, buffer] : it->second) {
           if (key == "momentum_buffer") momentum = buffer;
           else if (rmsprop && key == "square_avg") square_avg = buffer;
-          else if (rmsprop && key == "step") continue;
           else throw Error(path + ": its optimizer state holds '" + key + "', not torch.optim.SGD's momentum_buffer "
                            "or a (not centered) torch.optim.RMSprop's square_avg",
                            "convnets resumes DLE's SGD and RMSprop runs; use --fine-tune to start a new optimizer "

@@ -700,9 +700,6 @@ class Server final : public ServingCore {
       }
     } else if (r.method == "POST") {
       if (p == "/v2/repository/index") return reply(json_response(repository_index_json()));
-      if (std::regex_match(p, m, shm_route) && m[2] != "status") {
-        return reply(shared_memory_call(percent_decoded(m[1]), m[2].str(), r.body));
-      }
       if (std::regex_match(p, m, infer_route)) {
         const auto start = Clock::now();
         if (!drain_.enter()) {
@@ -714,11 +711,14 @@ class Server final : public ServingCore {
         if (!s) return reply(refused);
         // A small body is parsed here, on the loop (at most tens of microseconds); a large one on a worker, so that
         // no copy of megabytes holds the other connections' reads and writes.
-        if (r.body.size() <= kInlineParseBytes) return infer(*s, r, reply, leave, start, /*on_loop=*/true);
+        if (r.body.size() <= kInlineParseBytes) return infer(*s, r, reply, leave, start);
         workers_.submit([this, s, r = std::make_shared<HttpRequest>(std::move(r)), reply, leave, start] {
-          infer(*s, *r, reply, leave, start, /*on_loop=*/false);
+          infer(*s, *r, reply, leave, start);
         });
         return;
+      }
+      if (std::regex_match(p, m, shm_route) && m[2] != "status") {
+        return reply(shared_memory_call(percent_decoded(m[1]), m[2].str(), r.body));
       }
     }
     reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + p)));
@@ -759,9 +759,11 @@ class Server final : public ServingCore {
     }
   }
 
-  // On a worker (on the loop for a small body, `on_loop`): the body parsed, then handed to resolve_and_run.
+  // On a worker (on the loop for a small body, as route() hands it): the body parsed, then run as run_infer runs
+  // it; the answer written as the request asked (JSON, or Triton's binary tensors).
   void infer(ServedModel& m, HttpRequest& req, const HttpFront::Reply& reply, const std::shared_ptr<void>& leave,
-             Clock::time_point start, bool on_loop) {
+             Clock::time_point start) {
+    const bool on_loop = req.body.size() <= kInlineParseBytes;
     InferRequest parsed;
     try {
       std::optional<std::size_t> header_length;
@@ -781,59 +783,48 @@ class Server final : public ServingCore {
     }
     req.body.clear();
     req.body.shrink_to_fit();
-    // A body of a few hundred bytes can name megabytes in shared memory (or images to decode): those are copied
-    // out on a worker, as a large body is parsed there, not on the loop every connection shares.
+    auto done = [reply](int status, const std::string& error, InferResponse r) {
+      if (status != 200) return reply(error_response(status, error));
+      HttpResponse res;
+      std::optional<std::size_t> out_header;
+      res.body = write_infer_response(r, out_header);
+      if (out_header) {
+        res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*out_header));
+        res.content_type = "application/octet-stream";
+      } else {
+        res.content_type = "application/json";
+      }
+      reply(std::move(res));
+    };
+    // A body of a few hundred bytes can name megabytes in shared memory: those are copied out on a worker, as a
+    // large body is parsed there, not on the loop every connection shares.
     const bool shared = std::any_of(parsed.inputs.begin(), parsed.inputs.end(),
                                     [](const Tensor& t) { return t.shared_memory.has_value(); });
     if (on_loop && shared) {
-      workers_.submit([this, &m, r = std::make_shared<InferRequest>(std::move(parsed)), reply, leave, start] {
-        resolve_and_run(m, std::move(*r), reply, leave, start);
+      workers_.submit([this, &m, r = std::make_shared<InferRequest>(std::move(parsed)), leave, start, done] {
+        run_infer(m, std::move(*r), start, leave, done);
       });
       return;
     }
-    resolve_and_run(m, std::move(parsed), reply, leave, start);
-  }
-
-  // The request's shared-memory inputs read, then run as run_infer runs it; the answer written as the request
-  // asked (JSON, or Triton's binary tensors).
-  void resolve_and_run(ServedModel& m, InferRequest parsed, const HttpFront::Reply& reply,
-                       const std::shared_ptr<void>& leave, Clock::time_point start) {
-    try {
-      shared_memory_.resolve(parsed);
-    } catch (const Error& e) {
-      ++m.counters().failure;
-      return reply(error_response(status_of(e), e.what()));
-    }
-    run_infer(m, std::make_shared<const InferRequest>(std::move(parsed)), start, leave,
-              [reply](int status, const std::string& error, InferResponse r) {
-                if (status != 200) return reply(error_response(status, error));
-                HttpResponse res;
-                std::optional<std::size_t> out_header;
-                res.body = write_infer_response(r, out_header);
-                if (out_header) {
-                  res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*out_header));
-                  res.content_type = "application/octet-stream";
-                } else {
-                  res.content_type = "application/json";
-                }
-                reply(std::move(res));
-              });
+    run_infer(m, std::move(parsed), start, leave, std::move(done));
   }
 
   // A parsed request through its model, whichever protocol carried it: its rows made, queued on the batcher, the
   // response made from its logits and handed to `done` with the time it took counted (Triton's metrics). The
   // instance thread answers when nothing else waits, else a worker does: a hop to a worker cost a lone request
   // more than its answer takes to write (c1 0.89x httplib's, 2 vCPUs), and a queue needs the instance back.
-  void run_infer(ServedModel& m, std::shared_ptr<const InferRequest> request, Clock::time_point start,
-                 std::shared_ptr<void> leave, ServingCore::InferDone done) {
+  void run_infer(ServedModel& m, InferRequest parsed, Clock::time_point start, std::shared_ptr<void> leave,
+                 ServingCore::InferDone done) {
     auto& c = m.counters();
     at::Tensor rows;
     try {
-      rows = m.rows_of(*request);
+      shared_memory_.resolve(parsed);  // inputs in shared memory read into the request
+      rows = m.rows_of(parsed);
     } catch (const Error& e) {
       ++c.failure;
       return done(status_of(e), e.what(), {});
     }
+    auto request = std::make_shared<const InferRequest>(std::move(parsed));
     c.input_us += micros_since(start);
     m.batcher().submit(std::move(rows), request->timeout_us, [this, &m, request, leave, start, done](Outcome o) {
       if (o.status != 200) {
@@ -881,14 +872,7 @@ class Server final : public ServingCore {
     if (!drain_.enter()) return done(503, "the server is shutting down: no new requests are taken", {});
     auto leave = std::shared_ptr<void>(nullptr, [this](void*) { drain_.leave(); });
     if (auto missing = find_model(name, version); !missing.empty()) return done(404, missing, {});
-    try {
-      shared_memory_.resolve(request);
-    } catch (const Error& e) {
-      ++models_.at(name)->counters().failure;
-      return done(status_of(e), e.what(), {});
-    }
-    run_infer(*models_.at(name), std::make_shared<const InferRequest>(std::move(request)), start, std::move(leave),
-              std::move(done));
+    run_infer(*models_.at(name), std::move(request), start, std::move(leave), std::move(done));
   }
 
   Json server_metadata_json() const {

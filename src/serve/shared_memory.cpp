@@ -35,10 +35,7 @@ void SharedMemoryRegions::add(const std::string& name, const std::string& key, s
   if (byte_size == 0) bad(400, region_text(name) + ": byte_size must be more than 0");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (regions_.count(name)) bad(400, region_text(name) + " is already registered (unregister it first)");
-    if (regions_.size() >= max_regions_) {
-      bad(400, region_text(name) + ": " + std::to_string(max_regions_) + " regions are registered, the most at once");
-    }
+    check_room(name);
   }
   // Read-only: a client's region can be read from, never written or grown by the server.
   const int fd = shm_open(key.c_str(), O_RDONLY, 0);
@@ -69,12 +66,15 @@ void SharedMemoryRegions::add(const std::string& name, const std::string& key, s
   }
   mapping->begin = static_cast<const char*>(mapping->base) + (offset - start);
   std::lock_guard<std::mutex> lock(mutex_);
-  // Checked again: other registrations may have come between the two locks.
+  check_room(name);  // again: other registrations may have come between the two locks
+  regions_[name] = Region{Status{name, key, offset, byte_size}, std::move(mapping)};
+}
+
+void SharedMemoryRegions::check_room(const std::string& name) const {
   if (regions_.count(name)) bad(400, region_text(name) + " is already registered (unregister it first)");
   if (regions_.size() >= max_regions_) {
     bad(400, region_text(name) + ": " + std::to_string(max_regions_) + " regions are registered, the most at once");
   }
-  regions_[name] = Region{Status{name, key, offset, byte_size}, std::move(mapping)};
 }
 
 void SharedMemoryRegions::remove(const std::string& name) {

@@ -46,6 +46,9 @@ class SharedMemoryRegions {
     Status status;
     std::shared_ptr<const Mapping> mapping;  // a request reading it keeps it mapped through an unregister
   };
+  // ProtocolError 400 for a name already registered or no room for another region; with mutex_ held.
+  void check_room(const std::string& name) const;
+
   std::size_t max_regions_;
   mutable std::mutex mutex_;
   std::map<std::string, Region> regions_;

@@ -28,16 +28,10 @@ void RmsProp::update(const at::Tensor& skip, const at::Tensor* lr_tensor, double
     const auto grad = flat_.grads().slice(0, begin, end);
     const auto g = wd != 0 ? grad.add(p, wd) : grad;
     auto v_next = v + (g.square() - v) * (1.0 - alpha);
-    at::Tensor m_next, p_step;
-    if (tf_) {
-      auto step = times_lr(g / (v_next + eps).sqrt());
-      m_next = mom > 0 ? m.mul(mom).add_(step) : step;
-      p_step = m_next;
-    } else {
-      auto step = g / v_next.sqrt().add_(eps);
-      m_next = mom > 0 ? m.mul(mom).add_(step) : step;
-      p_step = times_lr(m_next.clone());
-    }
+    // TF's form scales the step before the momentum buffer, PyTorch's the buffer after it.
+    const auto step = tf_ ? times_lr(g / (v_next + eps).sqrt()) : g / v_next.sqrt().add_(eps);
+    const auto m_next = mom > 0 ? m.mul(mom).add_(step) : step;
+    const auto p_step = tf_ ? m_next : (lr_tensor ? m_next.mul(*lr_tensor) : m_next.mul(lr));
     if (skip.defined()) {
       v.copy_(torch::where(skip, v, v_next));
       if (mom > 0) m.copy_(torch::where(skip, m, m_next));

@@ -25,6 +25,23 @@ import unittest
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 
+# GPUNet's train.py (timm 0.5.4) flags in DLE's train.params lines: the --print-config field each sets, and how timm
+# reads its value. The bare flags (--model-ema, --amp), the dropouts DLE's gpunet_* builders ignore (TIMM_IGNORED)
+# and distillation's switch (--enable-distill True|False) are read apart by each test.
+TIMM_TRAIN_FLAGS = {
+    "--model": ("arch", lambda v: v.replace("_", "-")),
+    "--sched": ("lr_schedule", {"step": "staircase", "cosine": "cosine"}.get),
+    "--decay-epochs": ("lr_decay_epochs", float), "--decay-rate": ("lr_step_factor", float),
+    "--opt": ("optimizer", str), "-b": ("batch_size", int), "--epochs": ("epochs", int),
+    "--opt-eps": ("opt_eps", float), "-j": ("workers", int), "--warmup-lr": ("warmup_lr", float),
+    "--weight-decay": ("weight_decay", float), "--model-ema-decay": ("ema", float), "--aa": ("augment", str),
+    "--remode": ("remode", str), "--reprob": ("reprob", float), "--lr": ("lr", float),
+    "--num-classes": ("num_classes", int), "--crop-pct": ("crop_ratio", float), "--img-size": ("image_size", int),
+    "--teacher": ("teacher", str), "--teacher-img-size": ("teacher_img_size", int),
+    "--test-teacher": ("test_teacher", {"True": True, "False": False}.get),
+}
+TIMM_IGNORED = {"--drop", "--drop-connect"}
+
 # ResNet-8 that has learnt something (~85 % top-1): enough for predictions, INT8 against fp32 and bf16 against fp32
 # to mean something; with an EMA of its weights for the tests that load them; the first 1,000 test images as its
 # validation set, the held-out set of the classify tests.

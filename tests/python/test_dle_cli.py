@@ -15,6 +15,7 @@ import os
 import tempfile
 import unittest
 
+import fixtures  # the suite's shared tables (tests/python/fixtures.py)
 import runner
 
 BIN = os.environ["CONVNETS_BIN"]
@@ -162,40 +163,6 @@ class DleConfigsReadAsDle(unittest.TestCase):
         self.assertNotEqual(resolved("--wd", "1e-4")["weight_decay"], 3.0517578125e-05)
 
 
-def timm_bool(v):
-    return {"True": True, "False": False}[v]
-
-
-# GPUNet train.py flag -> (convnets field, how timm's value reads in convnets)
-TIMM_KEYS = {
-    "--model": ("arch", lambda v: v.replace("_", "-")),
-    "--sched": ("lr_schedule", {"step": "staircase", "cosine": "cosine"}.get),
-    "--decay-epochs": ("lr_decay_epochs", float),
-    "--decay-rate": ("lr_step_factor", float),
-    "--opt": ("optimizer", None),
-    "-b": ("batch_size", int),
-    "--epochs": ("epochs", int),
-    "--opt-eps": ("opt_eps", float),
-    "-j": ("workers", int),
-    "--warmup-lr": ("warmup_lr", float),
-    "--weight-decay": ("weight_decay", float),
-    "--drop": (None, None),  # ignored by DLE's gpunet_* constructors (**kwargs unused): the arch's dropout
-    "--drop-connect": (None, None),
-    "--model-ema-decay": ("ema", float),
-    "--aa": ("augment", None),
-    "--remode": ("remode", None),
-    "--reprob": ("reprob", float),
-    "--lr": ("lr", float),
-    "--num-classes": ("num_classes", int),
-    "--crop-pct": ("crop_ratio", float),
-    "--img-size": ("image_size", int),
-    "--teacher": ("teacher", None),
-    "--teacher-img-size": ("teacher_img_size", int),
-    "--test-teacher": ("test_teacher", timm_bool),
-    "--enable-distill": (None, timm_bool),
-}
-
-
 @unittest.skipUnless(os.path.isfile(GPUNET_PARAMS), "../shared/reference/recipes is not beside the clone (CI has it)")
 class GpunetCommandLinesReadAsTimm(unittest.TestCase):
     def test_every_train_params_line_resolves_field_by_field(self):
@@ -215,15 +182,12 @@ class GpunetCommandLinesReadAsTimm(unittest.TestCase):
                         expected["precision"] = "amp"
                         k += 1
                     else:
-                        self.assertIn(flag, TIMM_KEYS, "a train.params flag this test does not map")
-                        field, convert = TIMM_KEYS[flag]
-                        value = convert(tokens[k + 1]) if convert else tokens[k + 1]
                         if flag == "--enable-distill":
-                            distill = value
-                        elif field is None:
-                            pass
-                        else:
-                            expected[field] = value
+                            distill = {"True": True, "False": False}[tokens[k + 1]]
+                        elif flag not in fixtures.TIMM_IGNORED:
+                            self.assertIn(flag, fixtures.TIMM_TRAIN_FLAGS, "a train.params flag this test does not map")
+                            field, convert = fixtures.TIMM_TRAIN_FLAGS[flag]
+                            expected[field] = convert(tokens[k + 1])
                         k += 2
                 if distill:
                     # timm downloads the teacher's pretrained weights; convnets takes them as a file.

@@ -23,6 +23,7 @@ import unittest
 
 import torch
 
+import fixtures  # the suite's shared tables (tests/python/fixtures.py)
 import runner
 
 BIN = os.environ["CONVNETS_BIN"]
@@ -122,20 +123,8 @@ OTHER_PLATFORM = ("error: --platform DGX1V: convnets carries DLE's DGXA100 confi
 SHORTER = {"--epochs": "1", "--prof": "2", "-b": "8", "--image-size": "32", "--optimizer-batch-size": "0"}
 
 
-# timm train.py's flags in GPUNet's train.params: the --print-config field each sets, and its value read as timm does.
-TIMM_FLAGS = {
-    "--model": ("arch", lambda v: v.replace("_", "-")), "--sched": ("lr_schedule", {"step": "staircase"}.get),
-    "--decay-epochs": ("lr_decay_epochs", float), "--decay-rate": ("lr_step_factor", float),
-    "--opt": ("optimizer", str), "-b": ("batch_size", int), "--epochs": ("epochs", int),
-    "--opt-eps": ("opt_eps", float), "-j": ("workers", int), "--warmup-lr": ("warmup_lr", float),
-    "--weight-decay": ("weight_decay", float), "--model-ema-decay": ("ema", float), "--aa": ("augment", str),
-    "--remode": ("remode", str), "--reprob": ("reprob", float), "--lr": ("lr", float),
-    "--num-classes": ("num_classes", int), "--crop-pct": ("crop_ratio", float), "--img-size": ("image_size", int),
-    "--teacher": ("teacher", str), "--teacher-img-size": ("teacher_img_size", int),
-    "--test-teacher": ("test_teacher", {"True": True, "False": False}.get),
-}
-# Flags read otherwise, each checked apart below: bare ones, the GPUNets' ignored dropouts, distillation's switch.
-TIMM_OTHER = {"--model-ema", "--amp", "--drop", "--drop-connect", "--enable-distill"}
+# Flags of train.params lines read apart from fixtures.TIMM_TRAIN_FLAGS: bare ones, the ignored dropouts, the switch.
+TIMM_OTHER = {"--model-ema", "--amp", "--enable-distill"} | fixtures.TIMM_IGNORED
 
 
 def timm_flags(words):
@@ -377,10 +366,11 @@ class SeedCommandLines(unittest.TestCase):
     def check_timm_config(self, words, config, stderr):
         """Every flag of a train.params line against the resolved configuration."""
         flags = timm_flags(words)
-        self.assertEqual(set(flags) - set(TIMM_FLAGS) - TIMM_OTHER, set(), "flags this test does not read")
+        unread = set(flags) - set(fixtures.TIMM_TRAIN_FLAGS) - TIMM_OTHER
+        self.assertEqual(unread, set(), "flags this test does not read")
         for flag, value in flags.items():
-            if flag in TIMM_FLAGS:
-                field, read = TIMM_FLAGS[flag]
+            if flag in fixtures.TIMM_TRAIN_FLAGS:
+                field, read = fixtures.TIMM_TRAIN_FLAGS[flag]
                 self.assertEqual(config[field], read(value), f"{flag} {value}")
         self.assertEqual(config["precision"], "amp" if "--amp" in flags else "fp32")
         if "--model-ema" in flags:
