@@ -3,6 +3,8 @@
 #include "deploy/engine.h"
 #include "deploy/graph_engine.h"
 #include "kernels/bn_stats.h"
+#include "models/fusion.h"
+#include "models/grad_fold.h"
 #include "models/graph.h"
 #include "models/layers.h"
 #include "models/norm_conv.h"
@@ -48,12 +50,12 @@ struct Run {
   Runtime rt;
 };
 
-// What a run fuses: nothing (every test but the fused ones), issue 58's part 2 (BN+ReLU, BN+add+ReLU), or part 2
-// and part 3 (the residual blocks as NormConv), as `train` runs by default on CUDA.
-enum class Fusion { None, Bn, BnAndNormConv };
+// What a run fuses: nothing (every test but the fused ones), or every residual block on one path the step tuner may
+// choose (models/fusion.h), the stem's BN+ReLU fused with it.
+using layers::FusionPath;
 
 Run make_run(const std::string& device, const std::string& precision, const std::string& arch = "resnet18",
-             Fusion fusion = Fusion::None) {
+             FusionPath path = FusionPath::Unfused) {
   Run r;
   torch::manual_seed(11);
   ModelOptions mo;
@@ -61,9 +63,12 @@ Run make_run(const std::string& device, const std::string& precision, const std:
   r.model = build_model(find_architecture(arch), mo);
   r.rt = resolve_runtime(device, precision, "nhwc");
   prepare_model(*r.model, r.rt);
-  if (fusion != Fusion::None) {
-    std::cout << arch << " " << precision << ": "
-              << runtime::set_fused_batchnorm(*r.model, r.rt, true, fusion == Fusion::BnAndNormConv) << "\n";
+  if (path != FusionPath::Unfused) {
+    const auto mode = path == FusionPath::NormConv ? layers::FusionMode::NormConv : layers::FusionMode::Bn;
+    runtime::set_fusion(*r.model, r.rt, mode);
+    layers::set_block_paths(*r.model, layers::block_paths(*r.model).fill_(static_cast<std::int64_t>(path)));
+    std::cout << arch << " " << precision << ", every block " << layers::path_name(path) << ": "
+              << runtime::describe_fusion(*r.model, r.rt, mode) << "\n";
   }
   r.sgd = std::make_unique<Sgd>(*r.model, SgdOptions{0.875, false, 3.0517578125e-05, false});
   if (r.rt.loss_scaling) r.scaler = std::make_unique<LossScaler>(r.rt.device);
@@ -315,10 +320,53 @@ TEST(Gpu, FusedBnReluMatchesAtenOps) {
   }
 }
 
-// A ResNet-50 step in amp with the blocks fused against the same step unfused, from the same weights and batch:
-// the first loss within 1e-3 (relative), the parameters' change within Fp32StepEqualsTheCpuStep's envelope (2e-2
-// relative L2: a dropped ReLU, residual or gradient term is off by order 1) or, if amp itself strays further from
-// fp32's step, within 1.5x that (fp16's mask flips are amp's, not the fusion's), the running statistics likewise.
+// What ran fused in one step of a network, counted as the calls were made.
+struct Ran {
+  layers::FusedRuns runs;
+  layers::FoldCounts fold;
+};
+
+void reset_ran() {
+  layers::reset_fused_runs();
+  layers::reset_fold_counts();
+}
+
+Ran ran() { return {layers::fused_runs(), layers::fold_counts()}; }
+
+// Each path of ResNet-50's one forward and backward runs what it claims, or the comparison below means nothing: 49 of
+// its 53 BNs as cuDNN's fused BN (the downsample BNs have no ReLU), the 16 blocks' input gradients summed through
+// the slots (folded into conv1's dgrad, which arrives second: models/grad_fold.h), or the 16 blocks as NormConv on
+// cuDNN with the stem's BN+ReLU fused.
+void expect_ran(FusionPath path, const Ran& r, int steps = 1) {
+  const std::string what = layers::path_name(path);
+  switch (path) {
+    case FusionPath::Unfused:
+      EXPECT_EQ(r.runs.bn + r.runs.normconv, 0) << what;
+      break;
+    case FusionPath::Bn:
+    case FusionPath::BnFold:
+      EXPECT_EQ(r.runs.bn, 49 * steps) << what;
+      EXPECT_EQ(r.runs.normconv, 0) << what;
+      if (path == FusionPath::BnFold) {
+        EXPECT_EQ(r.fold.epilogue + r.fold.dgrad_then_add + r.fold.at_tap, 16 * steps) << what;
+        EXPECT_EQ(r.fold.epilogue, 16 * steps) << what << ": cuDNN's dgrad+add for every block (the deviceless "
+                                               << "plans say it has engines for these shapes)";
+      }
+      break;
+    case FusionPath::NormConv:
+      EXPECT_EQ(r.runs.normconv, 16 * steps) << what;
+      EXPECT_EQ(r.runs.bn, 1 * steps) << what << ": the stem";
+      break;
+  }
+}
+
+// A ResNet-50 step in amp with its blocks on each fused path against the same step unfused, from the same weights
+// and batch. One amp step's parameter change is itself far from fp32's (relative L2 0.71 on the H100 of
+// 2026-11-27: fp16's ReLU-mask flips decorrelate a fresh network's early gradients), so the fused step is held to
+// fixed bounds that a fault breaks and amp's noise does not: the first loss within 1e-3, the running statistics
+// within 1e-3, and the step's change pointing the same way (cosine >= 0.8; 0.52 relative L2, cosine about 0.86,
+// was the measured distance of the fused BN) with the same size (norm ratio in [0.8, 1.25]: a gradient scaled
+// wrongly, say a missing 1/n, is off by 2x or more).
 TEST(Gpu, FusedResNet50StepMatchesTheUnfusedStep) {
   SKIP_WITHOUT_CUDA();
   const auto data = task(96, 32);
@@ -327,17 +375,20 @@ TEST(Gpu, FusedResNet50StepMatchesTheUnfusedStep) {
   struct Trace {
     double loss = 0;
     at::Tensor start, change, buffers;
+    Ran ran;
   };
-  auto step = [&](Fusion fusion, const std::string& precision = "amp") {
-    auto r = make_run("cuda", precision, "resnet50", fusion);
+  auto step = [&](FusionPath path, const std::string& precision = "amp") {
+    auto r = make_run("cuda", precision, "resnet50", path);
     // A scale that cannot overflow a fresh network's first step: a skipped step would compare nothing.
     if (r.rt.loss_scaling) r.scaler = std::make_unique<LossScaler>(r.rt.device, 1024.0);
     o.autocast = r.rt.autocast;
     Trace t;
     t.start = r.sgd->flat().values().to(torch::kCPU, torch::kDouble).clone();
     const auto& [images, labels] = data[0];
+    reset_ran();
     t.loss = train_step(*r.model, *r.sgd, r.scaler.get(), nullptr, {{network_input(images, pre(96), r.rt), labels.cuda()}},
                         0.1, 0, o).loss.item<double>();
+    t.ran = ran();
     t.change = r.sgd->flat().values().to(torch::kCPU, torch::kDouble) - t.start;
     std::vector<at::Tensor> buffers;
     for (const auto& b : r.model->buffers()) {
@@ -346,20 +397,30 @@ TEST(Gpu, FusedResNet50StepMatchesTheUnfusedStep) {
     t.buffers = torch::cat(buffers);
     return t;
   };
-  const Trace unfused = step(Fusion::None), fp32 = step(Fusion::None, "fp32");
+  const Trace unfused = step(FusionPath::Unfused), fp32 = step(FusionPath::Unfused, "fp32");
+  expect_ran(FusionPath::Unfused, unfused.ran);
   ASSERT_GT(unfused.change.abs().max().item<double>(), 0) << "the step was taken";
-  const double amp_drift = relative_l2(unfused.change, fp32.change);
-  for (const auto fusion : {Fusion::Bn, Fusion::BnAndNormConv}) {
-    const Trace fused = step(fusion);
-    const std::string what = fusion == Fusion::Bn ? "BN+ReLU fused" : "BN+ReLU fused and NormConv blocks";
+  auto cosine = [](const at::Tensor& a, const at::Tensor& b) {
+    return (a * b).sum().item<double>() / (a.norm() * b.norm()).item<double>();
+  };
+  std::cout << "resnet50 amp vs fp32, unfused: one step's change " << relative_l2(unfused.change, fp32.change)
+            << " relative L2, cosine " << cosine(unfused.change, fp32.change) << "\n";
+  for (const auto path : {FusionPath::Bn, FusionPath::BnFold, FusionPath::NormConv}) {
+    const Trace fused = step(path);
+    const std::string what = layers::path_name(path);
+    expect_ran(path, fused.ran);
     ASSERT_TRUE(torch::equal(fused.start, unfused.start)) << "the same initial weights";
     const double first = std::abs(fused.loss - unfused.loss) / unfused.loss;
-    const double change = relative_l2(fused.change, unfused.change);
+    const double cos = cosine(fused.change, unfused.change);
+    const double ratio = (fused.change.norm() / unfused.change.norm()).item<double>();
     const double stats = relative_l2(fused.buffers, unfused.buffers);
-    std::cout << "resnet50 amp, " << what << " vs unfused: first loss " << first << ", one step's change " << change
-              << ", running statistics " << stats << "; amp vs fp32 unfused: one step's change " << amp_drift << "\n";
+    std::cout << "resnet50 amp, blocks " << what << " vs unfused: first loss " << first << ", one step's change "
+              << relative_l2(fused.change, unfused.change) << " relative L2, cosine " << cos << ", norm ratio "
+              << ratio << ", running statistics " << stats << "\n";
     EXPECT_LE(first, 1e-3) << what;
-    EXPECT_LE(change, std::max(2e-2, 1.5 * amp_drift)) << what;
+    EXPECT_GE(cos, 0.8) << what;
+    EXPECT_GE(ratio, 0.8) << what;
+    EXPECT_LE(ratio, 1.25) << what;
     EXPECT_LE(stats, 1e-3) << what;
   }
 }
@@ -382,30 +443,44 @@ TEST(Gpu, FusedSmallResNetLearnsAsTheUnfusedOne) {
     const auto labels = torch::where(noise, torch::randint(0, 10, {64}, gen, torch::kLong), cls);
     return std::make_pair(images, labels);
   };
-  auto curve = [&](Fusion fused) {
-    auto r = make_run("cuda", "amp", "resnet18", fused);
+  auto curve = [&](FusionPath path) {
+    auto r = make_run("cuda", "amp", "resnet18", path);
     StepOptions o;
     o.label_smoothing = 0.0;
     o.autocast = r.rt.autocast;
     StepRunner runner(*r.model, *r.sgd, r.scaler.get(), nullptr, o, r.rt.device, /*cuda_graph=*/true);
     std::vector<double> losses;
+    reset_ran();
     for (int step = 0; step < 200; ++step) {
       const auto [images, labels] = batch(step);
       losses.push_back(runner.run({{network_input(images, pre(32), r.rt), labels.cuda()}}, 0.05, step).item<double>());
     }
     EXPECT_TRUE(runner.graphed());
+    // The step ran eagerly 3 times and once into the capture: ResNet-18's 17 BN+ReLU layers, 8 blocks, each time.
+    const auto got = ran();
+    if (path == FusionPath::Unfused) EXPECT_EQ(got.runs.bn + got.runs.normconv, 0);
+    if (path == FusionPath::Bn || path == FusionPath::BnFold) EXPECT_EQ(got.runs.bn, 17 * 4);
+    if (path == FusionPath::BnFold) EXPECT_EQ(got.fold.epilogue + got.fold.dgrad_then_add + got.fold.at_tap, 8 * 4);
+    if (path == FusionPath::NormConv) EXPECT_EQ(got.runs.normconv, 8 * 4);
     return losses;
   };
-  const auto unfused = curve(Fusion::None);
+  const auto unfused = curve(FusionPath::Unfused);
   double b = 0;
   for (size_t i = 180; i < 200; ++i) b += unfused[i];
   EXPECT_LT(b / 20, 0.7 * unfused.front()) << "the task is learnable";
-  // Part 2 alone (the default) and with part 3 (--norm-conv).
-  for (const auto fusion : {Fusion::Bn, Fusion::BnAndNormConv}) {
-    const auto fused = curve(fusion);
+  // The bound below means something only above the unfused run's own spread (cuDNN's algorithms, atomics).
+  const auto again = curve(FusionPath::Unfused);
+  double b2 = 0;
+  for (size_t i = 180; i < 200; ++i) b2 += again[i];
+  std::cout << "resnet18 amp, 200 graphed steps, unfused twice: last-20 mean loss " << b / 20 << " and " << b2 / 20
+            << "\n";
+  EXPECT_LE(std::abs(b2 - b) / b, 0.02) << "the unfused run does not repeat itself within the bound";
+  // Every path the step tuner may choose, and NormConv, which it may not until this passes.
+  for (const auto path : {FusionPath::Bn, FusionPath::BnFold, FusionPath::NormConv}) {
+    const auto fused = curve(path);
     double a = 0;
     for (size_t i = 180; i < 200; ++i) a += fused[i];
-    const std::string what = fusion == Fusion::Bn ? "BN+ReLU fused" : "BN+ReLU fused and NormConv blocks";
+    const std::string what = std::string("blocks ") + layers::path_name(path);
     std::cout << "resnet18 amp, 200 graphed steps, " << what << ": last-20 mean loss " << a / 20 << ", unfused "
               << b / 20 << " (first " << fused.front() << " / " << unfused.front() << ")\n";
     EXPECT_LE(std::abs(a - b) / b, 0.02) << what;

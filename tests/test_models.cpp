@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "io/state_dict.h"
 #include "export/onnx_export.h"
+#include "models/fusion.h"
 #include "models/graph.h"
 #include "kernels/bn_stats.h"
 #include "models/layers.h"
@@ -10,6 +11,7 @@
 #include "norm_conv_block.h"
 #include "models/registry.h"
 #include "test_util.h"
+#include "cudnn_devices.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -167,8 +169,8 @@ TEST(Models, FusedBnPlanNamesEveryLayerAndWhy) {
   auto c = gpu;
   c.dtype = torch::kBFloat16;
   EXPECT_EQ(reason(c), "");
-  c.enabled = false;
-  EXPECT_EQ(reason(c), "--no-fused-bn");
+  c.mode = layers::FusionMode::None;
+  EXPECT_EQ(reason(c), "--fusion none");
   c = gpu, c.cuda = false;
   EXPECT_EQ(reason(c), "not on CUDA");
   c = gpu, c.dtype = torch::kFloat;
@@ -191,27 +193,62 @@ TEST(Models, FusedBnPlanNamesEveryLayerAndWhy) {
   EXPECT_NE(layers::cudnn_fused_bn_refusal(torch::kFloat).find("not fp32"), std::string::npos);
 }
 
-// Where the fused path cannot run (here: the CPU), forward_fused is the three ops it replaces, and training with
-// the fused path switched on changes nothing: outputs, gradients and running statistics bit for bit.
+// ResNet-18's training forward with every BN, residual add and ReLU written out as ATen ops (batch_norm, add, relu)
+// over `m`'s own convolutions, parameters and buffers, as nn.BatchNorm2d and torchvision's blocks compute them: the
+// reference the fused path's CPU fallback is held to.
+at::Tensor resnet18_by_ops(torch::nn::Module& m, const at::Tensor& x) {
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> by;
+  for (const auto& item : m.named_modules("", /*include_self=*/false)) by[item.key()] = item.value();
+  auto conv = [&](const std::string& n, const at::Tensor& t) {
+    return by.at(n)->as<layers::Conv2dImpl>()->torch::nn::Conv2dImpl::forward(t);
+  };
+  auto bn = [&](const std::string& n, const at::Tensor& t) {
+    auto* b = by.at(n)->as<layers::BatchNorm2dImpl>();
+    {
+      torch::NoGradGuard no_grad;
+      b->num_batches_tracked.add_(1);
+    }
+    return at::batch_norm(t, b->weight, b->bias, b->running_mean, b->running_var, /*training=*/true, 0.1,
+                          b->options.eps(), /*cudnn_enabled=*/false);
+  };
+  auto t = at::max_pool2d(at::relu(bn("bn1", conv("conv1", x))), {3, 3}, {2, 2}, {1, 1});
+  for (int s = 1; s <= 4; ++s) {
+    for (int k = 0; k < 2; ++k) {
+      const std::string p = "layer" + std::to_string(s) + "." + std::to_string(k) + ".";
+      const auto y = bn(p + "bn2", conv(p + "conv2", at::relu(bn(p + "bn1", conv(p + "conv1", t)))));
+      const auto shortcut = by.count(p + "downsample.0") ? bn(p + "downsample.1", conv(p + "downsample.0", t)) : t;
+      t = at::relu(at::add(y, shortcut));
+    }
+  }
+  auto* fc = by.at("fc")->as<torch::nn::LinearImpl>();
+  return at::linear(at::adaptive_avg_pool2d(t, {1, 1}).flatten(1), fc->weight, fc->bias);
+}
+
+// Where the fused path cannot run (here: the CPU), forward_fused falls back to the three ops it replaces: a ResNet-18
+// training step with every marked BN switched to the fused path equals the step written out with ATen's batch_norm,
+// add and relu (resnet18_by_ops), outputs, gradients and running statistics bit for bit.
 TEST(Models, FusedBnFallsBackToTheSameOpsOffCuda) {
   auto make = [] {
     torch::manual_seed(3);
     return build_model(find_architecture("resnet18"), classes(10));
   };
-  auto plain = make(), switched = make();
+  auto written = make(), switched = make();
   EXPECT_EQ(layers::set_fused_batchnorm(*switched, true), 17);
   const auto x = torch::randn({4, 3, 32, 32}).contiguous(at::MemoryFormat::ChannelsLast);
-  const auto a = plain->forward(x), b = switched->forward(x);
+  written->train();
+  switched->train();
+  const auto a = resnet18_by_ops(*written, x), b = switched->forward(x);
   a.sum().backward();
   b.sum().backward();
-  EXPECT_TRUE(torch::equal(a, b));
-  const auto pa = plain->named_parameters(), pb = switched->named_parameters();
+  EXPECT_TRUE(torch::equal(a, b)) << (a - b).abs().max().item<double>();
+  const auto pa = written->named_parameters(), pb = switched->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
   for (std::size_t i = 0; i < pa.size(); ++i) {
     const auto &ga = pa[i].value().grad(), &gb = pb[i].value().grad();
     ASSERT_TRUE(ga.defined() && gb.defined()) << pa[i].key() << ": every parameter has a gradient";
     EXPECT_TRUE(torch::equal(ga, gb)) << pa[i].key();
   }
-  const auto ba = plain->named_buffers(), bb = switched->named_buffers();
+  const auto ba = written->named_buffers(), bb = switched->named_buffers();
   for (std::size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(torch::equal(ba[i].value(), bb[i].value())) << ba[i].key();
 
   // One layer, against relu(batch_norm(x) + z) written out.
@@ -376,18 +413,6 @@ TEST(Models, NormConvGraphsAreValidCudnnGraphs) {
   EXPECT_NE(layers::norm_conv::check_graphs(bad), "");
 }
 
-// An NVIDIA H100 80GB HBM3 (SXM), as cuDNN's DeviceProperties::serialize writes one (its JSON keys): compute
-// capability 9.0, 132 SMs, 50 MiB of L2, 227 KiB of opt-in shared memory per block, the CUDA 13.0 driver; the
-// device tool's H100 (KINDS.md: 132 multiprocessors, 50 MB of L2, 81,559 MiB).
-constexpr const char* kH100 =
-    R"({"maxGridSize": [2147483647, 65535, 65535], "maxBlockSize": [1024, 1024, 64], "regsPerBlock": 65536, )"
-    R"("multiProcessorCount": 132, "warpSize": 32, "maxSharedMemoryPerBlock": 49152, )"
-    R"("maxSharedMemoryPerBlockOptin": 232448, "reservedSharedMemoryPerBlock": 1024, "maxRegistersPerSM": 65536, )"
-    R"("maxCtasPerSM": 32, "maxThreadsPerBlock": 1024, "maxThreadsPerSM": 2048, "pciDeviceId": 9008, )"
-    R"("isTccDriver": 0, "supportCoopLaunch": 1, "totalGlobalMem": 85031714816, "smClockRateKHz": 1980000, )"
-    R"("memClockRateKHz": 2619000, "l2CacheSize": 52428800, "cudaDeviceId": 0, "deviceVer": 900, )"
-    R"("driverVer": 13000, "deviceName": "NVIDIA H100 80GB HBM3"})";
-
 // cuDNN (the wheels' 9.24) plans every graph of a ResNet-50 and a ResNet-18 training step at batch 256 in fp16
 // for an H100, without one: heuristics, support check and plan build, deviceless. The GPU machine's cuDNN (9.19)
 // may choose other engines; whether they run is the GPU's to say. In bfloat16 it finds none: why the plan refuses
@@ -412,55 +437,97 @@ TEST(Models, NormConvPlansBuildForAnH100) {
     ConvGeometry g;
     g.n = 256, g.c = c.c, g.h = c.hw, g.w = c.hw, g.k = c.k, g.r = c.r, g.s = c.r, g.stride = c.stride, g.pad = c.r / 2;
     g.dtype = at::kHalf;
-    EXPECT_EQ(layers::norm_conv::check_plans(g, c.prologue, kH100, 90), "") << g.str();
+    EXPECT_EQ(layers::norm_conv::check_plans(g, c.prologue, test::kH100, 90), "") << g.str();
   }
   ConvGeometry bf16;
   bf16.n = 256, bf16.c = 64, bf16.h = 56, bf16.w = 56, bf16.k = 64, bf16.r = 3, bf16.s = 3, bf16.pad = 1;
   bf16.dtype = at::kBFloat16;
-  EXPECT_NE(layers::norm_conv::check_plans(bf16, true, kH100, 90), "") << "cuDNN found bf16 engines: lift the refusal";
+  EXPECT_NE(layers::norm_conv::check_plans(bf16, true, test::kH100, 90), "") << "cuDNN found bf16 engines: lift the refusal";
 }
 
-// Which residual blocks train as NormConv (layers::norm_conv_plan), and why the others do not.
-TEST(Models, NormConvPlanNamesEveryBlockAndWhy) {
+// Which path each residual block can train on (layers::FusionTunable::path_refusal) and which one it runs before any
+// timing (set_default_paths), named with why the others are not taken.
+TEST(Models, BlockPathsNameEveryBlockAndWhy) {
+  using layers::FusionMode;
+  using layers::FusionPath;
   layers::ShapesOnly shapes_only;
   ModelOptions listing;
   listing.initialize = false;
   layers::FusedBnContext gpu;
   gpu.cuda = true;
   gpu.dtype = torch::kHalf;
-  auto count_on = [](const std::vector<layers::NormConvEntry>& plan) {
-    return std::count_if(plan.begin(), plan.end(), [](const auto& e) { return e.refusal.empty(); });
+  auto able = [](torch::nn::Module& model, FusionPath p, const layers::FusedBnContext& c) {
+    int n = 0;
+    for (const auto& [name, block] : layers::tunable_blocks(model)) n += block->path_refusal(p, c).empty() ? 1 : 0;
+    return n;
+  };
+  auto first = [](torch::nn::Module& model, FusionPath p, const layers::FusedBnContext& c) {
+    return layers::tunable_blocks(model).front().second->path_refusal(p, c);
   };
   auto resnet50 = build_model(find_architecture("resnet50"), listing);
-  auto plan = layers::norm_conv_plan(*resnet50, gpu);
-  ASSERT_EQ(plan.size(), 16u);
-  EXPECT_EQ(count_on(plan), 16);
-  EXPECT_EQ(plan.front().name, "layer1.0");
-  EXPECT_EQ(layers::describe_norm_conv_plan(plan), "16 of 16 residual blocks as NormConv (BN statistics in the convolutions)");
-  EXPECT_EQ(layers::set_norm_conv(*resnet50, gpu), 16);
+  const auto blocks = layers::tunable_blocks(*resnet50);
+  ASSERT_EQ(blocks.size(), 16u);
+  EXPECT_EQ(blocks.front().first, "layer1.0");
+  EXPECT_EQ(blocks.back().first, "layer4.2");
+  for (const auto p : layers::all_fusion_paths()) EXPECT_EQ(able(*resnet50, p, gpu), 16) << layers::path_name(p);
   auto resnet18 = build_model(find_architecture("resnet18"), listing);
-  EXPECT_EQ(count_on(layers::norm_conv_plan(*resnet18, gpu)), 8);
+  EXPECT_EQ(able(*resnet18, FusionPath::NormConv, gpu), 8);
   auto resnext = build_model(find_architecture("resnext50_32x4d"), listing);
-  const auto rx = layers::norm_conv_plan(*resnext, gpu);
-  EXPECT_EQ(count_on(rx), 0);
-  EXPECT_NE(rx.front().refusal.find("grouped convolution (ResNeXt)"), std::string::npos) << rx.front().refusal;
+  EXPECT_EQ(able(*resnext, FusionPath::NormConv, gpu), 0);
+  EXPECT_EQ(able(*resnext, FusionPath::BnFold, gpu), 16);
+  EXPECT_NE(first(*resnext, FusionPath::NormConv, gpu).find("grouped convolution (ResNeXt)"), std::string::npos);
   auto se = build_model(find_architecture("se_resnext101_32x4d"), listing);
-  const auto sp = layers::norm_conv_plan(*se, gpu);
-  EXPECT_NE(sp.front().refusal.find("SE gate"), std::string::npos) << sp.front().refusal;
+  EXPECT_NE(first(*se, FusionPath::NormConv, gpu).find("SE gate"), std::string::npos);
+  EXPECT_EQ(first(*se, FusionPath::Bn, gpu), "");
+
   auto c = gpu;
-  c.norm_conv = false;
-  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--norm-conv not given");
-  c = gpu, c.enabled = false;
-  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "--no-fused-bn");
+  c.mode = FusionMode::Bn;
+  EXPECT_EQ(first(*resnet50, FusionPath::NormConv, c), "--fusion bn");
+  c.mode = FusionMode::None;
+  EXPECT_EQ(first(*resnet50, FusionPath::Bn, c), "--fusion none");
+  EXPECT_EQ(first(*resnet50, FusionPath::NormConv, c), "--fusion none");
+  EXPECT_EQ(first(*resnet50, FusionPath::Unfused, c), "");
   c = gpu, c.dtype = torch::kFloat;
-  EXPECT_NE(layers::norm_conv_plan(*resnet50, c).front().refusal.find("fp32 activations"), std::string::npos);
+  EXPECT_NE(first(*resnet50, FusionPath::BnFold, c).find("fp32 activations"), std::string::npos);
   c.dtype = torch::kBFloat16;
-  EXPECT_EQ(layers::norm_conv_plan(*resnet50, c).front().refusal, "bfloat16 (cuDNN's fused convolution engines take fp16)");
-  EXPECT_EQ(layers::set_norm_conv(*resnet50, c), 0);
+  EXPECT_EQ(first(*resnet50, FusionPath::NormConv, c), "bfloat16 (cuDNN's fused convolution engines take fp16)");
+  EXPECT_EQ(first(*resnet50, FusionPath::Bn, c), "");
   // Part 2's probe is not part 3's: a cuDNN that refused the fused BN kernels may still run the graphs.
   c = gpu, c.cudnn_refusal = "cuDNN 91900 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED";
-  EXPECT_EQ(count_on(layers::norm_conv_plan(*resnet50, c)), 16);
-  EXPECT_EQ(layers::describe_norm_conv_plan(layers::norm_conv_plan(*build_model(find_architecture("gpunet-0"), listing), gpu)), "");
+  EXPECT_EQ(first(*resnet50, FusionPath::Bn, c), c.cudnn_refusal);
+  EXPECT_EQ(able(*resnet50, FusionPath::NormConv, c), 16);
+
+  // Before timing: auto takes the verified fused path (NormConv's numerics are not), a forced mode its own.
+  EXPECT_NE(layers::unverified(FusionPath::NormConv, torch::kHalf), "");
+  EXPECT_EQ(layers::set_default_paths(*resnet50, gpu), 16);
+  EXPECT_EQ(layers::describe_block_paths(*resnet50, gpu), "16 of 16 residual blocks fused: 16 bn");
+  c = gpu, c.mode = FusionMode::NormConv;
+  EXPECT_EQ(layers::set_default_paths(*resnet50, c), 16);
+  EXPECT_EQ(layers::describe_block_paths(*resnet50, c), "16 of 16 residual blocks fused: 16 normconv");
+  c.mode = FusionMode::None;
+  EXPECT_EQ(layers::set_default_paths(*resnet50, c), 0);
+  EXPECT_EQ(layers::describe_block_paths(*resnet50, c),
+            "0 of 16 residual blocks fused; unfused: 16 for --fusion none (layer1.0, ...)");
+  c = gpu, c.cuda = false;
+  EXPECT_EQ(layers::set_default_paths(*resnext, c), 0);
+  EXPECT_EQ(layers::describe_block_paths(*resnext, c),
+            "0 of 16 residual blocks fused; unfused: 16 for not on CUDA (layer1.0, ...)");
+  c = gpu, c.mode = FusionMode::NormConv;
+  EXPECT_EQ(layers::set_default_paths(*resnext, c), 0) << "NormConv forced where it cannot run: unfused, not Bn";
+  EXPECT_EQ(layers::describe_block_paths(*build_model(find_architecture("gpunet-0"), listing), gpu), "");
+
+  // The ranks of a data-parallel run agree through this tensor.
+  layers::set_default_paths(*resnet50, gpu);
+  auto paths = layers::block_paths(*resnet50);
+  paths[3] = static_cast<std::int64_t>(FusionPath::BnFold);
+  layers::set_block_paths(*resnet50, paths);
+  EXPECT_EQ(layers::tunable_blocks(*resnet50)[3].second->path(), FusionPath::BnFold);
+  EXPECT_TRUE(torch::equal(layers::block_paths(*resnet50), paths));
+  EXPECT_THROW(layers::set_block_paths(*resnet50, paths.narrow(0, 0, 15)), Error);
+  paths[0] = 9;
+  EXPECT_THROW(layers::set_block_paths(*resnet50, paths), Error);
+  EXPECT_THROW(layers::parse_fusion_mode("fast"), Error);
+  EXPECT_EQ(layers::parse_fusion_mode("normconv"), FusionMode::NormConv);
 }
 
 // A stand-in for the cuDNN backend: says no to every conv (so conv_bn_act computes the ops) or yes with a sentinel
@@ -590,7 +657,7 @@ TEST(Models, FusedConvPlansBuildForAnH100) {
                         const at::Tensor& residual) const override {
       layers::norm_conv::ConvAct c;
       auto why = layers::fused_conv_shape_refusal(conv, x.sizes(), at::kHalf, act, residual.defined(), c);
-      if (why.empty()) why = layers::norm_conv::check_conv_act_plans(c, kH100, 90);
+      if (why.empty()) why = layers::norm_conv::check_conv_act_plans(c, test::kH100, 90);
       sites[&conv] = {why, act, residual.defined()};
       return "planned";  // the ops compute the pass
     }

@@ -29,8 +29,11 @@ class TimedTrainStep {
   // `input`: the normalised batch on the device; `labels` there too.
   virtual void run(const at::Tensor& input, const at::Tensor& labels) = 0;
   virtual bool graphed() const = 0;  // replayed as one CUDA graph
-  // Which BatchNorm layers run fused with their ReLU and residual add (runtime::set_fused_batchnorm's account).
+  // Which BatchNorm layers and blocks run fused (runtime::describe_fusion's account).
   virtual std::string fused_bn() const = 0;
+  // What the step tuner chose at the first step, and its own seconds (runtime::tune_fusion): "" and 0 before.
+  virtual std::string tuning() const = 0;
+  virtual double tuning_seconds() const = 0;
   // The data-parallel all-reduce's figures; null without a group.
   virtual const distributed::ReducerStats* sync_stats() const = 0;
 };
@@ -51,8 +54,8 @@ struct ModelBenchOptions {
   std::vector<std::int64_t> graph_batch_sizes;  // inference on CUDA: declared graph sizes (empty: each on first use)
   double graph_memory_mb = 4096;
   bool fused_conv = true;  // inference on CUDA graphs with fold_bn: conv+bias+act as one cuDNN graph (--no-fused-conv)
-  bool fused_bn = true;    // training: BN+ReLU and BN+add+ReLU as one cuDNN call where the run allows it
-  bool norm_conv = false;  // training, with fused_bn: residual blocks as NormConv (models/norm_conv.h; --norm-conv)
+  std::string fusion = "auto";  // training: --fusion (models/fusion.h): auto | none | bn | normconv
+  std::string tuning_cache;     // training: --tuning-cache ("": the default file; none: no file)
   // Training: after the timed iterations of the last batch size, this many more steps under LibTorch's profiler
   // (Kineto: host ops and GPU kernels), its Chrome trace written to `profile` (bench/profile_families.py reads it).
   std::string profile;
@@ -88,6 +91,9 @@ struct BenchRow {
   std::int64_t largest_fitting = 0;  // set when it does not fit (0: not even batch 1)
   bool cuda_graph = false;
   std::string fused_bn;  // training: TimedTrainStep::fused_bn
+  std::string tuning;    // training: TimedTrainStep::tuning
+  double tuning_s = 0;   // training: the tuner's time inside the first step
+  double first_step_s = 0;  // training: the first step, synchronised (tuning, cuDNN's plans, the capture)
   double peak_memory_mb = 0;  // CUDA: the most the caching allocator held allocated during the row (warm-up included)
   // Inference on CUDA: the GPU's time per forward pass, CUDA events around it (the copy into the graph's input, the
   // replay, the logits' copy), as trtexec's "GPU Compute Time"; and which graphs the engine held.

@@ -12,6 +12,7 @@
 #include "distributed/launcher.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "models/fusion.h"
 #include "models/registry.h"
 #include "train/bench_step.h"
 
@@ -179,7 +180,7 @@ struct BenchModelArgs {
   std::vector<std::string> engines{"auto"};
   std::string checkpoint;
   bool as_float = false, arch_given = false;
-  bool no_cuda_graph = false, no_fused_bn = false, norm_conv = false;
+  bool no_cuda_graph = false;
   bool infer_graphs = true;  // bench infer's --no-cuda-graph (add_graph_options)
   distributed::LaunchOptions launch;
 };
@@ -277,8 +278,7 @@ void run_bench_model(BenchModelArgs& a) {
     }
   }
   o.cuda_graph = o.train ? !a.no_cuda_graph : a.infer_graphs;
-  o.fused_bn = !a.no_fused_bn;
-  o.norm_conv = a.norm_conv;
+  (void)layers::parse_fusion_mode(o.fusion);
   std::unique_ptr<distributed::Group> group;
   if (worker && (worker->world_size > 1 || std::getenv(kBenchGroup))) {
     group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");
@@ -343,11 +343,16 @@ void add_model_bench(CLI::App& bench, bool train) {
       ->capture_default_str();
   if (train) {
     cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run the step eagerly instead of replaying a CUDA graph");
-    cmd->add_flag("--no-fused-bn", args->no_fused_bn,
-                  "Run BN, the residual add and ReLU as separate ops instead of one cuDNN call (as train's --no-fused-bn)");
-    cmd->add_flag("--norm-conv,!--no-norm-conv", args->norm_conv,
-                  "With the fused BN+ReLU, run each residual block with its BN statistics in the convolutions "
-                  "(as train's --norm-conv; off by default: slower than the fused BN+ReLU alone on an H100)");
+    cmd->add_option("--fusion", o.fusion,
+                    "auto (each residual block's verified paths timed at the first step, the fastest kept and cached) "
+                    "| none | bn | normconv, as train's --fusion")
+        ->capture_default_str();
+    cmd->add_option("--tuning-cache", o.tuning_cache,
+                    "--fusion auto's cache of timed choices (default: $XDG_CACHE_HOME/convnets/tuning.json; none: no "
+                    "file), as train's");
+    cmd->add_flag_callback("--no-fused-bn", [&o] { o.fusion = "none"; }, "--fusion none");
+    cmd->add_flag_callback("--norm-conv", [&o] { o.fusion = "normconv"; }, "--fusion normconv");
+    cmd->add_flag_callback("--no-norm-conv", [&o] { o.fusion = "bn"; }, "--fusion bn");
     cmd->add_option("--profile", o.profile,
                     "After timing the last batch size, profile more steps (Kineto: host ops, GPU kernels) into this "
                     "Chrome trace file (bench/profile_families.py sums its kernels by family)");

@@ -438,6 +438,11 @@ void add_train_command(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)  // the last flag wins, as for every other flag
       ->type_name("[DIR]");
   cmd->add_flag_callback("--no-tensorboard", [args] { args->flags["tensorboard"] = false; }, "turn off --tensorboard");
+  // The switches --fusion replaced, with their meaning: what scripts written before it still pass.
+  cmd->add_flag_callback("--no-fused-bn", [args] { args->flags["fusion"] = "none"; }, "--fusion none");
+  cmd->add_flag_callback("--fused-bn", [args] { args->flags["fusion"] = "bn"; }, "--fusion bn");
+  cmd->add_flag_callback("--norm-conv", [args] { args->flags["fusion"] = "normconv"; }, "--fusion normconv");
+  cmd->add_flag_callback("--no-norm-conv", [args] { args->flags["fusion"] = "bn"; }, "--fusion bn");
   static const std::map<std::string, std::string> dle_aliases = {
       {"arch", "-a,--model"},   {"batch_size", "-b"}, {"workers", "-j"},     {"print_freq", "-p"},
       {"weight_decay", "--wd"}, {"lr", "--learning-rate"}, {"ema", "--use-ema,--model-ema-decay"}, {"top_k", "--topk"},

@@ -28,7 +28,7 @@ using Graph = fe::graph::Graph;
 using Tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
 using TA = fe::graph::Tensor_attributes;
 
-enum class Kind { ConvGenstats, SbrConvGenstats, DgradDreluDbn, SbrWgrad, ConvBiasAct };
+enum class Kind { ConvGenstats, SbrConvGenstats, DgradDreluDbn, SbrWgrad, ConvBiasAct, DgradAdd };
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -36,6 +36,7 @@ const char* kind_name(Kind k) {
     case Kind::SbrConvGenstats: return "scale-bias-relu+conv+genstats";
     case Kind::DgradDreluDbn: return "dgrad+drelu+dbn_weight";
     case Kind::ConvBiasAct: return "conv+bias+act";
+    case Kind::DgradAdd: return "dgrad+add";
     default: return "scale-bias-relu+wgrad";
   }
 }
@@ -47,6 +48,7 @@ enum Uid : std::int64_t {
   kEqScaleDy, kEqScaleX, kEqBias,                            // dbn_weight's coefficients (unused here)
   kDw,                                                       // wgrad
   kConvBias, kResidual,                                      // inference's conv+bias+act
+  kDx,                                                       // dgrad+add (kDy, kW, kResidual: the addend)
 };
 
 fe::DataType_t io_type(at::ScalarType t) {
@@ -126,6 +128,16 @@ std::shared_ptr<Graph> describe(Kind kind, const ConvGeometry& c, const Epilogue
     as_output(eq_dy, kEqScaleDy, pc, pcs, f32);
     as_output(eq_x, kEqScaleX, pc, pcs, f32);
     as_output(eq_bias, kEqBias, pc, pcs, f32);
+  } else if (kind == Kind::DgradAdd) {
+    // The block input's gradient: the convolution's dgrad, with the other consumer's gradient added in fp32 before
+    // the one write.
+    auto dy = nhwc(*g, "dy", kDy, c.n, c.k, oh, ow);
+    auto dgrad = g->conv_dgrad(dy, filters, fe::graph::Conv_dgrad_attributes().set_name("dgrad").set_padding(pad)
+                                                .set_stride(stride).set_dilation(dilation));
+    dgrad->set_dim({c.n, c.c, c.h, c.w}).set_stride({c.c * c.h * c.w, 1, c.c * c.w, c.c});
+    auto dx = g->pointwise(dgrad, nhwc(*g, "addend", kResidual, c.n, c.c, c.h, c.w),
+                           fe::graph::Pointwise_attributes().set_name("add").set_mode(fe::PointwiseMode_t::ADD));
+    as_output(dx, kDx, {c.n, c.c, c.h, c.w}, {c.c * c.h * c.w, 1, c.c * c.w, c.c}, io);
   } else if (kind == Kind::ConvBiasAct) {
     auto x = nhwc(*g, "x", kX, c.n, c.c, c.h, c.w);
     auto y = g->conv_fprop(x, filters, fe::graph::Conv_fprop_attributes().set_name("conv").set_padding(pad)
@@ -206,7 +218,7 @@ std::shared_ptr<const Plan> plan(Kind kind, const ConvGeometry& c, const Epilogu
   auto p = lookup(kind, c, e);
   if (!p->graph) {
     throw Error(p->failure, kind == Kind::ConvBiasAct ? "run with --no-fused-conv to keep the convolutions unfused"
-                                                      : "train without --norm-conv to keep these blocks on the fused "
+                                                      : "train with --fusion bn to keep these blocks on the fused "
                                                         "BN+ReLU path");
   }
   return p;
@@ -378,6 +390,26 @@ void conv_bias_act(const ConvAct& c, const at::Tensor& x, const at::Tensor& w, c
 
 std::string check_conv_act_plans(const ConvAct& c, const std::string& device_json, int sm_version) {
   return plan_deviceless(c.g, {Kind::ConvBiasAct}, {c.act, c.residual}, device_json, sm_version);
+}
+
+std::string dgrad_add_refusal(const ConvGeometry& g) {
+  const auto p = lookup(Kind::DgradAdd, g);
+  return p->graph ? "" : p->failure;
+}
+
+void dgrad_add(const ConvGeometry& g, const at::Tensor& dy, const at::Tensor& w, const at::Tensor& addend,
+               const at::Tensor& dx) {
+  check_layout(dy, "dy", g.dtype);
+  check_layout(w, "w", g.dtype);
+  check_layout(addend, "addend", g.dtype);
+  check_layout(dx, "dx", g.dtype);
+  std::unordered_map<std::int64_t, void*> pack{
+      {kDy, dy.data_ptr()}, {kW, w.data_ptr()}, {kResidual, addend.data_ptr()}, {kDx, dx.data_ptr()}};
+  execute(Kind::DgradAdd, g, pack, dy);
+}
+
+std::string check_dgrad_add_plans(const ConvGeometry& g, const std::string& device_json, int sm_version) {
+  return plan_deviceless(g, {Kind::DgradAdd}, {}, device_json, sm_version);
 }
 
 std::size_t cached_plans() {

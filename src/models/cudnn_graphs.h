@@ -86,6 +86,17 @@ void conv_bias_act(const ConvAct& c, const at::Tensor& x, const at::Tensor& w, c
 // check_plans's question for this graph: "" when cuDNN plans it for the described device.
 std::string check_conv_act_plans(const ConvAct& c, const std::string& device_json, int sm_version);
 
+// ---- Training: a block input's gradient summed as the convolution's dgrad writes it (models/grad_fold.h) ----
+
+// "" where cuDNN has an engine for dx = dgrad(dy, w) + addend of the convolution `g` on this device (its plan built
+// and cached; inside a capture only a plan built before counts), else what cuDNN said.
+std::string dgrad_add_refusal(const ConvGeometry& g);
+// dy: the conv's output gradient; addend and dx: its input's shape; all channels-last in g.dtype.
+void dgrad_add(const ConvGeometry& g, const at::Tensor& dy, const at::Tensor& w, const at::Tensor& addend,
+               const at::Tensor& dx);
+// check_plans's question for this graph: "" when cuDNN plans it for the described device.
+std::string check_dgrad_add_plans(const ConvGeometry& g, const std::string& device_json, int sm_version);
+
 // How many plans the cache holds (each a graph built for one shape on one cuDNN handle).
 std::size_t cached_plans();
 

@@ -1,6 +1,7 @@
 #include "models/layers.h"
 
 #include "core/error.h"
+#include "models/fusion.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
@@ -174,9 +175,6 @@ struct FusedBnReluFunction : public torch::autograd::Function<FusedBnReluFunctio
   }
 };
 
-bool is_fused_dtype(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
-
-const char* dtype_name(at::ScalarType t) { return t == at::kBFloat16 ? "bfloat16" : t == at::kHalf ? "fp16" : "fp32"; }
 
 std::mutex probe_mutex;
 std::map<at::ScalarType, std::string> probe_verdicts;  // dtype -> cudnn_fused_bn_refusal's answer
@@ -191,7 +189,7 @@ std::optional<std::string> cached_probe(at::ScalarType dtype) {
 // The tensors forward_fused is given meet what FusedBnContext promised (a residual of another layout, fp32
 // parameters turned half by hand, a batch of one pixel: the three-op path takes them).
 bool fused_bn_takes(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight) {
-  if (!x.is_cuda() || x.dim() != 4 || !is_fused_dtype(x.scalar_type()) ||
+  if (!x.is_cuda() || x.dim() != 4 || !is_half_dtype(x.scalar_type()) ||
       !x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.size(1) % 4 != 0 ||
       x.size(0) * x.size(2) * x.size(3) < 2 || weight.scalar_type() != at::kFloat || x.numel() >= INT32_MAX) {
     return false;
@@ -218,8 +216,10 @@ class CudnnFusedBn final : public FusedBnBackend {
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& bias,
                      at::Tensor running_mean, at::Tensor running_var, double momentum, double eps) const override {
-    return FusedBnReluFunction::apply(x, residual.defined() ? std::optional<at::Tensor>(residual) : std::nullopt, weight,
-                                      bias, running_mean, running_var, momentum, eps);
+    auto y = FusedBnReluFunction::apply(x, residual.defined() ? std::optional<at::Tensor>(residual) : std::nullopt,
+                                        weight, bias, running_mean, running_var, momentum, eps);
+    note_fused_run(FusedRun::Bn);
+    return y;
   }
   bool capturing() const override {
     return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
@@ -239,7 +239,7 @@ std::string cudnn_fused_bn_refusal(at::ScalarType dtype) {
                   c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
               "cudnn_fused_bn_refusal: a first probe inside a CUDA graph capture would be recorded into the graph");
   std::string why;
-  if (!is_fused_dtype(dtype)) {
+  if (!is_half_dtype(dtype)) {
     why = std::string("cuDNN's fused BN kernels take fp16 or bfloat16, not ") + dtype_name(dtype);
   } else {
     try {

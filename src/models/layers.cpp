@@ -260,9 +260,7 @@ void BatchNorm2dImpl::reset() {
 }
 
 
-namespace {
-
-bool is_fused_dtype(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+bool is_half_dtype(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 const char* dtype_name(at::ScalarType t) {
   switch (t) {
@@ -273,6 +271,8 @@ const char* dtype_name(at::ScalarType t) {
     default: return "this dtype";
   }
 }
+
+namespace {
 
 // Installed by the CUDA build's models/fused_bn.cpp (through runtime::set_fused_batchnorm); none in a build of the
 // models alone (the fuzz targets), where forward_fused is always the three ops.
@@ -339,13 +339,16 @@ torch::Tensor conv_bn_act(Conv2dImpl& conv, BatchNorm2dImpl& bn, const torch::Te
     }
     conv.fused_failure = std::move(why);
   }
-  auto y = conv.forward(x);
+  return bn_act(bn, conv.forward(x), act, residual);
+}
+
+torch::Tensor bn_act(BatchNorm2dImpl& bn, const torch::Tensor& y, Activation act, const torch::Tensor& residual) {
   if (act == Activation::ReLU && bn.fusion() == (residual.defined() ? BnFusion::AddRelu : BnFusion::Relu)) {
     return bn.forward_fused(y, residual);
   }
-  y = bn.forward(y);
-  if (residual.defined()) y = y + residual;
-  return activate(y, act);
+  auto z = bn.forward(y);
+  if (residual.defined()) z = z + residual;
+  return activate(z, act);
 }
 
 int set_fused_inference(torch::nn::Module& module, bool on) {
@@ -429,124 +432,6 @@ torch::Tensor BatchNorm2dImpl::forward_fused(const torch::Tensor& input, const t
   auto y = forward(input);
   if (residual.defined()) y = y + residual;
   return torch::relu(y);
-}
-
-std::string fused_bn_refusal(const FusedBnContext& c, BnFusion fusion, std::int64_t channels, bool synchronized) {
-  if (fusion == BnFusion::None) return "no ReLU after it";
-  if (!c.enabled) return "--no-fused-bn";
-  if (!c.training) return "inference (BN is folded or runs as cuDNN's inference BN)";
-  if (!c.cuda) return "not on CUDA";
-  if (synchronized) return "synchronized BN (--sync-bn) keeps its own path";
-  if (!is_fused_dtype(c.dtype)) {
-    return std::string(dtype_name(c.dtype)) + " activations (the fused kernels take fp16 or bfloat16: --precision amp or bf16)";
-  }
-  if (!c.channels_last) return "NCHW activations (the fused kernels take NHWC: --memory-format nhwc)";
-  if (channels % 4 != 0) return std::to_string(channels) + " channels (cuDNN's fused kernels need a multiple of 4)";
-  if (!c.cudnn_refusal.empty()) return c.cudnn_refusal;
-  return "";
-}
-
-std::vector<FusedBnLayer> fused_bn_plan(torch::nn::Module& module, const FusedBnContext& context) {
-  std::vector<FusedBnLayer> plan;
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    const auto* bn = dynamic_cast<const BatchNorm2dImpl*>(item.value().get());
-    if (!bn) continue;
-    FusedBnLayer l;
-    l.name = item.key();
-    l.fusion = bn->fusion();
-    l.channels = bn->options.num_features();
-    l.refusal = fused_bn_refusal(context, l.fusion, l.channels, bn->synchronized());
-    plan.push_back(std::move(l));
-  }
-  return plan;
-}
-
-namespace {
-
-// "; not fused: 4 for REASON (first, ...); 1 for OTHER (name)": the refused entries grouped by reason, in the order
-// each reason first appears.
-std::string grouped_refusals(const std::vector<std::pair<std::string, std::string>>& refused_names,
-                             const char* lead) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
-  for (const auto& entry : refused_names) {
-    const std::string& reason = entry.second;
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == reason; });
-    if (it == groups.end()) it = groups.insert(groups.end(), {reason, {}});
-    it->second.push_back(entry.first);
-  }
-  std::ostringstream s;
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    const auto& [reason, names] = groups[i];
-    s << (i == 0 ? lead : "; ") << names.size() << " for " << reason << " (" << names.front();
-    if (names.size() > 1) s << ", " << (names.size() == 2 ? names[1] : "...");
-    s << ")";
-  }
-  return s.str();
-}
-
-}  // namespace
-
-std::string describe_fused_bn_plan(const std::vector<FusedBnLayer>& plan) {
-  int relu = 0, add_relu = 0;
-  std::vector<std::pair<std::string, std::string>> refused;
-  for (const auto& l : plan) {
-    if (l.refusal.empty()) {
-      (l.fusion == BnFusion::AddRelu ? add_relu : relu) += 1;
-    } else {
-      refused.emplace_back(l.name, l.refusal);
-    }
-  }
-  std::ostringstream s;
-  s << relu + add_relu << " of " << plan.size() << " BatchNorm layers fused (" << relu << " BN+ReLU, " << add_relu
-    << " BN+add+ReLU)" << grouped_refusals(refused, "; not fused: ");
-  return s.str();
-}
-
-std::vector<NormConvEntry> norm_conv_plan(torch::nn::Module& module, const FusedBnContext& context) {
-  std::vector<NormConvEntry> plan;
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    if (const auto* block = dynamic_cast<const NormConvCapable*>(item.value().get())) {
-      plan.push_back({item.key(), block->norm_conv_refusal(context)});
-    }
-  }
-  return plan;
-}
-
-std::string describe_norm_conv_plan(const std::vector<NormConvEntry>& plan) {
-  if (plan.empty()) return "";
-  int taken = 0;
-  std::vector<std::pair<std::string, std::string>> refused;
-  for (const auto& e : plan) {
-    if (e.refusal.empty()) ++taken;
-    else refused.emplace_back(e.name, e.refusal);
-  }
-  std::ostringstream s;
-  s << taken << " of " << plan.size() << " residual blocks as NormConv (BN statistics in the convolutions)"
-    << grouped_refusals(refused, "; not: ");
-  return s.str();
-}
-
-int set_norm_conv(torch::nn::Module& module, const FusedBnContext& context) {
-  int count = 0;
-  for (auto& m : module.modules(/*include_self=*/true)) {
-    if (auto* block = dynamic_cast<NormConvCapable*>(m.get())) {
-      const bool on = block->norm_conv_refusal(context).empty();
-      block->set_norm_conv(on);
-      count += on ? 1 : 0;
-    }
-  }
-  return count;
-}
-
-int set_fused_batchnorm(torch::nn::Module& module, bool on) {
-  int count = 0;
-  for (auto& m : module.modules(/*include_self=*/true)) {
-    if (auto* bn = dynamic_cast<BatchNorm2dImpl*>(m.get())) {
-      bn->set_fused(on);
-      if (bn->fusion() != BnFusion::None) ++count;
-    }
-  }
-  return count;
 }
 
 void BatchNorm2dImpl::pretty_print(std::ostream& stream) const {

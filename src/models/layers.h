@@ -137,7 +137,7 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   torch::Tensor forward_fused(const torch::Tensor& input, const torch::Tensor& residual = {});
   void set_fusion(BnFusion fusion) { fusion_ = fusion; }
   BnFusion fusion() const { return fusion_; }
-  // Off by default: training turns it on (set_fused_batchnorm) unless told not to (--no-fused-bn).
+  // Off by default: training turns it on (set_fused_batchnorm) unless the block runs unfused or --fusion none.
   void set_fused(bool on) { fused_ = on; }
   bool fused() const { return fused_; }
 
@@ -152,29 +152,6 @@ class BatchNorm2dImpl : public torch::nn::Cloneable<BatchNorm2dImpl> {
   std::string fused_failure_;  // what cuDNN said when it refused this layer's shape: the three ops from then on
 };
 TORCH_MODULE(BatchNorm2d);
-
-// What decides whether a BatchNorm2d's forward_fused runs as one cuDNN call, as known before the first step: a
-// training run's device, the activations' dtype (autocast's), their memory format, and whether cuDNN took a probe
-// call of the fused kernels in that dtype (cudnn_fused_bn_refusal; the CPU tests set it by hand).
-struct FusedBnContext {
-  bool enabled = true;           // --no-fused-bn: false (this and the blocks' NormConv below)
-  bool norm_conv = true;         // --no-norm-conv: false (the blocks keep part 2's fused BN+ReLU)
-  bool cuda = false;
-  bool training = true;
-  at::ScalarType dtype = at::kFloat;
-  bool channels_last = true;
-  std::string cudnn_refusal;     // "" where cuDNN ran the probe in `dtype` (or it was not asked)
-};
-
-// Why a BatchNorm of `channels` followed by `fusion` cannot run fused in `context`, or "" if it can. The same rule
-// forward_fused applies to the tensors it is given.
-std::string fused_bn_refusal(const FusedBnContext& context, BnFusion fusion, std::int64_t channels, bool synchronized);
-
-// cuDNN asked once per dtype (cached), with a tiny BN+add+ReLU forward and backward on the current CUDA device:
-// "" if it ran them, else what cuDNN said ("cuDNN 9.19.0 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED"). The
-// kernels exist for fp16 in every cuDNN 9; for bfloat16 only in some. Must not run while a CUDA graph is captured.
-// Defined with the kernels' calls in models/fused_bn.cpp.
-std::string cudnn_fused_bn_refusal(at::ScalarType dtype);
 
 // What forward_fused calls where it may fuse: the cuDNN implementation (models/fused_bn.cpp), installed once by
 // the CUDA build (runtime::set_fused_batchnorm does). The models alone (the fuzz targets, built without CUDA) have
@@ -195,41 +172,10 @@ void install_fused_bn_backend(const FusedBnBackend* backend);
 // The cuDNN backend (models/fused_bn.cpp).
 const FusedBnBackend& cudnn_fused_bn_backend();
 
-// One BatchNorm2d of a network and what happens to it.
-struct FusedBnLayer {
-  std::string name;       // its state_dict prefix: layer1.0.bn3
-  BnFusion fusion = BnFusion::None;
-  std::int64_t channels = 0;
-  std::string refusal;    // "" where it runs fused
-};
-// Every BatchNorm2d of `module` in registration order, with the rule applied.
-std::vector<FusedBnLayer> fused_bn_plan(torch::nn::Module& module, const FusedBnContext& context);
-// One line for the training run's start: "49 of 53 BatchNorm layers fused (33 BN+ReLU, 16 BN+add+ReLU); not
-// fused: 4 with no ReLU after them (layer1.0.downsample.1, ...)", the reasons grouped.
-std::string describe_fused_bn_plan(const std::vector<FusedBnLayer>& plan);
-// Turns the fused path of every BatchNorm2d in `module` on or off; returns how many have a fusion to run.
-int set_fused_batchnorm(torch::nn::Module& module, bool on);
-
-// A residual block that can train as one function with its BN statistics taken in its convolutions (NormConv:
-// models/norm_conv.h): the plan asks each why not, training switches them on.
-class NormConvCapable {
- public:
-  virtual ~NormConvCapable() = default;
-  virtual void set_norm_conv(bool on) = 0;
-  // Why this block cannot run so in `context` ("" if it can); after a CUDA step, also why its first CUDA forward
-  // fell back (cuDNN had no engine for a graph of its shape).
-  virtual std::string norm_conv_refusal(const FusedBnContext& context) const = 0;
-};
-
-struct NormConvEntry {
-  std::string name;     // the block's state_dict prefix: layer1.0
-  std::string refusal;  // "" where it runs as NormConv
-};
-std::vector<NormConvEntry> norm_conv_plan(torch::nn::Module& module, const FusedBnContext& context);
-// "16 of 16 residual blocks as NormConv" and the reasons of the others, grouped; "" for a network without such blocks.
-std::string describe_norm_conv_plan(const std::vector<NormConvEntry>& plan);
-// Switches NormConv on in each block whose refusal in `context` is empty, off in the others; returns how many are on.
-int set_norm_conv(torch::nn::Module& module, const FusedBnContext& context);
+// An activation dtype as the refusals name it: "fp16", "bfloat16", "fp32", "fp64".
+const char* dtype_name(at::ScalarType t);
+// fp16 or bfloat16: the activations the fused kernels take.
+bool is_half_dtype(at::ScalarType t);
 
 // act(x), the identity for Activation::None.
 torch::Tensor activate(const torch::Tensor& x, Activation act);
@@ -240,6 +186,8 @@ torch::Tensor activate(const torch::Tensor& x, Activation act);
 // training, a ReLU the BN was marked for (BnFusion) goes through bn.forward_fused; elsewhere the ops in that order.
 torch::Tensor conv_bn_act(Conv2dImpl& conv, BatchNorm2dImpl& bn, const torch::Tensor& x, Activation act,
                           const torch::Tensor& residual = {});
+// Its second half, act(bn(y) [+ residual]), for a block that computes the convolution itself.
+torch::Tensor bn_act(BatchNorm2dImpl& bn, const torch::Tensor& y, Activation act, const torch::Tensor& residual = {});
 
 // Whether a conv could run fused on an input of `sizes` in `dtype` (fp16 or bf16, NHWC) followed by `act` and
 // maybe a residual add, from its options alone: "" and `out` filled with the cuDNN graph's description, else why

@@ -483,15 +483,17 @@ at::Tensor forward(const Block& block, const at::Tensor& x, Backend backend) {
   }
   // The function's own ops pick their dtypes; autocast around it must not recast what they hand each other.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  return BlockFunction::apply(x, at::TensorList(params), reinterpret_cast<std::int64_t>(&block),
-                              static_cast<std::int64_t>(backend));
+  auto out = BlockFunction::apply(x, at::TensorList(params), reinterpret_cast<std::int64_t>(&block),
+                                  static_cast<std::int64_t>(backend));
+  if (backend == Backend::Cudnn) note_fused_run(FusedRun::NormConv);
+  return out;
 }
 
 std::string refusal(const FusedBnContext& context, const Block& block) {
   if (block.branch.empty()) return "no convolutions";
   const auto& last = *block.branch.back().bn;
   if (last.fusion() != BnFusion::AddRelu) return "its last BN is not followed by the residual add (an SE gate)";
-  if (context.enabled && !context.norm_conv) return "--norm-conv not given";
+  if (context.mode == FusionMode::Bn) return "--fusion bn";
   // Part 2's rules, but not its probe: these blocks run cuDNN's graph API, not the BN kernels the probe asked for.
   FusedBnContext c = context;
   c.cudnn_refusal.clear();
@@ -501,7 +503,7 @@ std::string refusal(const FusedBnContext& context, const Block& block) {
   }
   // cuDNN 9.24's heuristics offer no sm90 engine for these graphs in bfloat16 (HALF only: its dgrad+dbn_weight,
   // scale-bias-relu+wgrad and fused conv engines), asked without a GPU for an H100 (2026-11-27).
-  if (context.enabled && context.norm_conv && context.dtype == at::kBFloat16) {
+  if (context.dtype == at::kBFloat16) {
     return "bfloat16 (cuDNN's fused convolution engines take fp16)";
   }
   std::vector<const ConvBn*> all;

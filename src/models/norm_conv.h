@@ -1,8 +1,9 @@
 // A residual block trained with each BN's batch statistics taken in the convolution before it and its scale, bias and ReLU applied as the next convolution reads (MLPerf's NormConv, Paddle's fused_resunit): the block as one autograd function with its backward written out, over two sets of primitive ops (ATen's, cuDNN's graphs + kernels/bn_stats).
 #pragma once
 
-#include "models/layers.h"
 #include "models/cudnn_graphs.h"
+#include "models/fusion.h"
+#include "models/layers.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -35,7 +36,7 @@ enum class Backend { Aten, Cudnn };
 at::Tensor forward(const Block& block, const at::Tensor& x, Backend backend);
 
 // Why a block of these modules cannot run this way in `context`, or "": the part-2 rules (CUDA, fp16/bf16, NHWC,
-// not synchronized, the fusion on), and the block's shape: every conv ungrouped and undilated with a square
+// not synchronized, --fusion admitting it), and the block's shape: every conv ungrouped and undilated with a square
 // kernel, every width a multiple of 8 (cuDNN's 16-byte vectors of fp16), its last BN followed by the add.
 std::string refusal(const FusedBnContext& context, const Block& block);
 

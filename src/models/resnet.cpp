@@ -1,5 +1,7 @@
 #include "models/resnet.h"
 
+#include "models/fusion.h"
+#include "models/grad_fold.h"
 #include "models/graph.h"
 #include "models/layers.h"
 #include "models/norm_conv.h"
@@ -10,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <regex>
+#include <sstream>
 
 namespace convnets {
 namespace {
@@ -50,7 +53,7 @@ TORCH_MODULE(SqueezeExcitation);
 // BasicBlock and Bottleneck in one class: the registration order below is the
 // state_dict order of torchvision (conv/bn pairs, then downsample) and of DLE
 // (SE registered after downsample).
-class BlockImpl : public nn::Module, public layers::NormConvCapable {
+class BlockImpl : public nn::Module, public layers::FusionTunable {
  public:
   BlockImpl(const ResNetConfig& c, int64_t in, int64_t planes, int64_t stride) {
     const int64_t expansion = c.bottleneck ? 4 : 1;
@@ -81,29 +84,85 @@ class BlockImpl : public nn::Module, public layers::NormConvCapable {
     }
   }
 
-  void set_norm_conv(bool on) override { norm_conv_ = on; }
-
-  std::string norm_conv_refusal(const layers::FusedBnContext& context) const override {
-    if (auto why = layers::norm_conv::refusal(context, norm_block_); !why.empty()) return why;
-    for (const auto& [shape, why] : verdicts_) {
-      if (!why.empty()) return why;
+  std::string path_refusal(layers::FusionPath path, const layers::FusedBnContext& context) const override {
+    using layers::FusionPath;
+    if (path == FusionPath::Unfused) return "";
+    if (path == FusionPath::NormConv) {
+      if (auto why = layers::norm_conv::refusal(context, norm_block_); !why.empty()) return why;
+      for (const auto& [shape, why] : verdicts_) {
+        if (!why.empty()) return why;
+      }
+      return "";
+    }
+    // Bn and BnFold: the block's BN+ReLU layers as the part-2 rule takes them.
+    for (const auto& bn : bns_) {
+      if (bn->fusion() == layers::BnFusion::None) continue;
+      if (auto why = layers::fused_bn_refusal(context, bn->fusion(), bn->options.num_features(), bn->synchronized());
+          !why.empty()) {
+        return why;
+      }
     }
     return "";
   }
 
-  // Training on CUDA in half precision: the whole block as one NormConv function where its plans build (part 3,
-  // models/norm_conv.h), else BN+ReLU and BN+add+ReLU through forward_fused, one cuDNN call each (Paddle's
-  // fuse_bn_act_ops / fuse_bn_add_act_ops); elsewhere the same function as separate ops.
+  void set_path(layers::FusionPath path) override {
+    path_ = path;
+    // NormConv keeps the fused BN on for a shape cuDNN has no graph for.
+    for (auto& bn : bns_) bn->set_fused(path != layers::FusionPath::Unfused);
+    if (downsample_) downsample_[1]->as<layers::BatchNorm2dImpl>()->set_fused(path != layers::FusionPath::Unfused);
+  }
+
+  layers::FusionPath path() const override { return path_; }
+
+  std::string signature() const override {
+    std::ostringstream s;
+    auto conv_text = [&s](const layers::Conv2dImpl& c) {
+      const auto& o = c.options;
+      s << o.in_channels() << ">" << o.out_channels() << " " << (*o.kernel_size())[0] << "x" << (*o.kernel_size())[1]
+        << "/" << (*o.stride())[0];
+      if (o.groups() > 1) s << " g" << o.groups();
+    };
+    s << (convs_.size() == 3 ? "bottleneck " : "basic ");
+    for (std::size_t i = 0; i < convs_.size(); ++i) {
+      if (i) s << ", ";
+      conv_text(*convs_[i]);
+    }
+    s << "; shortcut ";
+    if (downsample_) conv_text(*norm_block_.downsample.conv);
+    else s << "identity";
+    if (se_) s << "; SE";
+    return s.str();
+  }
+
+  std::vector<std::int64_t> last_input_sizes() const override { return last_input_; }
+  at::Tensor train_forward(const at::Tensor& x) override { return forward(x); }
+
+  // Training on CUDA in half precision, as the block's path says (models/fusion.h): the whole block as one NormConv
+  // function where its plans build (models/norm_conv.h), else BN+ReLU and BN+add+ReLU through forward_fused, one
+  // cuDNN call each (Paddle's fuse_bn_act_ops / fuse_bn_add_act_ops), the input's two gradients summed in the first
+  // convolution's dgrad for BnFold (models/grad_fold.h); elsewhere the same function as separate ops.
   torch::Tensor forward(const torch::Tensor& x) {
-    if (norm_conv_ && is_training() && layers::norm_conv::takes(x, norm_block_) && planned(x)) {
+    using layers::Activation;
+    using layers::FusionPath;
+    if (is_training()) last_input_ = x.sizes().vec();
+    if (path_ == FusionPath::NormConv && is_training() && layers::norm_conv::takes(x, norm_block_) && planned(x)) {
       return layers::norm_conv::forward(norm_block_, x, layers::norm_conv::Backend::Cudnn);
     }
-    using layers::Activation;
-    auto y = x;
-    for (size_t i = 0; i + 1 < convs_.size(); ++i) y = layers::conv_bn_act(*convs_[i], *bns_[i], y, Activation::ReLU);
-    auto shortcut = downsample_ ? layers::conv_bn_act(*norm_block_.downsample.conv, *norm_block_.downsample.bn, x,
-                                                      Activation::None)
-                                : x;
+    std::shared_ptr<layers::GradSlot> slot;
+    if (path_ == FusionPath::BnFold && is_training() && x.requires_grad() && torch::GradMode::is_enabled()) {
+      slot = layers::make_grad_slot();
+    }
+    auto y = slot ? layers::bn_act(*bns_[0], layers::fold_conv(*convs_[0], x, slot), Activation::ReLU)
+                  : layers::conv_bn_act(*convs_[0], *bns_[0], x, Activation::ReLU);
+    for (size_t i = 1; i + 1 < convs_.size(); ++i) y = layers::conv_bn_act(*convs_[i], *bns_[i], y, Activation::ReLU);
+    at::Tensor shortcut;
+    if (downsample_) {
+      auto& down = norm_block_.downsample;
+      shortcut = slot ? layers::bn_act(*down.bn, layers::fold_conv(*down.conv, x, slot), Activation::None)
+                      : layers::conv_bn_act(*down.conv, *down.bn, x, Activation::None);
+    } else {
+      shortcut = slot ? layers::fold_tap(x, slot) : x;
+    }
     if (!se_) return layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::ReLU, shortcut);
     y = layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::None);
     // DLE's fused SE: shortcut + branch * gate in one addcmul.
@@ -143,7 +202,8 @@ class BlockImpl : public nn::Module, public layers::NormConvCapable {
   }
 
   layers::norm_conv::Block norm_block_;
-  bool norm_conv_ = false;
+  layers::FusionPath path_ = layers::FusionPath::Bn;
+  std::vector<std::int64_t> last_input_;
   std::map<std::vector<std::int64_t>, std::string> verdicts_;
   std::vector<Conv2d> convs_;
   std::vector<layers::BatchNorm2d> bns_;

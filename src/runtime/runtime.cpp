@@ -6,12 +6,16 @@
 #include "data/loader.h"
 #include "models/layers.h"
 #include "models/cudnn_graphs.h"
+#include "models/fusion.h"
+#include "runtime/block_timer.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
+
+#include <optional>
 
 namespace convnets::runtime {
 
@@ -92,9 +96,9 @@ void prepare_model(NetworkImpl& model, const Runtime& rt) {
 
 namespace {
 
-layers::FusedBnContext fusion_context(const Runtime& rt, bool enabled, bool norm_conv) {
+layers::FusedBnContext fusion_context(const Runtime& rt, layers::FusionMode mode) {
   layers::FusedBnContext c;
-  c.enabled = enabled;
+  c.mode = mode;
   c.cuda = rt.device.is_cuda();
   c.dtype = rt.autocast;
   c.channels_last = rt.channels_last;
@@ -102,15 +106,12 @@ layers::FusedBnContext fusion_context(const Runtime& rt, bool enabled, bool norm
   if (layers::fused_bn_refusal(c, layers::BnFusion::Relu, 4, false).empty()) {
     c.cudnn_refusal = layers::cudnn_fused_bn_refusal(c.dtype);
   }
-  c.norm_conv = norm_conv;
   return c;
 }
 
 std::string describe(NetworkImpl& model, const layers::FusedBnContext& c) {
   auto out = layers::describe_fused_bn_plan(layers::fused_bn_plan(model, c));
-  if (const auto blocks = layers::describe_norm_conv_plan(layers::norm_conv_plan(model, c)); !blocks.empty()) {
-    out += "; " + blocks;
-  }
+  if (const auto blocks = layers::describe_block_paths(model, c); !blocks.empty()) out += "; " + blocks;
   if (const auto unfused = layers::norm_conv::backward_fallbacks(); !unfused.empty()) {
     out += "; unfused where cuDNN has no engine: " + unfused;
   }
@@ -119,16 +120,32 @@ std::string describe(NetworkImpl& model, const layers::FusedBnContext& c) {
 
 }  // namespace
 
-std::string set_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled, bool norm_conv) {
+std::string set_fusion(NetworkImpl& model, const Runtime& rt, layers::FusionMode mode) {
   layers::install_fused_bn_backend(&layers::cudnn_fused_bn_backend());
-  const auto c = fusion_context(rt, enabled, norm_conv);
-  layers::set_fused_batchnorm(model, enabled);
-  layers::set_norm_conv(model, c);
+  const auto c = fusion_context(rt, mode);
+  layers::set_fused_batchnorm(model, mode != layers::FusionMode::None);
+  layers::set_default_paths(model, c);
   return describe(model, c);
 }
 
-std::string describe_fused_batchnorm(NetworkImpl& model, const Runtime& rt, bool enabled, bool norm_conv) {
-  return describe(model, fusion_context(rt, enabled, norm_conv));
+std::string describe_fusion(NetworkImpl& model, const Runtime& rt, layers::FusionMode mode) {
+  return describe(model, fusion_context(rt, mode));
+}
+
+TuneReport tune_fusion(NetworkImpl& model, const Runtime& rt, layers::FusionMode mode,
+                       const std::vector<std::int64_t>& sizes, const std::string& cache_flag) {
+  TuneReport report;
+  report.mode = mode;
+  if (!rt.device.is_cuda() || layers::tunable_blocks(model).empty()) return report;
+  record_block_inputs(model, rt, sizes);
+  const auto c = fusion_context(rt, mode);
+  std::optional<TuningCache> cache;
+  const std::string path = cache_flag.empty() ? default_tuning_cache() : cache_flag == "none" ? "" : cache_flag;
+  if (!path.empty()) cache.emplace(path, tuning_device(rt));
+  DeviceBlockTimer timer(rt.channels_last);
+  report = tune(model, c, timer, cache ? &*cache : nullptr);
+  if (cache && report.timed > 0 && !cache->save()) report.cache_note += (report.cache_note.empty() ? "" : "; ") + cache->note();
+  return report;
 }
 
 at::Tensor network_input(const at::Tensor& images, const Preprocessing& pre, const Runtime& rt) {

@@ -1,5 +1,7 @@
 #include "train/bench_step.h"
 
+#include "models/fusion.h"
+#include "runtime/tuner.h"
 #include "train/graph_step.h"
 #include "train/loss_scale.h"
 #include "train/sgd.h"
@@ -16,9 +18,9 @@ namespace {
 class BenchStep : public bench::TimedTrainStep {
  public:
   BenchStep(NetworkImpl& model, const runtime::Runtime& rt, const bench::ModelBenchOptions& o)
-      : model_(model), rt_(rt), fused_(o.fused_bn), norm_conv_(o.norm_conv),
+      : model_(model), rt_(rt), mode_(layers::parse_fusion_mode(o.fusion)), tuning_cache_(o.tuning_cache),
         sgd_(model, {o.momentum, false, o.weight_decay, false}) {
-    runtime::set_fused_batchnorm(model, rt, fused_, norm_conv_);
+    runtime::set_fusion(model, rt, mode_);
     if (rt.loss_scaling) scaler_.emplace(rt.device);
     StepOptions so;
     so.label_smoothing = o.label_smoothing;
@@ -32,18 +34,28 @@ class BenchStep : public bench::TimedTrainStep {
   }
 
   void run(const at::Tensor& input, const at::Tensor& labels) override {
+    // As `train` does before its first step: each block's path tuned for this batch's shape.
+    if (!tuned_) {
+      tuning_ = runtime::tune_fusion(model_, rt_, mode_, input.sizes().vec(), tuning_cache_);
+      tuned_ = true;
+    }
     // The LR is a constant: a schedule changes a scalar, not the step's cost.
     const std::vector<MicroBatch> micro{{input, labels, {}}};
     runner_->run(micro, 0.1, 0);
   }
   bool graphed() const override { return runner_->graphed(); }
-  std::string fused_bn() const override { return runtime::describe_fused_batchnorm(model_, rt_, fused_, norm_conv_); }
+  std::string fused_bn() const override { return runtime::describe_fusion(model_, rt_, mode_); }
+  std::string tuning() const override { return tuning_.describe(); }
+  double tuning_seconds() const override { return tuning_.seconds; }
   const distributed::ReducerStats* sync_stats() const override { return reducer_ ? &reducer_->stats() : nullptr; }
 
  private:
   NetworkImpl& model_;
   runtime::Runtime rt_;
-  bool fused_, norm_conv_;
+  layers::FusionMode mode_;
+  std::string tuning_cache_;
+  bool tuned_ = false;
+  runtime::TuneReport tuning_;
   Sgd sgd_;
   std::optional<LossScaler> scaler_;
   std::unique_ptr<distributed::GradientReducer> reducer_;

@@ -6,6 +6,7 @@
 #include "core/limits.h"
 #include "data/augment.h"
 #include "models/arch_names.h"
+#include "models/fusion.h"
 
 #include <cmath>
 #include <fstream>
@@ -69,8 +70,8 @@ namespace {
   X(static_loss_scale, "amp: the initial loss scale, doubled after 100 clean steps and halved on overflow, as DLE's GradScaler (0: from 65536, doubled after 2000)") \
   X(memory_format, "nhwc (channels-last) | nchw")                                                            \
   X(cuda_graph, "on CUDA, capture the whole training step in a CUDA graph and replay it (off with mixup)")                                                            \
-  X(fused_bn, "training on CUDA in amp or bf16, NHWC: each ResNet block's BN+ReLU and BN+add+ReLU as one cuDNN call, forward and backward (Paddle's fused_bn_add_act; --no-fused-bn: separate ops, for comparison)") \
-  X(norm_conv, "with --fused-bn: each ResNet/Wide ResNet residual block as one function whose convolutions take their BN statistics and apply the previous BN and ReLU as they read (MLPerf's NormConv, cuDNN's graph API); off by default: on the H100 of 2026-11-27 it ran 0.91x the fused BN+ReLU alone") \
+  X(fusion, "training on CUDA in amp or bf16, NHWC: auto (each residual block's verified paths timed at the start, the fastest kept and cached) | none (separate ops) | bn (BN+ReLU and BN+add+ReLU as one cuDNN call, Paddle's fused_bn_add_act, with or without the block input's gradients summed in the dgrad) | normconv (MLPerf's NormConv: BN statistics in the convolutions; its numerics are not yet verified); --no-fused-bn: none, --norm-conv: normconv") \
+  X(tuning_cache, "--fusion auto's cache of timed choices, per GPU, cuDNN, dtype and shape (default: $XDG_CACHE_HOME/convnets/tuning.json; none: no file)") \
   X(device, "auto | cpu | cuda")                                                                             \
   X(sync_bn, "data-parallel runs: BatchNorm statistics over the global batch (torch.nn.SyncBatchNorm)")       \
   X(bucket_mb, "data-parallel runs: gradient all-reduce bucket size in MiB (DDP's bucket_cap_mb)")           \
@@ -159,6 +160,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
   if (!j.is_object()) throw Error(source + ": a recipe must be a JSON object of fields");
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key().rfind("_", 0) == 0) continue;  // "_comment" and the like
+    if (it.key() == "fused_bn" || it.key() == "norm_conv") continue;  // a checkpoint's from before --fusion (below)
     if (!helps().count(it.key())) {
       std::vector<std::string> names;
       for (const auto& h : helps()) names.push_back(h.first);
@@ -181,6 +183,12 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
   }
   CONVNETS_TRAIN_FIELDS(CONVNETS_FROM_JSON)
 #undef CONVNETS_FROM_JSON
+  // Checkpoints and workspaces of runs from before --fusion carry its two switches: their meaning, unless the same
+  // document says --fusion itself.
+  if (!j.contains("fusion")) {
+    if (j.value("fused_bn", true) == false) c.fusion = "none";
+    else if (j.value("norm_conv", false) == true) c.fusion = "normconv";
+  }
   // DLE's spellings, so its command lines and configs.yml values read as is.
   c.arch = canonical_arch_name(c.arch);
   if (c.arch == "se-resnet50" || c.arch == "se_resnet50") {
@@ -274,6 +282,7 @@ void validate(const TrainConfig& c) {
   check_declared("precision", c.precision, options::precision);
   check_declared("memory_format", c.memory_format, options::memory_format);
   check_declared("device", c.device, options::device);
+  (void)layers::parse_fusion_mode(c.fusion, flag_for("fusion"));
   check(std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "a positive size in MiB", str(c.bucket_mb));
   check_choice("dist_backend", c.dist_backend, {"auto", "gloo", "nccl"});
   check(c.workers >= 0, "workers", "0 or positive", std::to_string(c.workers));

@@ -66,8 +66,8 @@ struct TrainConfig {
   std::string memory_format = "nhwc";       // nhwc (channels-last) | nchw
   std::string device = "auto";              // auto | cpu | cuda
   bool cuda_graph = true;                   // CUDA: replay the whole step as one graph (not with mixup)
-  bool fused_bn = true;                     // CUDA, fp16/bf16, NHWC: BN+ReLU and BN+add+ReLU as one cuDNN call each
-  bool norm_conv = false;                   // and with fused_bn: residual blocks with their BN statistics in the convs
+  std::string fusion = "auto";              // CUDA, fp16/bf16, NHWC: auto (each block's fastest verified path) | none | bn | normconv
+  std::string tuning_cache;                 // the step tuner's choices; "": $XDG_CACHE_HOME/convnets/tuning.json; none: no file
   bool sync_bn = false;                     // data-parallel: BN statistics over the global batch
   double bucket_mb = 25;                    // data-parallel: gradient bucket size (DDP's default)
   std::string dist_backend = "auto";        // auto | gloo | nccl

@@ -6,6 +6,7 @@
 #include "data/dataset.h"
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
+#include "models/fusion.h"
 #include "quant/eager.h"
 #include "runtime/evaluate.h"
 #include "train/asp.h"
@@ -233,6 +234,33 @@ void start_qat(TrainingRun& run) {
   run.model = std::make_shared<quant::FakeQuantNetworkImpl>(run.model, run.quant);
 }
 
+// --fusion: each block's path, tuned on CUDA for the micro-batch's shape; every rank runs rank 0's choices, so
+// that the ranks' steps are one function.
+void set_up_fusion(TrainingRun& run) {
+  const auto& c = run.config;
+  const auto mode = layers::parse_fusion_mode(c.fusion);
+  run.fused_bn = runtime::set_fusion(*run.model, run.rt, mode);
+  if (c.evaluate) return;
+  std::int64_t channels = 3;
+  for (const auto& m : run.model->modules(/*include_self=*/false)) {
+    if (const auto* conv = dynamic_cast<const layers::Conv2dImpl*>(m.get())) {
+      channels = conv->options.in_channels();
+      break;
+    }
+  }
+  const auto report = runtime::tune_fusion(*run.model, run.rt, mode,
+                                           {c.batch_size, channels, run.pre.input_size, run.pre.input_size},
+                                           c.tuning_cache);
+  run.tuning = report.describe();
+  if (report.shapes.empty()) return;
+  if (run.group) {
+    auto paths = layers::block_paths(*run.model).to(run.rt.device);
+    run.group->broadcast(paths);
+    layers::set_block_paths(*run.model, paths.cpu());
+  }
+  run.fused_bn = runtime::describe_fusion(*run.model, run.rt, mode);
+}
+
 // The model with its starting weights, on the device, SyncBN wired in.
 void build_network(TrainingRun& run) {
   const auto& c = run.config;
@@ -254,7 +282,7 @@ void build_network(TrainingRun& run) {
     layers::enable_sync_batchnorm(*run.model, std::shared_ptr<layers::BatchNormSync>(run.group, [](auto*) {}));
   }
   // QAT trains through the graph form (quant/eager.h), which fake-quantizes between BN and ReLU: nothing to fuse.
-  if (!c.qat) run.fused_bn = runtime::set_fused_batchnorm(*run.model, run.rt, c.fused_bn, c.norm_conv);
+  if (!c.qat) set_up_fusion(run);
   if (c.qat) {
     start_qat(run);
   } else if (run.resume && run.resume->meta.contains("quantization")) {
@@ -656,6 +684,7 @@ void print_run_summary(const TrainingRun& run) {
             << run.rt.device.str() << " " << c.precision << ", " << run.train_loader->workers() << " loader threads\n";
   // On CUDA, where it decides the step's speed; a CPU run never fuses.
   if (run.rt.device.is_cuda() && !run.fused_bn.empty()) std::cout << "       fused BN: " << run.fused_bn << '\n';
+  if (run.rt.device.is_cuda() && !run.tuning.empty()) std::cout << "       step tuner: " << run.tuning << '\n';
   if (run.teacher && c.teacher_two_res) {
     std::cout << "       distillation: teacher " << c.teacher << " from " << c.teacher_checkpoint << " at "
               << run.load_size << " px, student at " << run.pre.input_size << " px (two resolutions)\n";

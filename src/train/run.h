@@ -83,7 +83,8 @@ struct TrainingRun {
   std::unique_ptr<Ema> ema;                               // --ema
   AspOptimizer* asp = nullptr;                            // --asp: `optimizer`, which keeps the 2:4 masks
   std::shared_ptr<const quant::Plan> quant;               // --qat: the fake quantization's ranges
-  std::string fused_bn;  // which BN layers run fused with their ReLU and add (runtime::set_fused_batchnorm)
+  std::string fused_bn;  // which BN layers and blocks run fused (runtime::set_fusion, describe_fusion)
+  std::string tuning;    // what the step tuner chose and why (runtime::tune_fusion)
   RunPosition position;
   bool stopped_early = false;  // --early-stopping-patience ended the epochs before --epochs
 
