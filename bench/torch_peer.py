@@ -6,7 +6,9 @@ DLE; fused=True on CUDA: one kernel per step, PyTorch's fastest SGD), label
 smoothing 0.1, channels_last, cuDNN benchmark mode, and per precision: amp =
 autocast fp16 + GradScaler, bf16 = autocast bf16, tf32 = TF32 matmul/conv, fp32.
 Eager, or with --compile torch.compile(model) in --compile-mode (default,
-reduce-overhead: CUDA graphs, max-autotune). Inference: eval mode,
+reduce-overhead: CUDA graphs, max-autotune: each kernel's Triton and cuBLAS
+candidates benchmarked, with CUDA graphs, max-autotune-no-cudagraphs); each
+row's first_step_s is the first step alone, compilation included. Inference: eval mode,
 inference_mode, autocast, a synchronised forward per batch for latency.
 --profile FILE: after the timed iterations of the last batch size, more steps
 under torch.profiler, as a Chrome trace (bench/profile_families.py).
@@ -40,7 +42,8 @@ def parse_args(argv):
     p.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
     p.add_argument("--compile-backend", default="inductor",
                    help="torch.compile's backend (inductor, what is timed; eager: graph capture only, the dry run's)")
-    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"],
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
                    help="torch.compile's mode (inductor's; another backend has none and runs its own)")
     p.add_argument("--profile", help="Chrome trace of --profile-steps more steps after the last batch size's timing")
     p.add_argument("--profile-steps", type=int, default=5)
@@ -92,9 +95,10 @@ def measure(a, device, batch):
     compile_mode = result_mode(a)
     if a.compile:
         model = torch.compile(model, backend=a.compile_backend, mode=compile_mode)
-    # reduce-overhead's CUDA graphs reuse their output memory: each step tells it a new iteration begins.
+    # reduce-overhead's and max-autotune's CUDA graphs reuse their output memory: each step tells them a new
+    # iteration begins.
     mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
-    if not (a.compile and compile_mode == "reduce-overhead"):
+    if not (a.compile and compile_mode in ("reduce-overhead", "max-autotune")):
         mark_step = None
     times = []
     if a.mode == "train":
@@ -126,7 +130,13 @@ def measure(a, device, batch):
                 model(normalised())
         sync_each = True
 
-    for _ in range(a.warmup):
+    # The first step alone: under torch.compile it holds the compilation (and max-autotune's benchmarking of its
+    # candidate kernels), what a user waits before the first step trains.
+    t0 = time.perf_counter()
+    iteration()
+    sync(device)
+    first_step_s = time.perf_counter() - t0
+    for _ in range(a.warmup - 1):
         iteration()
     sync(device)
     start = time.perf_counter()
@@ -140,6 +150,8 @@ def measure(a, device, batch):
     seconds = time.perf_counter() - start
     row = {"batch": batch, "fits": True, "data_backend": "synthetic", "images_per_s": batch * a.iterations / seconds,
            "mean_ms": seconds * 1e3 / a.iterations}
+    if a.mode == "train":
+        row["first_step_s"] = first_step_s  # as convnets' train rows, whose first step holds the step tuner
     if a.profile and batch == int(a.batch_sizes.split(",")[-1]):
         profile(a.profile, a.profile_steps, device, iteration)
     if times:
@@ -183,8 +195,9 @@ def main(argv=None):
     if device.type == "cuda" and a.mode == "train":
         result["optimizer"] = "SGD(fused=True)"
     for r in rows:
-        print("%s %s %s batch %d: %.1f img/s, %.2f ms" % (result["tool"], a.mode, a.precision, r["batch"],
-                                                         r["images_per_s"], r["mean_ms"]))
+        print("%s %s %s batch %d: %.1f img/s, %.2f ms%s" % (
+            result["tool"], a.mode, a.precision, r["batch"], r["images_per_s"], r["mean_ms"],
+            "; first step %.1f s" % r["first_step_s"] if "first_step_s" in r else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -308,6 +308,12 @@ class ProfileFamilies(unittest.TestCase):
         kernel("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", 1215, 15),
         kernel("Memcpy HtoD (Pageable -> Device)", 1230, 6, cat="gpu_memcpy"),
         kernel("void at::native::max_pool_forward_nhwc<c10::Half, float>(...)", 1240, 9),
+        kernel("void at::native::max_pool_backward_nhwc<c10::Half, float>(...)", 1250, 8),
+        kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::Half>, ...>", 1260, 4),
+        kernel("void at::native::_amp_non_finite_check_and_unscale_cuda_kernel<float>(...)", 1270, 3),
+        kernel("Memset (Device)", 1280, 2, cat="gpu_memset"),
+        kernel("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)"
+               "::{lambda(float)#1}, ...>", 1285, 6),
         {"ph": "X", "cat": "gpu_user_annotation", "name": "convnets::optimizer.step", "ts": 1295, "dur": 50, "pid": 1,
          "tid": 7},
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 1500, "pid": 1, "tid": 1},
@@ -327,16 +333,35 @@ class ProfileFamilies(unittest.TestCase):
         text, col = self.families(self.TRACE)
         ms = col["ms_per_step"]
         want = {"conv fprop": 0.2, "conv dgrad": 0.15, "conv wgrad": 0.1, "BN forward": 0.05, "BN backward": 0.06,
-                "ReLU": 0.035, "residual add": 0.01, "loss": 0.0025, "fc GEMM": 0.0075, "pooling": 0.0045,
-                "copies, casts, layout": 0.003, "optimizer": 0.005}
+                "ReLU": 0.035, "residual add": 0.01, "loss": 0.0025, "fc GEMM": 0.0075, "max-pool forward": 0.0045,
+                "max-pool backward": 0.004, "memsets, fills": 0.003, "loss scaling": 0.0015, "copies, casts": 0.006,
+                "optimizer": 0.005}
         self.assertEqual(set(ms), set(want))
         for family, value in want.items():
             self.assertAlmostEqual(ms[family], value, places=9, msg=family)
         self.assertAlmostEqual(col["gpu_busy_ms"], sum(want.values()), places=9)
         self.assertAlmostEqual(col["wall_ms"], 0.75)  # the trace's span, 1,500 us, over 2 steps
-        self.assertEqual(col["kernels"], 13)
+        self.assertEqual(col["kernels"], 18)
         self.assertIn("| a b ms | % |", text)
         self.assertRegex(text, r"\| conv fprop \| 0\.20 \| 31\.\d \|")
+
+    def test_the_rest_is_named_kernel_by_kernel(self):
+        text, col = self.families(self.TRACE)
+        rest = col["rest"]
+        # Everything outside the convolutions, BN, ReLU and the add, largest first, each with its family.
+        self.assertEqual(rest[0]["kernel"], "fc GEMM: nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN")
+        self.assertAlmostEqual(rest[0]["ms_per_step"], 0.0075)
+        self.assertAlmostEqual(rest[0]["launches_per_step"], 0.5)
+        names = [r["kernel"] for r in rest]
+        self.assertIn("max-pool backward: void at::native::max_pool_backward_nhwc<c10::Half, float>(...)", names)
+        self.assertIn("memsets, fills: Memset (Device)", names)
+        self.assertIn("optimizer: void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, ...>",
+                      names)
+        self.assertFalse(any(n.startswith(("conv ", "BN ", "ReLU", "residual add")) for n in names), names)
+        self.assertAlmostEqual(sum(r["ms_per_step"] for r in rest), 0.034, places=9)
+        self.assertIn("a b: the rest (0.03 ms a step, 5.3 % of GPU busy), kernel by kernel:", text)
+        self.assertIn("| loss scaling: void at::native::_amp_non_finite_check_and_unscale_cuda_kernel<float>(...) | "
+                      "0.002 | 0.5 |", text)
 
     def test_outside_an_optimizer_annotation_its_kernels_are_elementwise(self):
         _, col = self.families([e for e in self.TRACE if e.get("cat") != "gpu_user_annotation"])
