@@ -6,8 +6,8 @@
 #                                              every stage on the CPU with that build, and its binaries into .deps/ to travel
 #          scripts/gpu.sh run --dry STAGE...   every stage's shell logic and peer scripts on the CPU at a tiny size
 #   there: scripts/gpu.sh run STAGE...         (device tool, carry [".deps"]); STAGE: build tests data train infer python,
-#                                              all (those six); fused (issue 58's stage, about 7 minutes) and graphs
-#                                              (issue 59's, about 7 minutes) each take a call of their own
+#                                              all (those six); fused and autotune (issue 67's, about 8 and 6
+#                                              minutes) and graphs (issue 59's, about 7) each take a call of their own
 #
 # Results: $OUT/summary.txt (one PASS/FAIL line per step), $OUT/summary.json (every measured cell against its peer
 # of the same call: bench/compare.py --summary; committed as bench/results/DATE-GPU/summary.json) and
@@ -22,7 +22,7 @@ root=$PWD
 # where a 10-minute call runs short it is the stage cut, not the figures against the peers.
 STAGES=(build tests data train infer python)
 # Stages outside `all`: an open GPU issue's, each sized to a call of its own.
-EXTRA_STAGES=(fused graphs)
+EXTRA_STAGES=(fused autotune graphs)
 # The binaries every stage but python runs; the preflight's travel prebuilt (.deps/prebuilt.tar.gz).
 TARGETS=(convnets tests/unit_tests tests/data_tests)
 # What the binaries are compiled from: a prebuilt set is used only where these are unchanged since it was made.
@@ -455,65 +455,82 @@ gpunet_latency() {
     --summary "$summary_json"
 }
 
-# Issue 58: the ResNet training step with BN+ReLU and BN+add+ReLU fused (one cuDNN call each, forward and backward)
-# against itself unfused and against PyTorch at its strongest (fused SGD; torch.compile default and reduce-overhead,
-# max-autotune where the call has room), each profiled per kernel family (bench/profile_families.py); the fused op's
-# numerics first; then the JPEG rows, whose loader must now keep up with a faster step.
+# Issue 67: the ResNet training step as `--fusion auto` tunes it (each block shape's verified paths timed at the
+# first step, the fastest kept and cached), against itself on each path forced and against PyTorch eager (fused SGD)
+# and torch.compile's default and reduce-overhead in the same call, each profiled per kernel family
+# (bench/profile_families.py); the paths' numerics first; the second run reading the tuning cache; then the JPEG rows
+# at the new step's speed, where the call has room. max-autotune takes a call of its own (stage_autotune).
 stage_fused() {
   need_build
   step --gtest fused-numerics "$bin/tests/unit_tests" --gtest_filter='Gpu.Fused*:Gpu.NormConv*:Gpu.BnStats*'
   ran_on_gpu "$res/fused-numerics.log"
   local common p=$amp
   bench_args "$p"
-  local prof=(--profile-steps "$profile_steps") files=()
-  step --show 8 "convnets-$p" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$fused_batches" \
-    --json "$res/convnets-$p.json" --profile "$res/convnets-$p.trace.json" "${prof[@]}"
-  # The default is part 2 alone (BN+ReLU and BN+add+ReLU fused); part 3 on top (the blocks as NormConv, off by
-  # default since the H100 run of 2026-11-27 measured it slower), then nothing fused.
-  step --show 8 "convnets-$p-norm-conv" "$bin/convnets" bench train "${common[@]}" --norm-conv \
-    --batch-sizes "$fused_batches" --json "$res/convnets-$p-norm-conv.json" \
-    --profile "$res/convnets-$p-norm-conv.trace.json" "${prof[@]}"
-  step --show 8 "convnets-$p-no-fused-bn" "$bin/convnets" bench train "${common[@]}" --no-fused-bn \
-    --batch-sizes "$fused_batches" --json "$res/convnets-$p-no-fused-bn.json" \
-    --profile "$res/convnets-$p-no-fused-bn.trace.json" "${prof[@]}"
-  # The eager step of the fused build, whose trace names the optimizer's kernels (a replayed graph cannot).
+  local prof=(--profile-steps "$profile_steps") files=() cache=$res/tuning.json
+  rm -f "$cache"
+  # The default, as a user's first run on this GPU: the tuner times every block shape, then writes the cache.
+  step --show 12 "convnets-$p" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$fused_batches" \
+    --tuning-cache "$cache" --json "$res/convnets-$p.json" --profile "$res/convnets-$p.trace.json" "${prof[@]}"
+  # The second run: from the cache, timing nothing, its first step shorter by what the timing cost.
+  step --show 8 "convnets-$p-cached" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$big" \
+    --tuning-cache "$cache" --json "$res/convnets-$p-cached.json"
+  step --show 8 "convnets-$p-fusion-bn" "$bin/convnets" bench train "${common[@]}" --fusion bn \
+    --batch-sizes "$big" --tuning-cache none --json "$res/convnets-$p-fusion-bn.json"
+  step --show 8 "convnets-$p-fusion-none" "$bin/convnets" bench train "${common[@]}" --fusion none \
+    --batch-sizes "$big" --json "$res/convnets-$p-fusion-none.json" \
+    --profile "$res/convnets-$p-fusion-none.trace.json" "${prof[@]}"
+  # The eager step of the tuned build, whose trace names the optimizer's kernels (a replayed graph cannot).
   step --show 8 "convnets-$p-eager-step" "$bin/convnets" bench train "${common[@]}" --no-cuda-graph \
-    --batch-sizes "$big" --json "$res/convnets-$p-eager-step.json" --profile "$res/convnets-$p-eager-step.trace.json" \
-    "${prof[@]}"
+    --tuning-cache "$cache" --batch-sizes "$big" --json "$res/convnets-$p-eager-step.json" \
+    --profile "$res/convnets-$p-eager-step.trace.json" "${prof[@]}"
   step --show 1 "eager-$p" "$py" "$root/bench/torch_peer.py" train "${common[@]}" --batch-sizes "$fused_batches" \
     --json "$res/eager-$p.json" --profile "$res/eager-$p.trace.json" "${prof[@]}"
-  files+=("convnets --norm-conv=$res/convnets-$p-norm-conv.json"
-          "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.json" "$res/eager-$p.json")
+  files+=("convnets --fusion bn=$res/convnets-$p-fusion-bn.json"
+          "convnets --fusion none=$res/convnets-$p-fusion-none.json" "$res/eager-$p.json")
   local modes=(default)
   if [[ $compile_backend == inductor ]]; then modes+=(reduce-overhead); fi
   compile_peers train "" "$big" "${modes[@]}"
-  # max-autotune benchmarks Triton and cuBLAS candidates for every kernel: minutes; only where they are left.
-  if [[ $compile_backend == inductor ]] && ((!deadline || deadline - SECONDS > max_autotune_s)); then
-    step --limit "$max_autotune_s" --show 1 "compile-inductor-max-autotune-$p" "$py" "$root/bench/torch_peer.py" \
-      train --compile --compile-mode max-autotune "${common[@]}" --batch-sizes "$big" \
-      --json "$res/compile-inductor-max-autotune-$p.json"
-    if ((last_rc == 0)); then files+=("$res/compile-inductor-max-autotune-$p.json"); fi
-  else
-    say "SKIP $stage/compile-inductor-max-autotune-$p: $( ((gpu)) && echo "under ${max_autotune_s} s of the call left" ||
-        echo "inductor's modes run on the GPU only")"
-  fi
   step --show -1 "compare-$p" "$py" "$root/bench/compare.py" "$res/convnets-$p.json" "${files[@]}" \
-    --figure-note "fused BN, synthetic data" --summary "$summary_json"
+    --figure-note "tuned fusion, synthetic data" --summary "$summary_json"
   step --show -1 "profile-$p" "$py" "$root/bench/profile_families.py" "convnets=$res/convnets-$p.trace.json" \
-    "convnets --norm-conv=$res/convnets-$p-norm-conv.trace.json" \
-    "convnets --no-fused-bn=$res/convnets-$p-no-fused-bn.trace.json" \
+    "convnets --fusion none=$res/convnets-$p-fusion-none.trace.json" \
     "convnets eager step=$res/convnets-$p-eager-step.trace.json" "pytorch eager=$res/eager-$p.trace.json" \
     --steps "$profile_steps" --json "$res/profile-$p.json"
   # The loader against the faster step: 3,000 files (an epoch of 11 batches: a restart every 11 steps) and the same
-  # files linked 4 times (12,000: one restart in 60 steps).
+  # files linked 4 times (12,000: one restart in 60 steps), each against the same step on synthetic data.
   need_data
   need_data_x4
   local set
   for set in "$jpegs" "$jpegs_x4"; do
     step --show 12 "train-from-$(basename "$set")" "$bin/convnets" bench train --arch "$arch" --device "$device" \
       --precision "$p" --batch-sizes "$big" --image-size "$size" --warmup "$warmup" --iterations "$files_iterations" \
-      --data "$set" --data-backend synthetic,cpu --json "$res/train-from-$(basename "$set").json"
+      --data "$set" --data-backend synthetic,cpu --tuning-cache "$cache" --json "$res/train-from-$(basename "$set").json"
   done
+}
+
+# Issue 67, its own call: PyTorch at its strongest, torch.compile's max-autotune with and without CUDA graphs (each
+# kernel's Triton and cuBLAS candidates benchmarked: minutes of compilation, recorded as each row's first_step_s),
+# against convnets' default step on the same machine in the same call; and the NormConv path forced, for the table.
+stage_autotune() {
+  need_build
+  local common p=$amp files=() mode
+  bench_args "$p"
+  step --show 8 "convnets-$p" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$big" \
+    --json "$res/convnets-$p.json"
+  step --show 8 "convnets-$p-fusion-normconv" "$bin/convnets" bench train "${common[@]}" --fusion normconv \
+    --batch-sizes "$big" --json "$res/convnets-$p-fusion-normconv.json"
+  files+=("convnets --fusion normconv=$res/convnets-$p-fusion-normconv.json")
+  for mode in max-autotune max-autotune-no-cudagraphs; do
+    if [[ $compile_backend != inductor ]]; then
+      say "SKIP $stage/compile-inductor-$mode-$p: inductor's modes run on the GPU only"
+      continue
+    fi
+    step --limit "$max_autotune_s" --show 1 "compile-inductor-$mode-$p" "$py" "$root/bench/torch_peer.py" train \
+      --compile --compile-mode "$mode" "${common[@]}" --batch-sizes "$big" --json "$res/compile-inductor-$mode-$p.json"
+    if ((last_rc == 0)); then files+=("$res/compile-inductor-$mode-$p.json"); fi
+  done
+  step --show -1 "compare-$p" "$py" "$root/bench/compare.py" "$res/convnets-$p.json" "${files[@]}" \
+    --figure-note "tuned fusion, synthetic data" --summary "$summary_json"
 }
 
 # Issue 59: inference replaying a CUDA graph per batch size against the same engine eager and PyTorch eager and
@@ -617,7 +634,7 @@ settings() {
     amp=amp bf16=bf16 tf32=tf32 half=fp16 warmup=10 iterations=50 latency_iterations=200 files_iterations=60
     per_class=300 val_per_class=8 data_images=6000 data_images_1=1500 data_batch=256 example_steps=60
     example_epochs=6 example_workers=12 file_backends=synthetic,cpu,gpu compile_backend=inductor
-    fused_batches=64,256 profile_steps=3 max_autotune_s=300 example_amp=--amp example_precision=amp
+    fused_batches=64,256 profile_steps=3 max_autotune_s=260 example_amp=--amp example_precision=amp
     serve_batch=32 serve_concurrency=1,4,16,64 serve_seconds=5 serve_warmup=1 gpunet0_side=320
   else
     device=cpu arch=resnet18 size=32 big=2 train_batches=2 infer_batches=1,2

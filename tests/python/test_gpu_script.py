@@ -186,38 +186,60 @@ class DryRun(DryCall):
 
 
 class FusedStage(DryCall):
-    """Issue 58's stage, a call of its own on the GPU (`run build fused`): the fused step against itself unfused and
-    PyTorch's eager and compiled steps, each profiled per kernel family, then the JPEG rows."""
+    """Issue 67's stage, a call of its own on the GPU (`run build fused`): the tuned step (its first run writing the
+    tuning cache, its second reading it) against itself on each family forced and PyTorch's eager and compiled steps,
+    each profiled per kernel family, then the JPEG rows."""
     STAGES = ("fused",)
 
     def test_each_step_ran_and_its_table_holds_every_peer(self):
         self.assert_passed()
-        for step in ["fused/fused-numerics", "fused/convnets-fp32", "fused/convnets-fp32-norm-conv",
-                     "fused/convnets-fp32-no-fused-bn",
+        for step in ["fused/fused-numerics", "fused/convnets-fp32", "fused/convnets-fp32-cached",
+                     "fused/convnets-fp32-fusion-bn", "fused/convnets-fp32-fusion-none",
                      "fused/convnets-fp32-eager-step", "fused/eager-fp32", "fused/compile-eager-default-fp32",
                      "fused/compare-fp32", "fused/profile-fp32", "fused/train-from-imagenet_like",
                      "fused/train-from-imagenet_like_x4"]:
             self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
         self.assertRegex(self.text, r"\nGPU  fused/ran-not-skipped: .*gpu\.sh _ran_on_gpu .*fused-numerics\.log gtest\n")
-        self.assertIn("SKIP fused/compile-inductor-max-autotune-fp32: inductor's modes run on the GPU only", self.text)
         m = re.search(r"\[  SKIPPED \] (\d+) tests?, listed below", self.text)
         self.assertTrue(m)
         self.assertEqual(int(m.group(1)), len([n for n in gtest_names("Gpu")
                                                if n.startswith(("Fused", "NormConv", "BnStats"))]))
-        # convnets (part 2), then itself with part 3 on top and unfused, eager and compiled: img/s and the four ratios, all
+        # convnets tuned, then itself with --fusion bn and none, eager and compiled: img/s and the four ratios, all
         # positive.
         rows = table_rows(self.text, "2")
         self.assertTrue(any(len(r) == 10 and all(re.fullmatch(NUMBER + "x?", c) for c in r[1:]) for r in rows), rows)
-        self.assertIn("| family | convnets ms | % | convnets --norm-conv ms | % | convnets --no-fused-bn ms | % | "
-                      "convnets eager step ms | % | pytorch eager ms | % |", self.text)
+        self.assertIn("| family | convnets ms | % | convnets --fusion none ms | % | convnets eager step ms | % | "
+                      "pytorch eager ms | % |", self.text)
         with open(os.path.join(self.out, "summary.json")) as f:
             peers = {c["peer"] for c in json.load(f)}
-        self.assertEqual(peers, {"convnets --norm-conv", "convnets --no-fused-bn", "pytorch-eager", "pytorch-compile"})
+        self.assertEqual(peers, {"convnets --fusion bn", "convnets --fusion none", "pytorch-eager", "pytorch-compile"})
         self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "fused.tar.gz", "summary.json", "summary.txt"])
         with tarfile.open(os.path.join(self.out, "fused.tar.gz")) as t:
             names = {os.path.basename(n) for n in t.getnames()}
+            first = json.load(t.extractfile(next(n for n in t.getnames() if n.endswith("/convnets-fp32.json"))))
         self.assertTrue({"convnets-fp32.trace.json", "eager-fp32.trace.json", "profile-fp32.json",
-                         "train-from-imagenet_like_x4.json"} <= names, names)
+                         "convnets-fp32-cached.json", "train-from-imagenet_like_x4.json"} <= names, names)
+        # Each row says how long its first step took and what the tuner spent of it (nothing to time on the CPU).
+        for row in first["rows"]:
+            self.assertGreater(row["first_step_s"], 0, row)
+            self.assertEqual(row["tuning_s"], 0, row)
+
+
+class AutotuneStage(DryCall):
+    """Issue 67's second call (`run build autotune`): convnets' default step against torch.compile's max-autotune
+    modes (GPU only: inductor), and the NormConv path forced."""
+    STAGES = ("autotune",)
+
+    def test_each_step_ran_and_its_peers_are_named(self):
+        self.assert_passed()
+        for step in ["autotune/convnets-fp32", "autotune/convnets-fp32-fusion-normconv", "autotune/compare-fp32"]:
+            self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
+        for mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+            self.assertIn("SKIP autotune/compile-inductor-%s-fp32: inductor's modes run on the GPU only" % mode,
+                          self.text)
+        with open(os.path.join(self.out, "summary.json")) as f:
+            peers = {c["peer"] for c in json.load(f)}
+        self.assertEqual(peers, {"convnets --fusion normconv"})
 
 
 class GraphsStage(DryCall):
@@ -490,7 +512,7 @@ class Failures(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="gpu-usage-") as out:
             r = gpu_sh(out, "run", "--dry", "tarin")
             self.assertEqual(r.returncode, 2)
-            self.assertIn("unknown stage 'tarin' (expected: build tests data train infer python fused graphs or all)",
+            self.assertIn("unknown stage 'tarin' (expected: build tests data train infer python fused autotune graphs or all)",
                           r.stderr)
             self.assertFalse(os.path.exists(os.path.join(out, "summary.txt")))
 
