@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -92,6 +93,41 @@ TEST(Batcher, APreferredSizeLeavesAtOnceAndTheDelayEndsASmallerOne) {
   EXPECT_EQ(f3.get().batch_rows, 1);
   EXPECT_GE(steady_clock::now() - alone, std::chrono::milliseconds(1490));
   EXPECT_EQ(rec.passes, (std::vector<std::int64_t>{2, 1}));
+}
+
+// With the requests announced from their arrival (serve's way), a queue that holds every request on its way leaves
+// at once: a lone request does not wait out the delay for work that is not coming; one that is coming is waited
+// for, and joins; one that fails before it is queued stops the wait.
+TEST(Batcher, AQueueHoldingEveryAnnouncedRequestLeavesAtOnce) {
+  Recorder rec;
+  auto o = delayed(8, 3'000'000);
+  o.known_arrivals = true;
+  Batcher b(o, [&](const at::Tensor& r) { return rec(r); });
+  using std::chrono::steady_clock;
+  const auto start = steady_clock::now();
+  {
+    auto token = b.announce();
+    auto f = b.submit(rows_of(1, 1));
+    EXPECT_EQ(f.get().batch_rows, 1);
+  }
+  EXPECT_LT(steady_clock::now() - start, std::chrono::milliseconds(1500)) << "the lone request waited out the delay";
+  // A second request on its way: the first waits for it, and both share one pass.
+  auto ta = b.announce(), tb = b.announce();
+  auto fa = b.submit(rows_of(2, 1));
+  EXPECT_EQ(fa.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  auto fb = b.submit(rows_of(3, 1));
+  EXPECT_EQ(fa.get().batch_rows, 2);
+  EXPECT_EQ(fb.get().batch_rows, 2);
+  ta.reset(), tb.reset();
+  // One that never comes (its parse failed): released, the waiting request leaves.
+  ta = b.announce(), tb = b.announce();
+  auto fc = b.submit(rows_of(4, 1));
+  EXPECT_EQ(fc.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  const auto released = steady_clock::now();
+  tb.reset();
+  EXPECT_EQ(fc.get().batch_rows, 1);
+  EXPECT_LT(steady_clock::now() - released, std::chrono::milliseconds(1500));
+  EXPECT_EQ(rec.passes, (std::vector<std::int64_t>{1, 2, 1}));
 }
 
 TEST(Batcher, TheLargestPreferredSizeTheQueueFillsLeavesAtOnce) {

@@ -126,6 +126,20 @@ void Batcher::submit(at::Tensor rows, std::optional<std::int64_t> timeout_us, st
   changed_.notify_all();
 }
 
+std::shared_ptr<void> Batcher::announce() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++announced_;
+  }
+  return std::shared_ptr<void>(nullptr, [this](void*) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --announced_;
+    }
+    changed_.notify_all();  // one fewer on its way: a queue waiting for it may leave now
+  });
+}
+
 void Batcher::finish() {
   std::unique_lock<std::mutex> lock(mutex_);
   finishing_ = true;
@@ -173,6 +187,9 @@ std::vector<Batcher::Job> Batcher::next_batch(std::unique_lock<std::mutex>& lock
       break;
     }
     if (rows >= options_.max_batch_size || finishing_ || Clock::now() >= until) break;
+    // Every request the server holds is queued: nothing can join this batch before new clients send, so waiting
+    // would only add latency (a lone request at concurrency 1 waited out the whole delay).
+    if (options_.known_arrivals && static_cast<std::int64_t>(queue_.size()) >= announced_) break;
     changed_.wait_until(lock, until);
   }
   // The oldest request decides the kind; later ones of that kind join while they fit, and requests whose

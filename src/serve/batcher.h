@@ -28,6 +28,10 @@ struct BatchingOptions {
   std::vector<std::int64_t> preferred_batch_sizes;
   int instances = 1;                   // forward passes that may run at once
   std::int64_t max_queue_size = 64;    // requests waiting; one more is refused at once (no unbounded memory)
+  // The caller announces each request from its arrival to its answer (Batcher::announce): then a queue that holds
+  // every request the server has (none is being received, decoded, run or answered) leaves at once instead of
+  // waiting out max_queue_delay_us for requests that are not on their way. `serve` sets it.
+  bool known_arrivals = false;
   void validate() const;               // throws Error naming the flag
 };
 
@@ -81,6 +85,10 @@ class Batcher {
   // a front end that must not block a thread per request.
   void submit(at::Tensor rows, std::optional<std::int64_t> timeout_us, std::function<void(Outcome)> done);
 
+  // A request from its arrival at the server to its answer (with BatchingOptions::known_arrivals): held by the
+  // caller, released by dropping it.
+  std::shared_ptr<void> announce();
+
   // Refuses new requests, runs every queued one, and returns when the instances are idle.
   void finish();
   BatcherStats stats() const;
@@ -108,6 +116,7 @@ class Batcher {
   std::deque<Job> queue_;
   bool finishing_ = false;
   int busy_ = 0;
+  std::int64_t announced_ = 0;  // requests between announce() and their token's release
   BatcherStats stats_;
   std::vector<std::thread> instances_;
 };

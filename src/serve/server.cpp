@@ -79,6 +79,7 @@ class ServedModel {
     // rather than during a request, and the batcher fills them (Triton's preferred sizes).
     const bool graphed = !deploy::describe_graphs(model_.engine()).empty();
     auto batching = graphed ? batching_for_graphs(o.batching, model_.options().graph_batch_sizes) : o.batching;
+    batching.known_arrivals = true;  // every request is announced from its arrival (Server::route, infer)
     std::vector<std::int64_t> warm{1};
     if (graphed) {
       for (const auto rows : model_.options().graph_batch_sizes) {
@@ -444,6 +445,13 @@ class Drain {
 
 // --------------------------------------------------------------------------------------------- the server
 
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 std::int64_t resident_bytes() {
   std::ifstream f("/proc/self/statm");
   long long pages = 0, resident = 0;
@@ -705,10 +713,14 @@ class Server final : public ServingCore {
         if (!drain_.enter()) {
           return reply(error_response(503, "the server is shutting down: no new requests are taken", true));
         }
-        // Left when the answer is handed back, whichever thread gives it.
-        auto leave = std::shared_ptr<void>(nullptr, [this](void*) { drain_.leave(); });
         ServedModel* s = find(m, refused);
-        if (!s) return reply(refused);
+        if (!s) {
+          drain_.leave();
+          return reply(refused);
+        }
+        // Left when the answer is handed back, whichever thread gives it; until then the model's batcher counts
+        // the request as on its way (a lone queued request need not wait for it).
+        auto leave = std::shared_ptr<void>(nullptr, [this, arriving = s->batcher().announce()](void*) { drain_.leave(); });
         // A small body is parsed here, on the loop (at most tens of microseconds); a large one on a worker, so that
         // no copy of megabytes holds the other connections' reads and writes.
         if (r.body.size() <= kInlineParseBytes) return infer(*s, r, reply, leave, start);
@@ -870,9 +882,13 @@ class Server final : public ServingCore {
   void infer(const std::string& name, const std::string& version, InferRequest request, InferDone done) override {
     const auto start = Clock::now();
     if (!drain_.enter()) return done(503, "the server is shutting down: no new requests are taken", {});
-    auto leave = std::shared_ptr<void>(nullptr, [this](void*) { drain_.leave(); });
-    if (auto missing = find_model(name, version); !missing.empty()) return done(404, missing, {});
-    run_infer(*models_.at(name), std::move(request), start, std::move(leave), std::move(done));
+    if (auto missing = find_model(name, version); !missing.empty()) {
+      drain_.leave();
+      return done(404, missing, {});
+    }
+    auto& m = *models_.at(name);
+    auto leave = std::shared_ptr<void>(nullptr, [this, arriving = m.batcher().announce()](void*) { drain_.leave(); });
+    run_infer(m, std::move(request), start, std::move(leave), std::move(done));
   }
 
   Json server_metadata_json() const {
@@ -932,6 +948,9 @@ class Server final : public ServingCore {
             << "\"} " << n << '\n';
       }
     }
+    // Prometheus' process metric: what `convnets bench serve` divides by the requests answered in its window.
+    family({"process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds"});
+    out << "process_cpu_seconds_total " << process_cpu_seconds() << '\n';
     family({"process_resident_memory_bytes", "gauge", "Resident memory size in bytes"});
     out << "process_resident_memory_bytes " << resident_bytes() << '\n';
     family({"convnets_http_open_connections", "gauge", "HTTP connections open now (idle kept-alive ones included)"});
