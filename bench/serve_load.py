@@ -18,6 +18,12 @@ SIGTERM during load: every answer counted, the exit status 0.
 
 On a GPU (scripts/gpu.sh's graphs stage): --device cuda --precision amp --model-args=--fold-bn, the server's
 CUDA graphs at the batch sizes its batcher fills.
+
+--client bench-serve: the rows' load comes from `convnets bench serve` (issue 68: perf_analyzer's closed loop in
+C++, one thread and connection per request in flight) instead of tritonclient, over HTTP or HTTP with the inputs in
+system shared memory, sending FP32 tensors or (--client-input jpeg --images DIR) the JPEG files of a folder; each
+row adds the client's and the server's CPU time per request, and its cells are named "serve ARCH PREC, concurrency
+C, PROTOCOL, INPUT".
 """
 import argparse
 import json
@@ -276,6 +282,36 @@ def tensor_maker(side, seed=0, protocol="http"):
     return lambda client: TensorRequest(client, side, seed, protocol)
 
 
+def bench_serve_rows(convnets, url, metrics_url, protocol, concurrency, seconds, warmup, client_input, images):
+    """`convnets bench serve`'s rows, as this script's own: one run of every concurrency over one protocol."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rows.json")
+        cmd = [convnets, "bench", "serve", "http://" + url, "--concurrency", concurrency, "--seconds", str(seconds),
+               "--warmup-seconds", str(warmup), "--metrics-url", metrics_url, "--input", client_input, "--json", out]
+        if protocol == "http-shm":
+            cmd.append("--shared-memory")
+        if client_input == "jpeg":
+            cmd += ["--images", images]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit("convnets bench serve failed: " + r.stderr.strip())
+        print(r.stdout, end="", flush=True)
+        with open(out) as f:
+            j = json.load(f)
+    rows = []
+    for row in j["rows"]:
+        counts = dict(row["counts"])
+        counts.setdefault("ok", 0)
+        rows.append({"protocol": protocol, "concurrency": int(row["concurrency"]), "client_batch": 1,
+                     "inferences_per_s": row["inferences_per_s"], "p50_ms": row["p50_ms"], "p90_ms": row["p90_ms"],
+                     "p95_ms": row["p95_ms"], "p99_ms": row["p99_ms"], "avg_ms": row["avg_ms"], "counts": counts,
+                     "client": "convnets bench serve", "input": client_input,
+                     "client_cpu_ms_per_request": row["client_cpu_ms_per_request"],
+                     "server_cpu_ms_per_request": row.get("server_cpu_ms_per_request"),
+                     "warning": row.get("warning")})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--convnets", required=True)
@@ -305,6 +341,11 @@ def main():
     ap.add_argument("--client-processes", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
                     help="client processes the concurrency's connections are spread over (default: half the CPUs, "
                          "at most 8; the server keeps the rest)")
+    ap.add_argument("--client", choices=("tritonclient", "bench-serve"), default="tritonclient",
+                    help="the rows' load generator: tritonclient's Python clients, or convnets bench serve (C++)")
+    ap.add_argument("--client-input", choices=("fp32", "jpeg"), default="fp32",
+                    help="--client bench-serve: FP32 tensors, or the JPEG files of --images sent encoded")
+    ap.add_argument("--images", help="--client-input jpeg: a folder of JPEG files")
     ap.add_argument("--json")
     ap.add_argument("--summary", help="append each concurrency's cells to this summary.json (bench/compare.py's "
                                       "format): throughput against bench infer's at --batch-size, p99 against its "
@@ -330,13 +371,22 @@ def main():
         unknown = [p for p in protocols if p not in PROTOCOLS]
         if unknown:
             raise SystemExit(f"--protocols: unknown {', '.join(unknown)} (expected some of {', '.join(PROTOCOLS)})")
+        if a.client == "bench-serve" and any(p.startswith("grpc") for p in protocols):
+            raise SystemExit("--client bench-serve speaks HTTP (http, http-shm); gRPC rows use tritonclient")
+        if a.client_input == "jpeg" and (a.client != "bench-serve" or not a.images):
+            raise SystemExit("--client-input jpeg needs --client bench-serve and --images DIR")
         server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
                         "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size", "256",
                         grpc=any(p.startswith("grpc") for p in protocols))
         result["server"] = server.startup
         print(server.startup, end="", flush=True)
         rows = []
-        for protocol, c in ((p, int(x)) for p in protocols for x in a.concurrency.split(",")):
+        for protocol in protocols if a.client == "bench-serve" else ():
+            metrics = "http://" + server.url + "/metrics"  # the Server above runs with --metrics-port -1
+            rows += bench_serve_rows(a.convnets, server.url, metrics, protocol, a.concurrency, a.seconds,
+                                     a.warmup_seconds, a.client_input, a.images)
+        for protocol, c in ((p, int(x)) for p in protocols for x in a.concurrency.split(",")
+                            if a.client == "tritonclient"):
             url = server.grpc_url if protocol.startswith("grpc") else server.url
             lat, span, counts = load_parallel(url, a.arch, side, c, a.client_processes, seconds=a.seconds,
                                               warmup=a.warmup_seconds, protocol=protocol)
@@ -365,18 +415,21 @@ def main():
         rc, err = server.stop()
         result["load_server_exit"] = rc
 
-        # Above saturation: a short queue, many clients.
-        server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
-                        "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size",
-                        str(a.overload_queue))
-        lat, span, counts = load_parallel(server.url, a.arch, side, a.overload_concurrency, a.client_processes,
-                                          seconds=a.seconds / 2)
-        live = triton.InferenceServerClient(server.url).is_server_live()
-        result["overload"] = {"concurrency": a.overload_concurrency, "max_queue_size": a.overload_queue,
-                              "counts": counts, "ok_p50_ms": 1e3 * percentile(lat, 50), "live_after": live}
-        print(json.dumps(result["overload"]), flush=True)
-        rc, _ = server.stop()
-        result["overload_server_exit"] = rc
+        # Above saturation: a short queue, many clients (--overload-concurrency 0: not run).
+        if a.overload_concurrency <= 0:
+            server = None
+        else:
+            server = Server(a.convnets, weights, "--arch", a.arch, *model_args, "--max-batch-size", str(a.batch_size),
+                            "--max-queue-delay-us", str(a.max_queue_delay_us), "--max-queue-size",
+                            str(a.overload_queue))
+            lat, span, counts = load_parallel(server.url, a.arch, side, a.overload_concurrency, a.client_processes,
+                                              seconds=a.seconds / 2)
+            live = triton.InferenceServerClient(server.url).is_server_live()
+            result["overload"] = {"concurrency": a.overload_concurrency, "max_queue_size": a.overload_queue,
+                                  "counts": counts, "ok_p50_ms": 1e3 * percentile(lat, 50), "live_after": live}
+            print(json.dumps(result["overload"]), flush=True)
+            rc, _ = server.stop()
+            result["overload_server_exit"] = rc
 
     if a.soak and a.soak_checkpoint:
         server = Server(a.convnets, "soak=" + a.soak_checkpoint, "--max-batch-size", "8")
@@ -418,8 +471,13 @@ def main():
         command = compare.short(" ".join(sys.argv[:1] + sys.argv[1:]))
         cells = []
         for row in result["load"]:
-            figure = "serve %s %s, concurrency %d (tritonclient %s, batches up to %d)" % (
-                a.arch, a.precision, row["concurrency"], LABELS[row["protocol"]], a.batch_size)
+            if a.client == "bench-serve":
+                figure = "serve %s %s, concurrency %d, %s, %s" % (
+                    a.arch, a.precision, row["concurrency"], LABELS[row["protocol"]],
+                    "JPEG files" if a.client_input == "jpeg" else "FP32 tensors")
+            else:
+                figure = "serve %s %s, concurrency %d (tritonclient %s, batches up to %d)" % (
+                    a.arch, a.precision, row["concurrency"], LABELS[row["protocol"]], a.batch_size)
             cells.append({"figure": figure, "convnets": row["inferences_per_s"],
                           "peer": "convnets bench infer, batch %d" % a.batch_size, "peer_value": bench["images_per_s"],
                           "ratio": row["inferences_per_s"] / bench["images_per_s"], "unit": "img/s",

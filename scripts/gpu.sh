@@ -581,6 +581,17 @@ stage_graphs() {
     --concurrency "$serve_concurrency" --seconds "$serve_seconds" --warmup-seconds "$serve_warmup" --soak 0 \
     --protocols http,http-shm --image-size "$gpunet0_side" --json "$res/serve-load-gpunet-0-$p.json" \
     --summary "$summary_json"
+  # Issue 68: the same server loaded by `convnets bench serve` (C++, a thread and a connection per request in
+  # flight; the client's and the server's CPU time per request), FP32 tensors over HTTP and from system shared
+  # memory, then the ImageNet-like set's validation JPEGs sent encoded (the server decodes them), against bench infer.
+  local bench_serve=("${serve_client[@]}" "$root/bench/serve_load.py" --convnets "$bin/convnets" --client bench-serve
+                     --arch "$arch" --device "$device" --precision "$p" --model-args=--fold-bn
+                     --batch-size "$serve_batch" --concurrency "$serve_concurrency" --seconds "$serve_seconds"
+                     --warmup-seconds "$serve_warmup" --soak 0 --overload-concurrency 0 --summary "$summary_json")
+  step --show 14 "serve-bench-$p" "${bench_serve[@]}" --protocols http,http-shm --json "$res/serve-bench-$p.json"
+  need_data
+  step --show 8 "serve-bench-jpeg-$p" "${bench_serve[@]}" --protocols http --client-input jpeg \
+    --images "$jpegs/val" --json "$res/serve-bench-jpeg-$p.json"
 }
 
 # compile_peers train|infer INFIX BATCHES MODE...: bench/torch_peer.py under torch.compile in each mode (the modes

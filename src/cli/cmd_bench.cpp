@@ -436,6 +436,7 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([args] { run_bench_data(*args); });
   add_model_bench(*bench, true);
   add_model_bench(*bench, false);
+  add_bench_serve(*bench);
 }
 
 }  // namespace convnets::cli

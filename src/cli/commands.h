@@ -21,6 +21,8 @@ void add_classify_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_pack_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+// `bench serve`, under `bench` (cli/bench_serve.cpp).
+void add_bench_serve(CLI::App& bench);
 
 // --precision as classify and eval take it: convnets' names, in any case, so
 // that DLE classify.py's AMP | FP32 read as amp | fp32. Pure fp16 (FP16) is

@@ -256,7 +256,8 @@ class GraphsStage(DryCall):
                      "graphs/eager-infer-fp32", "graphs/compile-eager-default-infer-fp32", "graphs/compare-infer-fp32",
                      "graphs/convnets-gpunet-0", "graphs/eager-gpunet-0", "graphs/compare-gpunet-0",
                      "graphs/convnets-gpunet-d1", "graphs/eager-gpunet-d1", "graphs/compare-gpunet-d1",
-                     "graphs/serve-load-fp32", "graphs/serve-load-gpunet-0-fp32"]:
+                     "graphs/serve-load-fp32", "graphs/serve-load-gpunet-0-fp32", "graphs/serve-bench-fp32",
+                     "graphs/serve-bench-jpeg-fp32"]:
             self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
         self.assertRegex(self.text, r"\nGPU  graphs/ran-not-skipped: .*graph-numerics\.log gtest\n")
         m = re.search(r"\[  SKIPPED \] (\d+) tests?, listed below", self.text)
@@ -278,6 +279,15 @@ class GraphsStage(DryCall):
         for net in ("resnet18", "gpunet-0"):
             self.assertIn(("serve %s fp32, concurrency 2 (tritonclient HTTP, inputs in system shared memory, batches "
                            "up to 2)" % net, "convnets bench infer, batch 2"), peers)
+        # Issue 68's rows, from convnets bench serve: FP32 tensors over HTTP and from shared memory, JPEG files.
+        for label in ("HTTP, FP32 tensors", "HTTP, inputs in system shared memory, FP32 tensors", "HTTP, JPEG files"):
+            self.assertIn(("serve resnet18 fp32, concurrency 2, " + label, "convnets bench infer, batch 2"), peers)
+        with tarfile.open(os.path.join(self.out, "graphs.tar.gz")) as t:
+            rows = json.load(t.extractfile(next(n for n in t.getnames() if n.endswith("/serve-bench-fp32.json"))))
+        for row in rows["load"]:
+            self.assertEqual(row["client"], "convnets bench serve")
+            self.assertGreater(row["server_cpu_ms_per_request"], 0, row)
+            self.assertEqual(set(row["counts"]), {"ok"}, row)
         self.assertEqual(sorted(os.listdir(self.out)), ["build.tar.gz", "graphs.tar.gz", "summary.json", "summary.txt"])
 
 

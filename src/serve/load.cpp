@@ -1,0 +1,673 @@
+#include "serve/load.h"
+
+#include "core/error.h"
+#include "core/json.h"
+#include "serve/kserve.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <c10/util/Half.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace convnets::serve::load {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+struct Endpoint {
+  std::string host, port;
+};
+
+Endpoint endpoint_of(const std::string& url, const std::string& flag) {
+  std::string rest = url;
+  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  else if (rest.find("://") != std::string::npos) throw Error(flag + " " + url + ": only http:// is spoken");
+  if (const auto slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) {
+    throw Error(flag + " " + url + ": expected http://HOST:PORT");
+  }
+  return {rest.substr(0, colon), rest.substr(colon + 1)};
+}
+
+struct Response {
+  int status = 0;
+  std::string body;
+  std::optional<std::size_t> header_length;  // Inference-Header-Content-Length
+};
+
+// One keep-alive connection, blocking: what each client thread owns.
+class Connection {
+ public:
+  explicit Connection(Endpoint e) : e_(std::move(e)) {}
+
+  void connect() {
+    socket_ = std::make_unique<tcp::socket>(io_);
+    tcp::resolver resolver(io_);
+    asio::connect(*socket_, resolver.resolve(e_.host, e_.port));
+    socket_->set_option(tcp::no_delay(true));  // as the server: a request is one write, its answer one read
+    buffer_.clear();
+  }
+  bool connected() const { return socket_ && socket_->is_open(); }
+  void close() {
+    beast::error_code ignored;
+    if (socket_) socket_->close(ignored);
+  }
+
+  // `raw`: a whole HTTP/1.1 request, headers and body, written as it is.
+  Response send(const std::string& raw) {
+    if (!connected()) connect();
+    asio::write(*socket_, asio::buffer(raw));
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::uint64_t{1} << 30);
+    http::read(*socket_, buffer_, parser);
+    auto& res = parser.get();
+    Response r;
+    r.status = static_cast<int>(res.result_int());
+    if (auto it = res.find("Inference-Header-Content-Length"); it != res.end()) {
+      r.header_length = parse_header_length(std::string_view(it->value().data(), it->value().size()));
+    }
+    r.body = std::move(res.body());
+    if (!res.keep_alive()) close();
+    return r;
+  }
+
+  Response request(const std::string& method, const std::string& path, const std::string& body = "") {
+    return send(method + " " + path + " HTTP/1.1\r\nHost: " + e_.host + "\r\nContent-Type: application/json\r\n" +
+                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  }
+
+ private:
+  Endpoint e_;
+  asio::io_context io_;
+  std::unique_ptr<tcp::socket> socket_;
+  beast::flat_buffer buffer_;
+};
+
+nlohmann::json json_of(const Response& r, const std::string& what) {
+  if (r.status != 200) throw Error(what + ": HTTP " + std::to_string(r.status) + " " + r.body);
+  return parse_json(r.body, what);
+}
+
+std::string percent_encoded(const std::string& name) {
+  std::string out;
+  for (const unsigned char c : name) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// The model's input of `kind`: name, datatype and shape (batch 1, a side left open filled from image_size).
+struct Chosen {
+  std::string name, datatype;
+  std::vector<std::int64_t> shape;
+};
+
+Chosen choose_input(const nlohmann::json& meta, InputKind kind, std::int64_t image_size, const std::string& model) {
+  std::vector<std::string> seen;
+  for (const auto& in : meta.value("inputs", nlohmann::json::array())) {
+    const auto name = in.value("name", std::string());
+    const auto dt = in.value("datatype", std::string());
+    auto shape = in.value("shape", std::vector<std::int64_t>{});
+    seen.push_back(name + " " + dt + " " + nlohmann::json(shape).dump());
+    const bool image = (kind == InputKind::Fp32 && (dt == "FP32" || dt == "FP16")) ||
+                       (kind == InputKind::Pixels && dt == "UINT8" && shape.size() == 4);
+    if (kind == InputKind::Jpeg && dt == "BYTES") return {name, dt, {1, 1}};
+    if (!image || shape.size() != 4) continue;
+    shape[0] = 1;
+    for (std::size_t i = 1; i < 4; ++i) {
+      if (shape[i] >= 0) continue;
+      if (image_size <= 0) {
+        throw Error("model " + model + "'s input " + name + " leaves its side open (" + nlohmann::json(shape).dump() +
+                    ")", "pass --image-size N");
+      }
+      shape[i] = image_size;
+    }
+    return {name, dt, shape};
+  }
+  const char* want = kind == InputKind::Fp32 ? "an FP32 or FP16 image [N,3,H,W] (--input fp32)"
+                     : kind == InputKind::Pixels ? "UINT8 pixels [N,H,W,3] (--input pixels)"
+                                                 : "BYTES encoded images (--input jpeg)";
+  std::string list;
+  for (const auto& s : seen) list += (list.empty() ? "" : "; ") + s;
+  throw Error("model " + model + " has no input of " + std::string(want) + "; its inputs: " + list);
+}
+
+std::int64_t numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+// The distinct inputs' raw bytes (as the binary extension and shared memory carry them), and what each was.
+struct Payloads {
+  std::vector<std::string> bytes;
+  std::vector<std::string> sources;
+};
+
+Payloads make_payloads(const LoadOptions& o, const Chosen& in) {
+  Payloads p;
+  if (o.input == InputKind::Jpeg) {
+    if (o.images.empty()) throw Error("--input jpeg needs --images DIR (a folder of .jpg files)");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o.images, ec)) throw Error("--images " + o.images + ": not a folder");
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(o.images, ec)) {
+      auto ext = e.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw Error("--images " + o.images + ": no .jpg or .jpeg file in it");
+    for (const auto& f : files) {
+      Tensor t;
+      t.name = in.name;
+      t.datatype = DataType::Bytes;
+      t.shape = in.shape;
+      t.elements.push_back(read_file(f, "image"));
+      p.bytes.push_back(raw_bytes(t));
+      p.sources.push_back(std::filesystem::relative(f, o.images).string());
+    }
+    return p;
+  }
+  // Fixed, seeded values: the same requests every run.
+  std::mt19937 gen(1234);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> pixel(0, 255);
+  const auto n = numel(in.shape);
+  for (int k = 0; k < std::max(1, o.distinct_inputs); ++k) {
+    std::string b;
+    if (in.datatype == "FP32") {
+      b.resize(static_cast<std::size_t>(n) * 4);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = normal(gen);
+        std::memcpy(&b[static_cast<std::size_t>(i) * 4], &v, 4);
+      }
+    } else if (in.datatype == "FP16") {
+      b.resize(static_cast<std::size_t>(n) * 2);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const c10::Half h(normal(gen));
+        std::memcpy(&b[static_cast<std::size_t>(i) * 2], &h.x, 2);
+      }
+    } else {
+      b.resize(static_cast<std::size_t>(n));
+      for (auto& c : b) c = static_cast<char>(pixel(gen));
+    }
+    p.bytes.push_back(std::move(b));
+    p.sources.push_back("generated " + std::to_string(k));
+  }
+  return p;
+}
+
+// The inputs in one system shared-memory region (Triton's extension), registered with the server for the run and
+// unregistered and unlinked when it ends, however it ends.
+class SharedRegion {
+ public:
+  SharedRegion(const Payloads& p, Connection& control) : control_(control) {
+    const auto id = std::to_string(::getpid()) + "-" + std::to_string(Clock::now().time_since_epoch().count());
+    key_ = "/convnets-bench-serve-" + id;
+    name_ = "convnets-bench-serve-" + id;
+    std::size_t total = 0;
+    for (const auto& b : p.bytes) offsets_.push_back(total), total += b.size();
+    const int fd = ::shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) throw Error("shm_open " + key_ + ": " + std::strerror(errno));
+    if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+      const int err = errno;
+      ::close(fd);
+      ::shm_unlink(key_.c_str());
+      throw Error("ftruncate " + key_ + ": " + std::strerror(err));
+    }
+    void* map = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED) {
+      ::shm_unlink(key_.c_str());
+      throw Error("mmap " + key_ + ": " + std::strerror(errno));
+    }
+    for (std::size_t i = 0; i < p.bytes.size(); ++i) {
+      std::memcpy(static_cast<char*>(map) + offsets_[i], p.bytes[i].data(), p.bytes[i].size());
+    }
+    ::munmap(map, total);
+    Response r;
+    try {
+      r = control_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name_) + "/register",
+                           nlohmann::json{{"key", key_}, {"byte_size", total}, {"offset", 0}}.dump());
+    } catch (const std::exception& e) {
+      ::shm_unlink(key_.c_str());
+      throw Error("registering shared-memory region " + name_ + ": " + e.what());
+    }
+    if (r.status != 200) {
+      ::shm_unlink(key_.c_str());
+      throw Error("registering shared-memory region " + name_ + ": HTTP " + std::to_string(r.status) + " " + r.body,
+                  "the server must offer Triton's system shared-memory extension, on this machine");
+    }
+  }
+  ~SharedRegion() {
+    try {
+      control_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name_) + "/unregister");
+    } catch (const std::exception&) {
+      // The server may be gone: the object is still ours to remove.
+    }
+    ::shm_unlink(key_.c_str());
+  }
+  SharedRegion(const SharedRegion&) = delete;
+  SharedRegion& operator=(const SharedRegion&) = delete;
+  const std::string& name() const { return name_; }
+  std::size_t offset(std::size_t i) const { return offsets_[i]; }
+
+ private:
+  Connection& control_;
+  std::string key_, name_;
+  std::vector<std::size_t> offsets_;
+};
+
+// Each distinct input's whole HTTP request, made once: a client's send is one write.
+std::vector<std::string> make_requests(const Endpoint& e, const std::string& model, const Chosen& in,
+                                       const std::string& output, const Payloads& p, const SharedRegion* region,
+                                       std::int64_t& largest_body) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < p.bytes.size(); ++i) {
+    nlohmann::json input{{"name", in.name}, {"datatype", in.datatype}, {"shape", in.shape}};
+    if (region) {
+      input["parameters"] = {{"shared_memory_region", region->name()},
+                             {"shared_memory_byte_size", p.bytes[i].size()},
+                             {"shared_memory_offset", region->offset(i)}};
+    } else {
+      input["parameters"] = {{"binary_data_size", p.bytes[i].size()}};
+    }
+    const auto header = nlohmann::json{{"inputs", {input}},
+                                       {"outputs", {{{"name", output}, {"parameters", {{"binary_data", true}}}}}}}
+                            .dump();
+    const std::string body = region ? header : header + p.bytes[i];
+    std::string r = "POST /v2/models/" + percent_encoded(model) + "/infer HTTP/1.1\r\nHost: " + e.host + "\r\n";
+    r += region ? "Content-Type: application/json\r\n"
+                : "Content-Type: application/octet-stream\r\nInference-Header-Content-Length: " +
+                      std::to_string(header.size()) + "\r\n";
+    r += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    largest_body = std::max<std::int64_t>(largest_body, static_cast<std::int64_t>(body.size()));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// A response's first output as numbers (FP32, FP16 or an integer type), JSON "data" or binary.
+std::vector<double> output_values(const Response& r) {
+  const std::size_t json_len = r.header_length.value_or(r.body.size());
+  const auto j = parse_json(std::string_view(r.body).substr(0, json_len), "an infer response");
+  const auto& out = j.at("outputs").at(0);
+  const auto dt = out.value("datatype", std::string());
+  std::vector<double> v;
+  if (out.contains("data")) {
+    for (const auto& x : out.at("data").flatten()) v.push_back(x.get<double>());
+    return v;
+  }
+  const std::string_view raw = std::string_view(r.body).substr(json_len);
+  if (dt == "FP32") {
+    for (std::size_t i = 0; i + 4 <= raw.size(); i += 4) {
+      float f;
+      std::memcpy(&f, raw.data() + i, 4);
+      v.push_back(f);
+    }
+  } else if (dt == "FP16") {
+    for (std::size_t i = 0; i + 2 <= raw.size(); i += 2) {
+      c10::Half h;
+      std::memcpy(&h.x, raw.data() + i, 2);
+      v.push_back(static_cast<float>(h));
+    }
+  } else if (dt == "INT64") {
+    for (std::size_t i = 0; i + 8 <= raw.size(); i += 8) {
+      std::int64_t x;
+      std::memcpy(&x, raw.data() + i, 8);
+      v.push_back(static_cast<double>(x));
+    }
+  } else {
+    throw Error("an infer response's output of datatype " + dt + ": bench serve records FP32, FP16 or INT64");
+  }
+  return v;
+}
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// The server's process CPU seconds and its successful requests of `model`, from its Prometheus text.
+struct ServerCounters {
+  double cpu_s = -1;
+  double success = 0;
+};
+
+std::optional<ServerCounters> scrape(const std::string& metrics_url, const std::string& model) {
+  if (metrics_url.empty()) return std::nullopt;
+  try {
+    const auto e = endpoint_of(metrics_url, "--metrics-url");
+    const auto after_scheme = metrics_url.find("://");
+    const auto slash = metrics_url.find('/', after_scheme == std::string::npos ? 0 : after_scheme + 3);
+    const std::string path = slash == std::string::npos ? "/metrics" : metrics_url.substr(slash);
+    Connection c(e);
+    const auto r = c.request("GET", path);
+    if (r.status != 200) return std::nullopt;
+    ServerCounters s;
+    std::istringstream in(r.body);
+    const std::string success = "nv_inference_request_success{model=\"" + model + "\"";
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("process_cpu_seconds_total ", 0) == 0) s.cpu_s = std::stod(line.substr(26));
+      if (line.rfind(success, 0) == 0) s.success += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return s;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Each client's counts and latencies inside the window.
+struct ClientTally {
+  std::int64_t ok = 0, late = 0;
+  std::map<std::string, std::int64_t> errors;
+  std::vector<double> ms;
+};
+
+double percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const auto k = static_cast<std::size_t>(std::clamp(std::ceil(q / 100.0 * static_cast<double>(v.size())) - 1.0, 0.0,
+                                                      static_cast<double>(v.size() - 1)));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+class Runner {
+ public:
+  Runner(const LoadOptions& o, Endpoint e, const std::vector<std::string>& requests, const std::string& model,
+         std::string metrics_url)
+      : o_(o), e_(std::move(e)), requests_(requests), model_(model), metrics_url_(std::move(metrics_url)) {}
+
+  // The first answer to each distinct input, kept for --outputs.
+  std::vector<std::optional<std::vector<double>>> answers;
+
+  LoadRow row(const std::string& mode, double level) {
+    const int clients = mode == "rate" ? std::max(1, o_.rate_connections) : static_cast<int>(level);
+    std::vector<ClientTally> tallies(static_cast<std::size_t>(clients));
+    const auto start = Clock::now();
+    const auto window_begin = start + to_duration(o_.warmup_seconds);
+    const auto window_end = window_begin + to_duration(o_.seconds);
+    std::atomic<bool> failed_to_connect{false};
+    std::string connect_error;
+    std::mutex mutex;
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&, c] {
+        Connection conn(e_);
+        try {
+          conn.connect();
+        } catch (const std::exception& ex) {
+          std::lock_guard<std::mutex> lock(mutex);
+          failed_to_connect = true;
+          connect_error = ex.what();
+          return;
+        }
+        auto& t = tallies[static_cast<std::size_t>(c)];
+        std::size_t next = static_cast<std::size_t>(c);
+        for (std::int64_t k = 0;; ++k) {
+          Clock::time_point sent = Clock::now();
+          if (mode == "rate") {
+            // Client c sends the schedule's slots c, c + clients, ...: the rate over all clients.
+            const auto slot = start + to_duration(static_cast<double>(c + k * clients) / level);
+            if (slot >= window_end) break;
+            std::this_thread::sleep_until(slot);
+            sent = Clock::now();
+            if (sent - slot > std::chrono::milliseconds(1) && slot >= window_begin) ++t.late;
+          } else if (sent >= window_end) {
+            break;
+          }
+          const std::size_t which = next % requests_.size();
+          next += static_cast<std::size_t>(clients);
+          std::string error;
+          Response r;
+          try {
+            r = conn.send(requests_[which]);
+            if (r.status != 200) error = std::to_string(r.status);
+          } catch (const std::exception&) {
+            error = "connection";
+            conn.close();
+          }
+          const auto done = Clock::now();
+          if (error.empty()) record_answer(which, r);
+          if (done < window_begin || done > window_end) continue;
+          if (error.empty()) {
+            ++t.ok;
+            t.ms.push_back(std::chrono::duration<double, std::milli>(done - sent).count());
+          } else {
+            ++t.errors[error];
+          }
+        }
+        conn.close();
+      });
+    }
+    // The window's counters, read as it opens and closes.
+    std::this_thread::sleep_until(window_begin);
+    const double cpu0 = cpu_seconds();
+    const auto server0 = scrape(metrics_url_, model_);
+    const auto wall0 = Clock::now();
+    std::this_thread::sleep_until(window_end);
+    const double cpu1 = cpu_seconds();
+    const auto server1 = scrape(metrics_url_, model_);
+    const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
+    for (auto& th : threads) th.join();
+    if (failed_to_connect) throw Error("bench serve: cannot connect to " + o_.url + ": " + connect_error);
+
+    LoadRow row;
+    row.mode = mode;
+    row.level = level;
+    row.seconds = wall;
+    std::vector<double> all;
+    for (auto& t : tallies) {
+      row.ok += t.ok;
+      row.late += t.late;
+      for (const auto& [k, n] : t.errors) row.errors[k] += n;
+      all.insert(all.end(), t.ms.begin(), t.ms.end());
+    }
+    row.inferences_per_s = static_cast<double>(row.ok) / o_.seconds;
+    if (!all.empty()) {
+      double sum = 0;
+      for (const auto v : all) sum += v;
+      row.avg_ms = sum / static_cast<double>(all.size());
+      row.p50_ms = percentile(all, 50), row.p90_ms = percentile(all, 90);
+      row.p95_ms = percentile(all, 95), row.p99_ms = percentile(all, 99);
+    }
+    const double cpu = cpu1 - cpu0;
+    row.client_cores = wall > 0 ? cpu / wall : 0;
+    if (row.ok > 0) row.client_cpu_ms = 1e3 * cpu / static_cast<double>(row.ok);
+    if (server0 && server1 && server0->cpu_s >= 0 && server1->success > server0->success) {
+      row.server_cpu_ms = 1e3 * (server1->cpu_s - server0->cpu_s) / (server1->success - server0->success);
+    }
+    // perf_analyzer's caution: a client that needs the machine's cores measures itself.
+    const double cores = std::max(1u, std::thread::hardware_concurrency());
+    if (row.client_cores >= 0.8 * cores) {
+      char text[200];
+      std::snprintf(text, sizeof text, "the client used %.1f of %.0f cores: it may be the limit, not the server",
+                    row.client_cores, cores);
+      row.warning = text;
+    } else if (row.late > row.ok / 100) {
+      row.warning = std::to_string(row.late) + " sends started late: the client could not keep the schedule";
+    }
+    return row;
+  }
+
+ private:
+  static Clock::duration to_duration(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  void record_answer(std::size_t which, const Response& r) {
+    if (o_.outputs_file.empty()) return;
+    std::lock_guard<std::mutex> lock(answers_mutex_);
+    if (answers.size() < requests_.size()) answers.resize(requests_.size());
+    if (!answers[which]) answers[which] = output_values(r);
+  }
+
+  const LoadOptions& o_;
+  Endpoint e_;
+  const std::vector<std::string>& requests_;
+  std::string model_, metrics_url_;
+  std::mutex answers_mutex_;
+};
+
+std::string find_metrics(const LoadOptions& o, const Endpoint& e, const std::string& model) {
+  if (o.metrics_url == "none") return "";
+  if (!o.metrics_url.empty()) return o.metrics_url;
+  for (const auto& url : {"http://" + e.host + ":8002/metrics", "http://" + e.host + ":" + e.port + "/metrics"}) {
+    if (scrape(url, model)) return url;
+  }
+  return "";
+}
+
+}  // namespace
+
+LoadReport run_load(const LoadOptions& o) {
+  if (o.concurrency.empty() && o.request_rates.empty()) throw Error("bench serve: no --concurrency or --request-rate");
+  for (const int c : o.concurrency) {
+    if (c < 1 || c > 4096) throw Error("--concurrency " + std::to_string(c) + ": expected 1..4096");
+  }
+  for (const double r : o.request_rates) {
+    if (!(r > 0 && r <= 1e6)) throw Error("--request-rate " + std::to_string(r) + ": expected a rate in (0, 1e6]");
+  }
+  if (!(o.seconds > 0 && o.seconds <= 3600)) throw Error("--seconds must be in (0, 3600]");
+  if (!(o.warmup_seconds >= 0 && o.warmup_seconds <= 3600)) throw Error("--warmup-seconds must be in [0, 3600]");
+  const auto e = endpoint_of(o.url, "URL");
+  Connection control(e);
+  try {
+    control.connect();
+  } catch (const std::exception& ex) {
+    throw Error("bench serve: cannot connect to " + o.url + ": " + ex.what(), "is the server up? (convnets serve)");
+  }
+  LoadReport report;
+  report.model = o.model;
+  if (report.model.empty()) {
+    const auto index = json_of(control.request("POST", "/v2/repository/index", "{}"), "the server's repository index");
+    std::vector<std::string> names;
+    for (const auto& m : index) names.push_back(m.value("name", std::string()));
+    if (names.size() != 1) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      throw Error("bench serve: the server has " + std::to_string(names.size()) + " models (" + list + ")",
+                  "name one with --model");
+    }
+    report.model = names.front();
+  }
+  const auto meta = json_of(control.request("GET", "/v2/models/" + percent_encoded(report.model)),
+                            "model " + report.model + "'s metadata");
+  const auto in = choose_input(meta, o.input, o.image_size, report.model);
+  report.input = in.name, report.datatype = in.datatype, report.shape = in.shape;
+  const auto outputs = meta.value("outputs", nlohmann::json::array());
+  if (outputs.empty()) throw Error("model " + report.model + " declares no output");
+  report.output = outputs.at(0).value("name", std::string());
+  const auto payloads = make_payloads(o, in);
+  report.inputs = static_cast<std::int64_t>(payloads.bytes.size());
+  std::optional<SharedRegion> region;
+  if (o.shared_memory) region.emplace(payloads, control);
+  const auto requests = make_requests(e, report.model, in, report.output, payloads, region ? &*region : nullptr,
+                                      report.request_bytes);
+  report.metrics_url = find_metrics(o, e, report.model);
+  Runner runner(o, e, requests, report.model, report.metrics_url);
+  for (const int c : o.concurrency) report.rows.push_back(runner.row("concurrency", c));
+  for (const double r : o.request_rates) report.rows.push_back(runner.row("rate", r));
+  if (!o.outputs_file.empty()) {
+    nlohmann::ordered_json answers = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < runner.answers.size(); ++i) {
+      if (runner.answers[i]) answers.push_back({{"input", payloads.sources[i]}, {"output", *runner.answers[i]}});
+    }
+    std::ofstream(o.outputs_file) << dump_json(nlohmann::ordered_json{{"model", report.model}, {"answers", answers}}, 1)
+                                  << '\n';
+  }
+  return report;
+}
+
+std::string format_table(const LoadReport& r, const LoadOptions& o) {
+  std::ostringstream s;
+  s << "convnets bench serve: " << o.url << ", model " << r.model << ", input " << r.input << " " << r.datatype << " "
+    << nlohmann::json(r.shape).dump() << " (" << r.inputs << " distinct, " << r.request_bytes << " bytes a request"
+    << (o.shared_memory ? " in HTTP, the tensors in system shared memory" : ", HTTP with binary tensors") << ")\n";
+  s << "server CPU from " << (r.metrics_url.empty() ? "nowhere (no /metrics answered)" : r.metrics_url) << "\n\n";
+  s << "| " << (r.rows.empty() || r.rows.front().mode == "concurrency" ? "Concurrency" : "Rate")
+    << " | Inferences/s | p50 ms | p90 ms | p95 ms | p99 ms | avg ms | Client CPU ms/req | Server CPU ms/req | Errors |\n"
+       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|\n";
+  std::string warnings;
+  for (const auto& row : r.rows) {
+    char line[320], server[32] = "n/a";
+    std::string errors;
+    for (const auto& [k, n] : row.errors) errors += (errors.empty() ? "" : ", ") + k + ": " + std::to_string(n);
+    if (row.server_cpu_ms >= 0) std::snprintf(server, sizeof server, "%.3f", row.server_cpu_ms);
+    std::snprintf(line, sizeof line, "| %g%s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s |\n", row.level,
+                  row.mode == "rate" ? "/s" : "", row.inferences_per_s, row.p50_ms, row.p90_ms, row.p95_ms, row.p99_ms,
+                  row.avg_ms, row.client_cpu_ms, server, errors.empty() ? "0" : errors.c_str());
+    s << line;
+    if (!row.warning.empty()) warnings += "warning: at " + std::to_string(row.level) + ": " + row.warning + "\n";
+  }
+  return s.str() + warnings;
+}
+
+nlohmann::ordered_json to_json(const LoadReport& r, const LoadOptions& o) {
+  nlohmann::ordered_json j;
+  j["tool"] = "convnets bench serve";
+  j["url"] = o.url;
+  j["model"] = r.model;
+  j["input"] = {{"name", r.input}, {"datatype", r.datatype}, {"shape", r.shape}, {"distinct", r.inputs},
+                {"request_bytes", r.request_bytes}};
+  j["protocol"] = o.shared_memory ? "http-shm" : "http";
+  j["seconds"] = o.seconds;
+  j["warmup_seconds"] = o.warmup_seconds;
+  j["metrics_url"] = r.metrics_url;
+  j["rows"] = nlohmann::ordered_json::array();
+  for (const auto& row : r.rows) {
+    nlohmann::ordered_json e;
+    e[row.mode] = row.level;
+    e["inferences_per_s"] = row.inferences_per_s;
+    e["p50_ms"] = row.p50_ms, e["p90_ms"] = row.p90_ms, e["p95_ms"] = row.p95_ms, e["p99_ms"] = row.p99_ms;
+    e["avg_ms"] = row.avg_ms;
+    nlohmann::ordered_json counts{{"ok", row.ok}};
+    for (const auto& [k, n] : row.errors) counts[k] = n;
+    e["counts"] = counts;
+    e["client_cpu_ms_per_request"] = row.client_cpu_ms;
+    e["client_cores"] = row.client_cores;
+    if (row.server_cpu_ms >= 0) e["server_cpu_ms_per_request"] = row.server_cpu_ms;
+    if (row.mode == "rate") e["late"] = row.late;
+    if (!row.warning.empty()) e["warning"] = row.warning;
+    j["rows"].push_back(e);
+  }
+  return j;
+}
+
+}  // namespace convnets::serve::load
