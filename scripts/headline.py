@@ -5,14 +5,17 @@ the data: a GPU cell's figures are computed here from the run's bench/results/RU
 cell's must be in the lines it quotes from the PERFORMANCE.md section it names.
 
     scripts/headline.py          # rewrite the table in both files
-    scripts/headline.py --check  # exit 1, naming the file, where either differs from what the data gives
+    scripts/headline.py --check  # exit 1, naming the file and each row, where either differs from what the data gives
+
+--root DIR reads (and rewrites) README.md, docs/ and bench/results/ under DIR instead of this checkout's, as the
+tests do on an edited copy.
 """
 import json
 import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the data's root: main()'s --root sets it
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import results_tables  # noqa: E402 - the summaries' one reader
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
@@ -108,6 +111,19 @@ def render(back, performance):
     return "\n".join(lines)
 
 
+def differences(body, table, name):
+    """Each row of the file's table that is not the data's, named by its first cell."""
+    have, want = body.split("\n"), table.split("\n")
+    out = []
+    for i in range(max(len(have), len(want))):
+        a, b = (have[i] if i < len(have) else ""), (want[i] if i < len(want) else "")
+        if a != b:
+            what = (a or b).strip("|").split(" | ")[0].strip()
+            out.append(f"{name}, row '{what}': the file has\n    {a or '(no row)'}\n"
+                       f"  the data gives\n    {b or '(no row)'}")
+    return out
+
+
 def split(text, name):
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise HeadlineError(f"{name}: expected one '{BEGIN}' line, then one '{END}' line")
@@ -117,14 +133,20 @@ def split(text, name):
 
 
 def main(argv):
-    check = argv[1:] == ["--check"]
-    if argv[1:] not in ([], ["--check"]):
+    global ROOT
+    args = argv[1:]
+    if args[:1] == ["--root"] and len(args) >= 2:
+        ROOT, args = os.path.abspath(args[1]), args[2:]
+    elif args[-2:-1] == ["--root"]:
+        ROOT, args = os.path.abspath(args[-1]), args[:-2]
+    check = args == ["--check"]
+    if args not in ([], ["--check"]):
         print(__doc__, file=sys.stderr)
         return 2
     try:
         with open(os.path.join(ROOT, "docs", "PERFORMANCE.md")) as f:
             performance = f.read()
-        stale = []
+        stale, rows = [], []
         for name, back in TARGETS.items():
             path = os.path.join(ROOT, name)
             with open(path) as f:
@@ -134,12 +156,13 @@ def main(argv):
             if body != table:
                 if check:
                     stale.append(name)
+                    rows += differences(body, table, name)
                 else:
                     with open(path, "w") as f:
                         f.write(head + BEGIN + "\n" + table + "\n" + END + tail)
         if stale:
             raise HeadlineError(", ".join(stale) + ": the headline table differs from docs/headline.json and its "
-                                "data; run scripts/headline.py")
+                                "data; run scripts/headline.py\n" + "\n".join(rows))
     except HeadlineError as e:
         print(f"headline: {e}", file=sys.stderr)
         return 1

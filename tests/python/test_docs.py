@@ -4,10 +4,14 @@ The README is a landing page: short, its first screen says what convnets is, the
 and it holds no commit hashes or dated history (docs/ does). Its headline table is the one docs/PERFORMANCE.md
 opens with, both rendered from docs/headline.json and the runs' data by scripts/headline.py. Every flag that a
 command's `--help` lists is documented in README.md or a page of docs/ (PERFORMANCE.md is measurements, not a
-manual). ReadmeCommands runs every command the README shows, in order, as a user would after cloning, on the
-ImageNet-like JPEG fixture; a line marked `# GPU` or `# download` is instead checked to parse.
+manual): named in a sentence, list item or table cell that is more than a list of refusals. ReadmeCommands runs
+every command the README shows, in order, as a user would after cloning, on the ImageNet-like JPEG fixture; a line
+marked `# GPU` or `# download` is instead checked to parse. `scripts/headline.py --check` is shown failing on an
+edited copy of the table and of its data.
 """
 import ast
+import functools
+import json
 import os
 import re
 import shlex
@@ -48,19 +52,66 @@ def manual_text():
     return "\n".join(read(p) for p in pages)
 
 
-def help_flags(text):
-    """Each option line's long names, from one `--help` page."""
-    out = []
+def help_options(text):
+    """(long names, help text) of each option line of one `--help` page; CLI11 puts the help of a long option line
+    on the lines below it, indented."""
+    out, last = [], None
     for line in text.splitlines():
         m = OPTION_LINE.match(line)
         if m:
-            out.append([n for n in m.group(1).split(",") if n.startswith("--")])
-    return out
+            last = [[n for n in m.group(1).split(",") if n.startswith("--")], line[m.end():].strip()]
+            out.append(last)
+        elif last and line.startswith("      ") and line.strip():
+            last[1] = (last[1] + " " + line.strip()).strip()
+        else:
+            last = None
+    return [tuple(o) for o in out]
 
 
-def documented(flag, text):
+def help_flags(text):
+    """Each option line's long names, from one `--help` page."""
+    return [names for names, _ in help_options(text)]
+
+
+# A flag's --help text saying convnets refuses it (or some of its values).
+REFUSED_HELP = re.compile(r"\brefused\b")
+# A statement that only lists refusals, as the docs word them: "Refused by name: `--a` (...), `--b` (...)." or
+# "`--a` and `--b` are refused." A flag named there is not documented by it, unless convnets refuses the flag itself.
+REFUSAL_LIST = re.compile(r"^[-*\s]*(?:Refused(?: by name)?:|(?:`[^`]+`(?:,| and| or)?\s*)+(?:is|are) refused\b)")
+
+
+@functools.lru_cache(maxsize=4)
+def statements(text):
+    """The text's sentences: of paragraphs, of list items, and of each table cell apart."""
+    out, para = [], []
+
+    def flush():
+        out.extend(s for s in re.split(r"(?<=[.!?])\s+", " ".join(para)) if s.strip())
+        para.clear()
+
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("|"):
+            flush()
+            for cell in s.strip("|").split(" | "):
+                para.append(cell.strip())
+                flush()
+        elif not s or s.startswith(("- ", "* ", "#", "```")) or re.match(r"\d+\. ", s):
+            flush()
+            if s:
+                para.append(s)
+        else:
+            para.append(s)
+    flush()
+    return tuple(out)
+
+
+def documented(flag, text, refused=False):
+    """Whether the text says what `flag` (or its --no- form) does: it is named in a statement that is not only a
+    list of refusals (REFUSAL_LIST); where convnets refuses the flag itself (`refused`), such a list says so."""
     names = {flag, "--no-" + flag[2:]} | ({"--" + flag[5:]} if flag.startswith("--no-") else set())
-    return any(re.search(re.escape(n) + r"(?![\w-])", text) for n in names)
+    return any(re.search(re.escape(n) + r"(?![\w-])", s) and (refused or not REFUSAL_LIST.match(s))
+               for s in statements(text) for n in names)
 
 
 class ReadmeShape(unittest.TestCase):
@@ -117,6 +168,80 @@ class ReadmeShape(unittest.TestCase):
         performance = read(os.path.join(DOCS, "PERFORMANCE.md"))
         self.assertLess(performance.index("<!-- headline:begin -->"), performance.index("## Status"))
 
+    def headline_copy(self):
+        """What scripts/headline.py reads, in a temporary tree: README.md, docs/PERFORMANCE.md, docs/headline.json
+        and the summaries of the runs it names. The copy as it is passes --check."""
+        root = tempfile.mkdtemp(prefix="convnets-headline-")
+        self.addCleanup(shutil.rmtree, root)
+        with open(os.path.join(DOCS, "headline.json")) as f:
+            rows = json.load(f)["rows"]
+        runs = sorted({row["gpu"]["run"] for row in rows if "gpu" in row})
+        self.assertTrue(runs, "docs/headline.json has no GPU row")
+        for name in ["README.md", "docs/PERFORMANCE.md", "docs/headline.json",
+                     *(f"bench/results/{run}/summary.json" for run in runs)]:
+            os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+            shutil.copy(os.path.join(SOURCE, name), os.path.join(root, name))
+        r = self.headline_check(root)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return root, next(row for row in rows if "gpu" in row)
+
+    def headline_check(self, root):
+        return subprocess.run([sys.executable, os.path.join(SOURCE, "scripts", "headline.py"), "--check",
+                               "--root", root], capture_output=True, text=True, timeout=60)
+
+    def replace_once(self, path, old, new):
+        text = read(path)
+        self.assertEqual(text.count(old), 1, f"{old!r} in {path}")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace(old, new))
+
+    def gpu_cell(self, root, page, row):
+        """The row's line in the page's table, its convnets figure and its first ratio (`5,665 img/s: **1.16x**`)."""
+        line = next(x for x in read(os.path.join(root, page)).splitlines() if x.startswith(f"| {row['what']} |"))
+        m = re.search(r"\| ([\d,.]+) (img/s|ms): \*\*(\d+\.\d\d)x\*\*", line)
+        self.assertTrue(m, line)
+        return line, m
+
+    def assert_check_names(self, root, pages, row):
+        r = self.headline_check(root)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        first = r.stderr.splitlines()[0]
+        self.assertEqual(first, f"headline: {', '.join(pages)}: the headline table differs from docs/headline.json "
+                                "and its data; run scripts/headline.py")
+        for page in pages:
+            self.assertIn(f"{page}, row '{row['what']}'", r.stderr)
+
+    def test_the_headline_check_fails_on_an_edited_cell_naming_it(self):
+        # A cell of README.md's table that is not the data's: its convnets figure one higher in the last digit.
+        root, row = self.headline_copy()
+        line, m = self.gpu_cell(root, "README.md", row)
+        figure = m.group(1)[:-1] + str((int(m.group(1)[-1]) + 1) % 10)
+        self.replace_once(os.path.join(root, "README.md"), line, line.replace(m.group(0), m.group(0).replace(
+            f"| {m.group(1)} ", f"| {figure} ")))
+        self.assert_check_names(root, ["README.md"], row)
+
+    def test_the_headline_check_fails_on_a_ratio_wrong_for_its_two_figures(self):
+        # The page's ratio edited, the figures it is computed from (the run's summary) as they were.
+        root, row = self.headline_copy()
+        line, m = self.gpu_cell(root, "docs/PERFORMANCE.md", row)
+        ratio = f"{float(m.group(3)) + 0.05:.2f}"
+        self.replace_once(os.path.join(root, "docs", "PERFORMANCE.md"), line,
+                          line.replace(f"**{m.group(3)}x**", f"**{ratio}x**", 1))
+        self.assert_check_names(root, ["docs/PERFORMANCE.md"], row)
+        # And the tables as they were, one of the two figures changed in the summary (its own ratio kept in step,
+        # as bench/results_tables.py checks): both pages' ratio is now wrong for it.
+        root, row = self.headline_copy()
+        path = os.path.join(root, "bench", "results", row["gpu"]["run"], "summary.json")
+        with open(path) as f:
+            cells = json.load(f)
+        theirs = row["gpu"]["theirs"][0]
+        cell = next(c for c in cells if c["figure"] == theirs["figure"] and c["peer"] == theirs["peer"])
+        cell["peer_value"] *= 1.25
+        cell["ratio"] = cell["convnets"] / cell["peer_value"]
+        with open(path, "w") as f:
+            json.dump(cells, f)
+        self.assert_check_names(root, ["README.md", "docs/PERFORMANCE.md"], row)
+
 
 class FlagsDocumented(unittest.TestCase):
     def test_every_flag_of_every_help_page_is_in_the_manual(self):
@@ -125,14 +250,14 @@ class FlagsDocumented(unittest.TestCase):
         for words in HELP_PAGES:
             r = runner.run([BIN, *words, "--help"], capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
-            options = help_flags(r.stdout)
+            options = help_options(r.stdout)
             self.assertGreater(len(options), 1, f"no option lines read from `convnets {' '.join(words)} --help`")
-            for names in options:
+            for names, help_text in options:
                 for flag in names:
                     if flag == "--help":
                         continue
                     total += 1
-                    if not documented(flag, text):
+                    if not documented(flag, text, refused=bool(REFUSED_HELP.search(help_text))):
                         missing.append(f"convnets {' '.join(words)} {flag}")
         self.assertGreater(total, 300)
         self.assertEqual(missing, [], "flags documented nowhere in README.md or docs/")
@@ -143,6 +268,24 @@ class FlagsDocumented(unittest.TestCase):
         self.assertTrue(documented("--no-flip", "use `--flip`"))
         self.assertTrue(documented("--flip", "`--no-flip` turns it off"))
         self.assertFalse(documented("--lr", "--lr-steps 30,60"))
+        self.assertEqual(help_options("  --fp16   DLE's pure fp16: refused, use --amp\n  --max-image-pixels INT\n"
+                                      "                 refuse images above N pixels\nSubcommands:\n  x   y\n"),
+                         [(["--fp16"], "DLE's pure fp16: refused, use --amp"),
+                          (["--max-image-pixels"], "INT refuse images above N pixels")])
+        # A list of refusals documents only what convnets refuses itself; not a flag it names as the way instead.
+        refusals = "DLE's flags run. Refused by name: `--gpu-affinity` other than none (no pinning), `--fp16` " \
+                   "(pure fp16: use `--amp`). multiproc.py's `--nproc_per_node N` is the launcher's."
+        self.assertFalse(documented("--gpu-affinity", refusals))
+        self.assertFalse(documented("--amp", refusals))
+        self.assertTrue(documented("--fp16", refusals, refused=True))
+        self.assertTrue(documented("--nproc_per_node", refusals))
+        self.assertFalse(documented("--trt", "- `--trt` and `--jit script` are refused."))
+        self.assertTrue(documented("--trt", "- `--trt` (the SE blocks' TensorRT form) is refused, naming `export`."))
+        # A refusal inside a statement of what is read is not a list of refusals; nor is a table cell beside one.
+        self.assertTrue(documented("--cpu", "reads `--precision AMP|FP32` (any case; FP16 refused naming amp), "
+                                            "`--cpu`, `--image-size`."))
+        self.assertTrue(documented("--cpu", "| Refused by name: `--gpu` | `--cpu`: run on the CPU |"))
+        self.assertFalse(documented("--cpu", "| Refused by name: `--gpu`, `--cpu` | other |"))
 
 
 def readme_blocks():

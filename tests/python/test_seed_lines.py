@@ -5,6 +5,9 @@ user would type it: `python ./main.py` as `convnets train`, `multiproc.py` and `
 DeepLearningExamples' README has changed since the seed was taken: its current lines (CURRENT_LINES, quoted from
 the upstream file named there) use classify.py's and main.py's --pretrained-from-file, and launch.py's presets
 (--model --precision --mode --platform) in place of the seed's benchmark lines; they go through the same check.
+Where ../shared/reference/dle holds copies of that README and of the configs.yml launch.py reads (byte for byte, its
+SOURCE naming the commit and each file's git blob hash), the lines are checked against the README and the presets
+against configs.yml; without them those checks skip, by name.
 
 Each line either runs, or is refused with one line naming what convnets offers instead. The lines are data below,
 as printed; only the placeholders are filled (a small JPEG folder for ImageNet, checkpoints made from the
@@ -14,6 +17,7 @@ there are written out beside the CPU's, but no run has checked them: scripts/gpu
 ../shared does not travel to the GPU machine.
 """
 import collections
+import hashlib
 import json
 import os
 import re
@@ -22,6 +26,7 @@ import tempfile
 import unittest
 
 import torch
+import yaml
 
 import fixtures  # the suite's shared tables (tests/python/fixtures.py)
 import runner
@@ -33,6 +38,15 @@ REFERENCE = os.path.join(SHARED, "reference")
 IMAGENET_LIKE = os.environ.get("CONVNETS_IMAGENET_LIKE", "")
 
 RESNET_README, GPUNET_README = "001_455c66f038af6f9b.txt", "002_600344c3d2637515.txt"
+# Copies of DLE's files, byte for byte, with a SOURCE list (repository, commit, each file's path and git blob hash):
+# fetched data lives only in the steering repository's shared/, never in this one.
+DLE_COPIES = os.path.join(REFERENCE, "dle")
+
+
+def require_dle_copies():
+    if not os.path.isfile(os.path.join(DLE_COPIES, "SOURCE")):
+        raise unittest.SkipTest(DLE_COPIES + " holds no copies of DLE's README and configs.yml (fetched files live "
+                                "in the steering repository's shared/ only): the checks against DLE's own text wait")
 
 # (seed, the line as the seed prints it). `A|B|C` is one line per choice, as the README means it.
 LINES = [
@@ -77,6 +91,7 @@ LINES = [
 
 # DeepLearningExamples' PyTorch/Classification/ConvNets/resnet50v1.5/README.md at 729963dd (2024-04-04), the lines
 # that differ from the seed's (the -c fanin training lines and the --resume one are unchanged). Line 519 repeats 512.
+# DleCopies checks each is in the README's copy in ../shared/reference/dle, where one is kept.
 CURRENT_README = "NVIDIA/DeepLearningExamples@729963dd resnet50v1.5/README.md"
 CURRENT_LINES = [
     (CURRENT_README, "python ./main.py --arch resnet50 --evaluate --epochs 1 --pretrained-from-file "
@@ -121,6 +136,45 @@ OTHER_PLATFORM = ("error: --platform DGX1V: convnets carries DLE's DGXA100 confi
 # Shortened, as the issue allows: one or two steps of small images, a batch that two cores run.
 # The optimizer batch too: --platform DGXA100's 8 x 256 is more than the folder's 320 training images.
 SHORTER = {"--epochs": "1", "--prof": "2", "-b": "8", "--image-size": "32", "--optimizer-batch-size": "0"}
+
+
+# launch.py's configuration fields (main.py's argument names, as configs.yml writes them) -> the field of convnets'
+# --print-config, and how configs.yml's value reads there. The values come from configs.yml; these are only names.
+LAUNCH_FIELDS = {
+    "epochs": ("epochs", int), "print_freq": ("print_freq", int), "prof": ("prof", int),
+    "training_only": ("training_only", bool), "evaluate": ("evaluate", bool), "save_checkpoints": ("checkpoints", bool),
+    # main.py's --data-backend: synthetic is convnets' DATA `synthetic`; a loader reads the folder given.
+    "data_backend": ("data", lambda v: "synthetic" if v == "synthetic" else IMAGENET_LIKE),
+    "batch_size": ("batch_size", int), "optimizer_batch_size": ("optimizer_batch_size", int),
+    "mixup": ("mixup", float), "label_smoothing": ("label_smoothing", float), "momentum": ("momentum", float),
+    "weight_decay": ("weight_decay", float), "lr_schedule": ("lr_schedule", str),
+}
+
+
+def dle_copies():
+    """(commit, {copy: (its path in DeepLearningExamples, git blob hash)}) from DLE_COPIES/SOURCE."""
+    commit, files = None, {}
+    with open(os.path.join(DLE_COPIES, "SOURCE")) as f:
+        for line in f:
+            words = line.split()
+            if not words or words[0].startswith("#"):
+                continue
+            if words[0] == "repository":
+                assert words[1:] == ["NVIDIA/DeepLearningExamples"], words
+            elif words[0] == "commit":
+                commit = words[1]
+            else:
+                files[words[0]] = (words[1], words[2])
+    return commit, files
+
+
+def launch_config(model, platform, precision, mode):
+    """What DLE's launch.py sets for a line, from the copy of the configs.yml it reads, merged as launch.py merges
+    it (later blocks win): {**precision, **platform, **models[model][platform][precision], **mode}."""
+    with open(os.path.join(DLE_COPIES, "configs.yml")) as f:
+        config = yaml.safe_load(f)
+    return {**config["precision"][precision], **config["platform"][platform],
+            **config["models"][model][platform][precision], **config["mode"][mode]}
 
 
 # Flags of train.params lines read apart from fixtures.TIMM_TRAIN_FLAGS: bare ones, the ignored dropouts, the switch.
@@ -415,6 +469,67 @@ class SeedCommandLines(unittest.TestCase):
         r = runner.run([BIN, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
         self.assertEqual(r.returncode, 0, f"convnets {' '.join(args)}:\n{r.stdout[-2000:]}{r.stderr}")
         self.assertIn("done: 1 steps", r.stdout)
+
+
+class DleCopies(unittest.TestCase):
+    """The DLE text this module quotes and the presets convnets reads from it, against copies of DLE's files in
+    ../shared/reference/dle (skipped, by name, where there are none)."""
+
+    def setUp(self):
+        require_dle_copies()
+
+    def test_launch_py_presets_are_configs_ymls(self):
+        # What a DGXA100 line resolves to, for each mode of DLE's configs.yml, against what launch.py sets from that
+        # file (the model's 250-epoch DGXA100 recipe under the mode's block), and a benchmark_training line run in
+        # fp32 on the CPU: its report, and no checkpoint (the mode's).
+        base = ["train", "--model", "resnet50", "--platform", "DGXA100", "--precision", "FP32", IMAGENET_LIKE]
+        with open(os.path.join(DLE_COPIES, "configs.yml")) as f:
+            configs = yaml.safe_load(f)
+        # configs.yml has no DGXA100 FP32 block (launch.py would stop at a KeyError): its fp32-weights block there is
+        # TF32's, FP32 math on the CPU, and the one convnets' --platform DGXA100 carries.
+        self.assertEqual(sorted(configs["models"]["resnet50"]["DGXA100"]), ["AMP", "TF32"])
+        self.assertEqual(set(configs["mode"]), {"benchmark_training", "benchmark_training_short",
+                                                "benchmark_inference", "evaluate", "convergence"})
+        for mode, block in configs["mode"].items():
+            with self.subTest(mode=mode):
+                self.assertLessEqual(set(block), set(LAUNCH_FIELDS), "a field of the mode this test does not read")
+                dle = launch_config("resnet50", "DGXA100", "TF32", mode)
+                expected = {ours: read(dle[theirs]) for theirs, (ours, read) in LAUNCH_FIELDS.items() if theirs in dle}
+                self.assertIn("epochs", expected)  # the mode's, else the model's
+                r = runner.run([BIN, *base, "--mode", mode, "--print-config"], capture_output=True, text=True,
+                               timeout=120)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                config = json.loads(r.stdout)
+                self.assertEqual({k: config[k] for k in expected}, expected)
+                self.assertEqual(config["precision"], "amp" if dle["amp"] else "fp32")
+                # DLE's lr is for its optimizer batch (8 GPUs of 256 on a DGX A100; DLE accumulates to it on fewer);
+                # convnets' is per lr_reference_batch images, scaled to the batch.
+                self.assertAlmostEqual(config["lr"] * config["optimizer_batch_size"] / config["lr_reference_batch"],
+                                       dle["lr"])
+                # NCHW where configs.yml sets no memory format: main.py's default.
+                self.assertEqual(config["memory_format"], dle.get("memory_format", "nchw"))
+    def test_the_copies_are_dles_files_unchanged(self):
+        commit, files = dle_copies()
+        self.assertEqual(sorted(files), ["LICENSE", "README.resnet50v1.5.md", "configs.yml"])
+        for name, (path, blob) in files.items():
+            with open(os.path.join(DLE_COPIES, name), "rb") as f:
+                data = f.read()
+            with self.subTest(copy=name):
+                self.assertEqual(hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(), blob,
+                                 f"{DLE_COPIES}/{name} is not {path} at {commit}")
+        # CURRENT_LINES name the same file at the same commit.
+        repo_commit, readme = CURRENT_README.split(" ")
+        self.assertEqual(repo_commit, "NVIDIA/DeepLearningExamples@" + commit[:8])
+        self.assertTrue(files["README.resnet50v1.5.md"][0].endswith("/" + readme))
+
+    def test_todays_lines_are_the_current_readmes_own(self):
+        # Each line, with its A|B|C, is in the README's copy as printed (whitespace as the page wraps it aside).
+        with open(os.path.join(DLE_COPIES, "README.resnet50v1.5.md"), encoding="utf-8") as f:
+            text = " ".join(f.read().split())
+        for readme, line in CURRENT_LINES:
+            with self.subTest(line=line):
+                self.assertEqual(readme, CURRENT_README)
+                self.assertTrue(" ".join(line.split()) in text, "not in the README's copy in " + DLE_COPIES)
 
 
 if __name__ == "__main__":
