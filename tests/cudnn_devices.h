@@ -1,5 +1,9 @@
-// Devices described to cuDNN for planning without them (its DeviceProperties JSON), shared by the deviceless plan tests.
+// Devices described to cuDNN for planning without them (its DeviceProperties JSON), and what its refusals there mean: shared by the deviceless plan tests.
 #pragma once
+
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace convnets::test {
 
@@ -14,5 +18,23 @@ constexpr const char* kH100 =
     R"("isTccDriver": 0, "supportCoopLaunch": 1, "totalGlobalMem": 85031714816, "smClockRateKHz": 1980000, )"
     R"("memClockRateKHz": 2619000, "l2CacheSize": 52428800, "cudaDeviceId": 0, "deviceVer": 900, )"
     R"("driverVer": 13000, "deviceName": "NVIDIA H100 80GB HBM3"})";
+
+// What cuDNN said of a graph it could not plan without a GPU, line by line: the refusals that are the graph's own
+// (its shape, pattern or types), leaving out those of a machine without a driver (a runtime-compiled engine cannot
+// load NVRTC's compiler here) and of engines for other architectures (sm7x's).
+inline std::vector<std::string> graph_refusals(const std::string& why) {
+  std::vector<std::string> out;
+  std::istringstream in(why);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Warning: CUDNN_STATUS_", 0) != 0) continue;
+    const auto status = line.substr(9, line.find(';') - 9);
+    if (status == "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING" ||
+        status == "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH" || status == "CUDNN_STATUS_NOT_SUPPORTED") {
+      continue;  // the last: the generic line each of the others ends with
+    }
+    out.push_back(line);
+  }
+  return out;
+}
 
 }  // namespace convnets::test

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -197,6 +198,27 @@ TEST(DataParallel, RendezvousRejectsAWorldSizeThatDiffersBetweenRanks) {
   EXPECT_NE(err1.find("with 2"), std::string::npos) << err1;
   // Rank 0 learns it from the store at once instead of waiting out the timeout.
   EXPECT_NE(err0.find("rank 1 failed"), std::string::npos) << err0;
+}
+
+// Two ranks as threads of one process, each issuing collectives back to back: their groups' Gloo launches never
+// overlap (Group::start serializes them: LibTorch 2.11's ProcessGroupGloo::enqueue raced in c10d's process-wide
+// flight recorder), and every sum is right.
+TEST(DataParallel, TwoGroupsOfOneProcessLaunchTheirGlooCollectivesOneAtATime) {
+  const int port = free_port();
+  std::atomic<int> wrong{0};
+  auto rank = [&](int r) {
+    distributed::Group g(worker(r, 2, port), torch::kCPU, "gloo");
+    for (int i = 0; i < 400; ++i) {
+      auto t = torch::full({64}, static_cast<double>(r + i), torch::kDouble);
+      g.all_reduce_sum(t);
+      if (t[0].item<double>() != static_cast<double>(2 * i + 1)) ++wrong;
+    }
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(distributed::Group::gloo_launch_peak(), 1) << "two launches overlapped";
 }
 
 TEST(Sampler, DealingWholeBatchesGivesEachRankTheGlobalMicroBatchesInTurn) {

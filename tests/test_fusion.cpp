@@ -389,24 +389,6 @@ TEST(Fusion, BlockTimerChecksEachPathAgainstTheUnfusedOne) {
   EXPECT_EQ(runtime::worst_distance({torch::ones({3})}, {torch::ones({3}) * 2}).first, 0.5);
 }
 
-// What cuDNN said of a graph it could not plan without a GPU, line by line: the refusals that are the graph's own
-// (its shape, pattern or types), leaving out those of a machine without a driver (a runtime-compiled engine cannot
-// load NVRTC's compiler here) and of engines for other architectures (sm7x's).
-std::vector<std::string> graph_refusals(const std::string& why) {
-  std::vector<std::string> out;
-  std::istringstream in(why);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("Warning: CUDNN_STATUS_", 0) != 0) continue;
-    const auto status = line.substr(9, line.find(';') - 9);
-    if (status == "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING" ||
-        status == "CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH" || status == "CUDNN_STATUS_NOT_SUPPORTED") {
-      continue;  // the last: the generic line each of the others ends with
-    }
-    out.push_back(line);
-  }
-  return out;
-}
-
 // The dgrad+add graph of every block's first convolution of a ResNet-50 step at batch 256 in fp16, asked of cuDNN for
 // an H100 without one: the shapes whose input gradient BnFold sums in the epilogue. Its engines for sm90 are
 // runtime-compiled (NVRTC), which only a GPU's driver builds, so deviceless the question is whether cuDNN offers
@@ -426,12 +408,12 @@ TEST(Fusion, DgradAddGraphsHaveSm90EnginesForAResNet50Step) {
     const auto why = layers::norm_conv::check_dgrad_add_plans(g, test::kH100, 90);
     if (why.empty()) continue;  // planned outright (a cuDNN with a precompiled engine for it)
     EXPECT_NE(why.find("RUNTIME_PREREQUISITE_MISSING"), std::string::npos) << g.str() << ": no sm90 engine offered";
-    EXPECT_EQ(graph_refusals(why), std::vector<std::string>{}) << g.str();
+    EXPECT_EQ(test::graph_refusals(why), std::vector<std::string>{}) << g.str();
   }
   layers::norm_conv::ConvGeometry strided;
   strided.n = 256, strided.c = 256, strided.h = 56, strided.w = 56, strided.k = 512, strided.r = 1, strided.s = 1;
   strided.stride = 2, strided.pad = 0, strided.dtype = at::kHalf;
-  const auto refused = graph_refusals(layers::norm_conv::check_dgrad_add_plans(strided, test::kH100, 90));
+  const auto refused = test::graph_refusals(layers::norm_conv::check_dgrad_add_plans(strided, test::kH100, 90));
   ASSERT_FALSE(refused.empty());
   EXPECT_NE(refused.front().find("NOT_SUPPORTED_SHAPE"), std::string::npos) << refused.front();
 }

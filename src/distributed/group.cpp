@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -312,6 +313,32 @@ void Group::fail(const std::string& what, const std::string& cause) {
   throw DistributedError(msg, "the last complete checkpoint is intact; continue with --resume (any world size)");
 }
 
+namespace {
+
+std::atomic<int> gloo_launching{0}, gloo_peak{0};
+
+// Counts a Gloo launch in flight while it lives: what gloo_launch_peak() reports.
+struct LaunchCount {
+  explicit LaunchCount(bool gloo) : gloo_(gloo) {
+    if (!gloo_) return;
+    const int now = ++gloo_launching;
+    for (int peak = gloo_peak.load(); now > peak && !gloo_peak.compare_exchange_weak(peak, now);) {
+    }
+  }
+  ~LaunchCount() {
+    if (gloo_) --gloo_launching;
+  }
+  LaunchCount(const LaunchCount&) = delete;
+  LaunchCount& operator=(const LaunchCount&) = delete;
+
+ private:
+  bool gloo_;
+};
+
+}  // namespace
+
+int Group::gloo_launch_peak() { return gloo_peak.load(); }
+
 std::shared_ptr<Group::Pending> Group::start(const char* what, const std::function<void(Pending&)>& launch) {
   auto p = std::make_shared<Pending>();
   p->what = what;
@@ -324,6 +351,7 @@ std::shared_ptr<Group::Pending> Group::start(const char* what, const std::functi
     static std::mutex gloo_enqueue;
     std::unique_lock<std::mutex> lock(gloo_enqueue, std::defer_lock);
     if (backend_ == "gloo") lock.lock();
+    const LaunchCount counted(backend_ == "gloo");
     launch(*p);
   } catch (const std::exception& e) {
     fail(what, message_of(e));

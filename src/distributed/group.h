@@ -69,6 +69,10 @@ class Group : public layers::BatchNormSync {
 
   // Reported with the heartbeat: how far this rank got.
   void set_progress(std::int64_t step) { step_.store(step); }
+  // The most Gloo collectives this process has seen being launched at once (start() serializes them: 1 once any
+  // ran). Process-wide, as the race it guards against was.
+  static int gloo_launch_peak();
+
   // Best effort: leaves `message` in the store for the other ranks' diagnosis.
   void publish_failure(const std::string& message) noexcept;
 
