@@ -420,6 +420,11 @@ TEST(Datasets, FashionMnistFromDebianPackage) {
   EXPECT_EQ(s.pixels.width, 28);
   EXPECT_EQ(s.pixels.channels, 1);
   EXPECT_EQ(train->label(0), 9);  // the first training image is an ankle boot
+  // Its classes by Zalando's names (its README's table), where IDX files carry numbers only; in a folder not named
+  // for the set, the numbers.
+  EXPECT_EQ(train->classes(), (std::vector<std::string>{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                                                        "Shirt", "Sneaker", "Bag", "Ankle boot"}));
+  EXPECT_EQ(val->classes(), train->classes());
 }
 
 TEST(Datasets, HoldoutSplitsTrainingDataIntoTwoDisjointParts) {

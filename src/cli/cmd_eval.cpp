@@ -128,7 +128,10 @@ void run(const EvalArgs& a) {
   io.num_classes = a.num_classes ? *a.num_classes : data_classes;
   io.key_layout = a.key_layout;
   const deploy::InferenceModel model(a.checkpoint, io);
-  if (model.trained() && (model.has_class_names() ? model.class_names() != ds->classes()
+  // Numbered names stand for any of the same count: a checkpoint from before its data's classes were named.
+  const bool names_differ = model.has_class_names() && model.class_names() != ds->classes() &&
+                            !(data::unnamed_classes(model.class_names()) && model.class_names().size() == ds->num_classes());
+  if (model.trained() && (model.has_class_names() ? names_differ
                                                   : model.num_classes() != static_cast<std::int64_t>(ds->num_classes()))) {
     throw Error(a.data + " has " + std::to_string(ds->num_classes()) + " classes that differ from the " +
                     std::to_string(model.num_classes()) + " the checkpoint was trained on",

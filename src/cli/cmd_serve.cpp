@@ -37,6 +37,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue-delay-us", o->batching.max_queue_delay_us,
                   "how long the oldest queued request waits for others to fill its batch")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--batch-delay-policy",
+         [o](const std::string& p) { o->batching.known_arrivals = p == "arrivals"; },
+         "arrivals: the oldest request waits for others only while the server holds requests not yet queued (being "
+         "received, decoded, run or answered); when every one is queued the batch leaves at once, so a lone request "
+         "pays no delay | always: it waits out --max-queue-delay-us as Triton's batcher does")
+      ->check(CLI::IsMember({"arrivals", "always"}))
+      ->default_str("arrivals");
   cmd->add_option("--preferred-batch-sizes", o->batching.preferred_batch_sizes,
                   "the largest of these batch sizes that the queue can fill leaves at once, as Triton's")
       ->delimiter(',');

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -187,10 +188,29 @@ std::vector<std::size_t> idx_header(const std::vector<std::uint8_t>& d, const st
   return dims;
 }
 
+}  // namespace
+
 std::vector<std::string> numbered_classes(std::int64_t n) {
   std::vector<std::string> out;
   for (std::int64_t k = 0; k < n; ++k) out.push_back(std::to_string(k));
   return out;
+}
+
+bool unnamed_classes(const std::vector<std::string>& classes) {
+  return classes == numbered_classes(static_cast<std::int64_t>(classes.size()));
+}
+
+namespace {
+
+// Fashion-MNIST's labels, as Zalando's README (and Debian's dataset-fashion-mnist's copy of it) lists them: IDX files
+// carry numbers only, so a folder of them named for the set gets its names.
+std::vector<std::string> idx_class_names(const std::string& folder, std::int64_t n) {
+  auto lower = folder;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (n == 10 && lower.find("fashion") != std::string::npos) {
+    return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+  }
+  return numbered_classes(n);
 }
 
 }  // namespace
@@ -395,7 +415,8 @@ DatasetPtr idx_files(const std::string& images, const std::string& labels) {
   std::string desc = "IDX " + images + ": " + std::to_string(idims[0]) + " images " + std::to_string(h) + "x" +
                      std::to_string(w) + "x" + std::to_string(c) + ", " + std::to_string(n_classes) + " classes";
   return std::make_shared<PixelDataset>(images, idims[0], h, w, c, std::move(img), std::move(lv),
-                                        numbered_classes(n_classes), 0, std::move(desc));
+                                        idx_class_names(fs::path(images).parent_path().string(), n_classes), 0,
+                                        std::move(desc));
 }
 
 DatasetPtr synthetic(std::size_t count, int height, int width, int channels, int classes, std::uint64_t seed) {

@@ -66,8 +66,15 @@ DatasetPtr image_folder(const std::string& dir);
 // the list file's directory). num_classes 0 infers max label + 1.
 DatasetPtr list_file(const std::string& path, const std::string& root = "", std::int64_t num_classes = 0);
 
-// IDX images + labels files (gzip or raw), e.g. Fashion-MNIST; read whole.
+// IDX images + labels files (gzip or raw), e.g. Fashion-MNIST; read whole. The classes are numbered, except where the
+// files' folder is named for Fashion-MNIST (its name holds "fashion") and they hold its 10: then its own names.
 DatasetPtr idx_files(const std::string& images, const std::string& labels);
+
+// "0", "1", ... "n-1": the names of classes a dataset does not name (IDX, list files, synthetic data).
+std::vector<std::string> numbered_classes(std::int64_t n);
+// Whether `classes` are such numbers, which any names of the same count may stand for (a checkpoint trained before
+// its data's classes were named).
+bool unnamed_classes(const std::vector<std::string>& classes);
 
 // `count` random height x width x channels images with labels index % classes;
 // pixels depend only on (seed, index).

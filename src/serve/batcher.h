@@ -30,7 +30,8 @@ struct BatchingOptions {
   std::int64_t max_queue_size = 64;    // requests waiting; one more is refused at once (no unbounded memory)
   // The caller announces each request from its arrival to its answer (Batcher::announce): then a queue that holds
   // every request the server has (none is being received, decoded, run or answered) leaves at once instead of
-  // waiting out max_queue_delay_us for requests that are not on their way. `serve` sets it.
+  // waiting out max_queue_delay_us for requests that are not on their way (serve's --batch-delay-policy arrivals,
+  // its default; false: always, Triton's).
   bool known_arrivals = false;
   void validate() const;               // throws Error naming the flag
 };

@@ -79,7 +79,6 @@ class ServedModel {
     // rather than during a request, and the batcher fills them (Triton's preferred sizes).
     const bool graphed = !deploy::describe_graphs(model_.engine()).empty();
     auto batching = graphed ? batching_for_graphs(o.batching, model_.options().graph_batch_sizes) : o.batching;
-    batching.known_arrivals = true;  // every request is announced from its arrival (Server::route, infer)
     std::vector<std::int64_t> warm{1};
     if (graphed) {
       for (const auto rows : model_.options().graph_batch_sizes) {

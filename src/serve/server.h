@@ -17,7 +17,11 @@ struct ServerOptions {
   // NAME/VERSION/model.onnx models are served under their folders' names (the highest version of each).
   std::vector<std::string> models;
   deploy::InferenceOptions inference;
-  BatchingOptions batching;
+  BatchingOptions batching = [] {
+    BatchingOptions b;
+    b.known_arrivals = true;  // --batch-delay-policy arrivals: every request is announced from its arrival
+    return b;
+  }();
   Limits limits;  // per request; limits.max_body_bytes also bounds the HTTP body before it is read
   std::size_t max_json_bytes = std::size_t{16} << 20;  // a request's JSON part; tensors beyond come as binary data
   std::int64_t max_image_pixels = 0;  // an encoded image larger than this is refused (codec's default when 0)

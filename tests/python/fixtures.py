@@ -12,9 +12,11 @@ Tests only read it: what they write goes to their own folders. Without Fashion-M
 """
 import fcntl
 import glob
+import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,6 +26,17 @@ import time
 import unittest
 
 FASHION = "/usr/share/datasets/fashion-mnist"
+FASHION_README = "/usr/share/doc/dataset-fashion-mnist/README.md.gz"
+
+
+def fashion_class_names():
+    """Fashion-MNIST's labels as the dataset's own README lists them (Debian's dataset-fashion-mnist ships Zalando's
+    file): what a model trained on it must call its classes, read from the data's side, not from convnets'."""
+    with gzip.open(FASHION_README, "rt", encoding="utf-8") as f:
+        rows = re.findall(r"^\| (\d) \| ([^|]+?) \|$", f.read(), re.MULTILINE)
+    names = [name for _, name in sorted((int(label), name) for label, name in rows)]
+    assert len(names) == 10, f"{FASHION_README}: {rows}"
+    return names
 
 # GPUNet's train.py (timm 0.5.4) flags in DLE's train.params lines: the --print-config field each sets, and how timm
 # reads its value. The bare flags (--model-ema, --amp), the dropouts DLE's gpunet_* builders ignore (TIMM_IGNORED)

@@ -14,6 +14,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -88,7 +89,8 @@ class Classify(unittest.TestCase):
             self.assertEqual(len(x["top"]), 5)
             probs = [t["probability"] for t in x["top"]]
             self.assertEqual(probs, sorted(probs, reverse=True))
-            self.assertEqual(x["top"][0]["class"], str(x["top"][0]["index"]))  # IDX classes are named 0..9
+            # Fashion-MNIST's own names for its IDX labels, as its README lists them.
+            self.assertEqual(x["top"][0]["class"], fixtures.fashion_class_names()[x["top"][0]["index"]])
         e = convnets("eval", FASHION, "--checkpoint", self.ckpt, "--max-images", str(HELD_OUT), "--json")
         self.assertEqual(e.returncode, 0, e.stderr)
         self.assertLessEqual(abs(accuracy - json.loads(e.stdout)["val.top1"]), 0.1)
@@ -122,7 +124,10 @@ class Classify(unittest.TestCase):
         self.assertIn("1 of 3 images could not be classified", r.stderr)
         lines = r.stdout.splitlines()
         self.assertEqual(lines[0], self.pngs[1])
-        self.assertRegex(lines[1], r"^ +[0-9.]+%  \d \(\d\)$")
+        # A probability, the class's name, its index.
+        m = re.match(r"^ +[0-9.]+%  (.+) \((\d)\)$", lines[1])
+        self.assertTrue(m, lines[1])
+        self.assertEqual(m.group(1), fixtures.fashion_class_names()[int(m.group(2))])
         self.assertEqual(lines[4], broken)
         self.assertIn("error: ", lines[5])
         self.assertIn(broken, lines[5])
@@ -193,7 +198,7 @@ class ExportSafetensors(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         tensors, meta = pth2safetensors.read_safetensors(out)
         self.assertEqual((meta["arch"], meta["key_style"], meta["num_classes"]), ("resnet18", "torchvision", "10"))
-        self.assertEqual(json.loads(meta["class_names"]), [str(i) for i in range(10)])
+        self.assertEqual(json.loads(meta["class_names"]), fixtures.fashion_class_names())
         model = torchvision.models.resnet18(num_classes=10)
         model.load_state_dict(tensors)  # strict: every key, every shape
         model.eval()
@@ -330,7 +335,7 @@ class TritonRepository(unittest.TestCase):
         self.assertEqual(list(c.input[0].dims), [3, 28, 28])
         self.assertEqual(list(c.output[0].dims), [10])
         with open(os.path.join(entry, c.output[0].label_filename)) as f:
-            self.assertEqual(f.read().splitlines(), [str(i) for i in range(10)])  # the checkpoint's IDX classes
+            self.assertEqual(f.read().splitlines(), fixtures.fashion_class_names())  # the checkpoint's IDX classes
         pre = json.loads(c.parameters["convnets.preprocessing"].string_value)
         self.assertEqual((pre["input_size"], pre["crop_ratio"]), (28, 1.0))
         # The graph carries the same preprocessing for convnets' own runtimes.

@@ -141,7 +141,7 @@ class SameBatchesAsTheCli(unittest.TestCase):
         loader = self.compare(FASHION, ["--train", "--seed", "3", "--batch-size", "64", "--images", "512", "--workers", "1",
                                         "--image-size", "28", "--drop-last", "--rank", "1", "--world-size", "2"],
                               train=True, seed=3, batch_size=64, workers=1, image_size=28, rank=1, world_size=2)
-        self.assertEqual(loader.classes, [str(i) for i in range(10)])
+        self.assertEqual(loader.classes, fixtures.fashion_class_names())
         self.assertEqual(loader.channels, 1)
         self.assertEqual(len(loader), 60000 // 64 // 2)
 
@@ -705,7 +705,7 @@ class Checkpoints(unittest.TestCase):
         model = convnets.load(self.ckpt, device="cpu")
         pre = model.preprocessing
         self.assertEqual((model.arch, model.num_classes, pre["input_size"]), ("resnet8", 10, 28))
-        self.assertEqual(model.classes, [str(i) for i in range(10)])
+        self.assertEqual(model.classes, fixtures.fashion_class_names())
         loader = convnets.data.Loader(FASHION, train=False, batch_size=100, image_size=pre["input_size"],
                                       crop_ratio=pre["crop_ratio"], max_images=1000, workers=2)
         correct = 0
@@ -775,7 +775,8 @@ class Checkpoints(unittest.TestCase):
                    "--per-class").stdout
         off = confusion - np.diag(correct)
         t, p = np.unravel_index(np.argmax(off), off.shape)
-        self.assertIn(f"most confused (true -> predicted: images)\n  {t} -> {p}: {off[t, p]}\n", text)
+        names = model.classes
+        self.assertIn(f"most confused (true -> predicted: images)\n  {names[t]} -> {names[p]}: {off[t, p]}\n", text)
         # `report --eval` draws them beside the training run's charts: a cell per non-zero count, its count in
         # its tooltip, and the per-class table.
         results, page = os.path.join(self.tmp, "eval.json"), os.path.join(self.tmp, "report.html")
@@ -791,8 +792,8 @@ class Checkpoints(unittest.TestCase):
         matrix = matrix[:matrix.index("</svg>")]
         self.assertEqual(matrix.count("<rect x="), int((confusion > 0).sum()) + 1)  # and the frame
         self.assertIn(f">{confusion[t, p]}</text>", matrix)  # the counts are written in the cells
-        self.assertIn(f"<title>{t} -> {p}: {off[t, p]} images (", html)
-        self.assertIn(f"<tr><td>{t}</td><td>{support[t]}</td><td>", html)
+        self.assertIn(f"<title>{names[t]} -> {names[p]}: {off[t, p]} images (", html)
+        self.assertIn(f"<tr><td>{names[t]}</td><td>{support[t]}</td><td>", html)
         # Results without the per-class part are refused by name, before any page is written.
         bare = os.path.join(self.tmp, "bare.json")
         with open(bare, "w") as f:

@@ -252,9 +252,7 @@ class FashionModel(unittest.TestCase):
                                    atol=1e-5)
 
     def test_classification_extension_and_the_ensemble_output_name(self):
-        import convnets  # the checkpoint's class names, as the package reads them
-        names = convnets.load(self.ckpt, device="cpu").classes
-        self.assertEqual(len(names), 10)
+        names = fixtures.fashion_class_names()  # the dataset's own, from its README: not the server's reader
         x = np.random.default_rng(5).standard_normal((3, 3, 28, 28)).astype(np.float32)
         logits = self.server.client.infer("fashion", [tensor_input(x)]).as_numpy("logits")
         out = self.server.client.infer("fashion", [tensor_input(x)],
@@ -265,7 +263,7 @@ class FashionModel(unittest.TestCase):
             fields = [r.decode().split(":") for r in rows[i]]
             self.assertEqual([int(f[1]) for f in fields], np.argsort(-logits[i])[:3].tolist())
             np.testing.assert_allclose([float(f[0]) for f in fields], np.sort(logits[i])[::-1][:3], atol=1e-5)
-            self.assertEqual([f[2] for f in fields], [names[int(f[1])] for f in fields])  # the checkpoint's names
+            self.assertEqual([f[2] for f in fields], [names[int(f[1])] for f in fields])  # Fashion-MNIST's names
         alias = self.server.client.infer("fashion", [tensor_input(x)], outputs=[triton.InferRequestedOutput("LOGITS")])
         np.testing.assert_allclose(alias.as_numpy("LOGITS"), logits, atol=1e-6)
 
@@ -1046,7 +1044,9 @@ class Batching(unittest.TestCase):
         return threads, results
 
     def test_concurrent_requests_share_one_forward_pass(self):
-        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "4", "--max-queue-delay-us", "5000000")
+        # Triton's delay (always): four clients that start at once may reach the server apart.
+        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "4", "--max-queue-delay-us", "5000000",
+                       "--batch-delay-policy", "always")
         try:
             threads, results = self.concurrently(server, 4)
             for t in threads:
@@ -1063,9 +1063,29 @@ class Batching(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_lone_request_pays_no_queue_delay_by_default(self):
+        # --batch-delay-policy arrivals (the default): requests one after another, each alone in the server, are
+        # each answered without waiting out the 3 s delay; with `always` (Triton's) the first waits it out.
+        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000")
+        try:
+            for _ in range(5):
+                t0 = time.monotonic()
+                self.assertEqual(server.client.infer("fashion", [tensor_input(self.x)]).as_numpy("logits").shape, (1, 10))
+                self.assertLess(time.monotonic() - t0, 1.5, "a lone request waited for the batch delay")
+        finally:
+            self.assertEqual(server.stop(), 0)
+        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000",
+                       "--batch-delay-policy", "always")
+        try:
+            t0 = time.monotonic()
+            server.client.infer("fashion", [tensor_input(self.x)])
+            self.assertGreater(time.monotonic() - t0, 2.9, "Triton's policy waits out the delay")
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_a_full_queue_is_answered_at_once_and_timeouts_expire(self):
         server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000",
-                       "--max-queue-size", "2")
+                       "--max-queue-size", "2", "--batch-delay-policy", "always")
         try:
             threads, results = self.concurrently(server, 2)
             deadline = time.monotonic() + 2
@@ -1108,7 +1128,8 @@ class Batching(unittest.TestCase):
         self.assertIn("SIGINT: draining", err)
 
     def test_sigterm_answers_every_accepted_request(self):
-        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000")
+        server = Serve(f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000",
+                       "--batch-delay-policy", "always")
         threads, results = self.concurrently(server, 6)
         deadline = time.monotonic() + 2.5
         while server.metrics()['nv_inference_pending_request_count{model="fashion",version="1"}'] < 6:

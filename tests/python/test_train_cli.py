@@ -15,6 +15,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
+import fixtures  # noqa: E402 - the suite's shared tables (tests/python/fixtures.py)
 import pth2safetensors  # noqa: E402
 import runner  # noqa: E402
 
@@ -109,7 +110,7 @@ class TrainEvalReport(unittest.TestCase):
         m = json.loads(meta["convnets"])
         self.assertEqual(m["format"], "convnets-checkpoint/1")
         self.assertEqual((m["arch"], m["num_classes"], m["epoch"], m["step"]), ("resnet8", 10, 2, 64))
-        self.assertEqual(len(m["class_names"]), 10)
+        self.assertEqual(m["class_names"], fixtures.fashion_class_names())  # the dataset's README's, not numbers
         self.assertEqual(m["preprocessing"]["input_size"], 28)
         self.assertEqual(m["config"]["ema"], 0.9)
         self.assertGreater(m["best_top1"], 60.0)
@@ -136,6 +137,40 @@ class TrainEvalReport(unittest.TestCase):
         k = convnets("eval", FASHION, "--checkpoint", os.path.join(self.ws, "last.safetensors"), "--max-images",
                      "100", "--top-k", "50", "--json")
         self.assertIn("val.top10", json.loads(k.stdout))  # k capped at the class count
+
+    def test_eval_and_the_report_name_the_classes_as_the_dataset_does(self):
+        # Fashion-MNIST's IDX files carry numbers; its README names the labels, and so do eval's per-class table and
+        # the report's confusion matrix.
+        names = fixtures.fashion_class_names()
+        per_class = os.path.join(self.tmp, "per-class.json")
+        r = convnets("eval", FASHION, "--checkpoint", os.path.join(self.ws, "last.safetensors"), "--max-images", "300",
+                     "--per-class", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(per_class, "w") as f:
+            f.write(r.stdout)
+        self.assertEqual([row["class"] for row in json.loads(r.stdout)["per_class"]], names)
+        out = os.path.join(self.tmp, "named.html")
+        r = convnets("report", self.ws, "--eval", per_class, "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            html = f.read()
+        for name in names:  # each row's and column's label, and each cell's title, of the confusion matrix
+            self.assertIn(f"<title>{name} -> ", html)
+        # A checkpoint of the same classes, numbered (trained where the files' folder does not name the set, as
+        # runs before the names were), still evaluates on the named set.
+        digits = os.path.join(self.tmp, "idx")
+        os.makedirs(digits, exist_ok=True)
+        for f in os.listdir(FASHION):
+            os.symlink(os.path.join(FASHION, f), os.path.join(digits, f))
+        ws = os.path.join(self.tmp, "numbered")
+        r = subprocess.run([BIN, "train", digits, "--recipe", "fashion-mnist-resnet8", "--epochs", "1",
+                            "--max-train-images", "256", "--batch-size", "64", "--training-only", "--warmup", "0",
+                            "--workspace", ws], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        _, meta = pth2safetensors.read_safetensors(os.path.join(ws, "last.safetensors"))
+        self.assertEqual(json.loads(meta["convnets"])["class_names"], [str(i) for i in range(10)])
+        r = convnets("eval", FASHION, "--checkpoint", os.path.join(ws, "last.safetensors"), "--max-images", "100")
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_report_is_self_contained_html_with_five_charts(self):
         out = os.path.join(self.tmp, "report.html")
