@@ -9,13 +9,13 @@
 
 namespace convnets::serve {
 
-// The pages of one region, from the page boundary at or below its offset; unmapped when the last user lets go.
-struct SharedMemoryRegions::Mapping {
-  void* base = MAP_FAILED;
-  std::size_t length = 0;
-  const char* begin = nullptr;  // the region's first byte (its offset into the object)
-  ~Mapping() {
-    if (base != MAP_FAILED) munmap(base, length);
+// The object's descriptor, read-only, closed when the last user lets go. Reads go through pread, never a mapping:
+// a client that shrinks the object after registering it makes a read come up short, which is an error for its
+// request, where a mapped page past the object's new end would kill the server with SIGBUS.
+struct SharedMemoryRegions::Descriptor {
+  int fd = -1;
+  ~Descriptor() {
+    if (fd >= 0) ::close(fd);
   }
 };
 
@@ -54,20 +54,11 @@ void SharedMemoryRegions::add(const std::string& name, const std::string& key, s
     bad(400, region_text(name) + ": offset " + std::to_string(offset) + " + byte_size " + std::to_string(byte_size) +
                  " is past the end of " + in_quotes(key) + " (" + std::to_string(size) + " bytes)");
   }
-  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  const std::uint64_t start = offset / page * page;
-  auto mapping = std::make_shared<Mapping>();
-  mapping->length = static_cast<std::size_t>(offset - start + byte_size);
-  mapping->base = mmap(nullptr, mapping->length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
-  const int mmap_errno = errno;
-  ::close(fd);  // the mapping keeps the object; no descriptor per region
-  if (mapping->base == MAP_FAILED) {
-    bad(400, region_text(name) + ": cannot map " + in_quotes(key) + ": " + std::strerror(mmap_errno));
-  }
-  mapping->begin = static_cast<const char*>(mapping->base) + (offset - start);
+  auto descriptor = std::make_shared<Descriptor>();
+  descriptor->fd = fd;
   std::lock_guard<std::mutex> lock(mutex_);
   check_room(name);  // again: other registrations may have come between the two locks
-  regions_[name] = Region{Status{name, key, offset, byte_size}, std::move(mapping)};
+  regions_[name] = Region{Status{name, key, offset, byte_size}, std::move(descriptor)};
 }
 
 void SharedMemoryRegions::check_room(const std::string& name) const {
@@ -104,22 +95,46 @@ void SharedMemoryRegions::resolve(InferRequest& request) const {
     if (!t.shared_memory) continue;
     const SharedMemoryRef ref = *t.shared_memory;
     const std::string where = "input " + in_quotes(t.name);
-    std::shared_ptr<const Mapping> mapping;
-    std::uint64_t region_size = 0;
+    std::shared_ptr<const Descriptor> descriptor;
+    Status region;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const auto it = regions_.find(ref.region);
       if (it == regions_.end()) bad(400, where + ": " + region_text(ref.region) + " is not registered");
-      mapping = it->second.mapping;
-      region_size = it->second.status.byte_size;
+      descriptor = it->second.descriptor;
+      region = it->second.status;
     }
+    const std::uint64_t region_size = region.byte_size;
     if (ref.offset > region_size || ref.byte_size > region_size - ref.offset) {
       bad(400, where + ": shared_memory_offset " + std::to_string(ref.offset) + " + shared_memory_byte_size " +
                    std::to_string(ref.byte_size) + " is past the end of " + region_text(ref.region) + " (" +
                    std::to_string(region_size) + " bytes)");
     }
-    read_binary_data(t, std::string_view(mapping->begin + ref.offset, static_cast<std::size_t>(ref.byte_size)),
-                     t.element_count(), where + " (from " + region_text(ref.region) + ")");
+    const auto at = static_cast<off_t>(region.offset + ref.offset);
+    auto read_into = [&](char* dst, std::size_t n) {
+      for (std::size_t got = 0; got < n;) {
+        const ssize_t r = ::pread(descriptor->fd, dst + got, n - got, at + static_cast<off_t>(got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) bad(400, where + ": reading " + region_text(ref.region) + ": " + std::strerror(errno));
+        if (r == 0) {
+          bad(400, where + ": " + region_text(ref.region) + " ends " + std::to_string(got) + " bytes into the " +
+                       std::to_string(n) + " asked: its object " + in_quotes(region.key) +
+                       " was shrunk after it was registered (unregister a region before resizing its object)");
+        }
+        got += static_cast<std::size_t>(r);
+      }
+    };
+    const std::string from = where + " (from " + region_text(ref.region) + ")";
+    const std::int64_t expected = t.element_count();
+    if (t.datatype != DataType::Bytes &&
+        ref.byte_size == static_cast<std::uint64_t>(expected) * element_size(t.datatype)) {
+      t.data.resize(static_cast<std::size_t>(ref.byte_size));  // the tensor's bytes, read in place
+      read_into(t.data.data(), t.data.size());
+    } else {
+      std::string bytes(static_cast<std::size_t>(ref.byte_size), '\0');
+      read_into(bytes.data(), bytes.size());
+      read_binary_data(t, bytes, expected, from);
+    }
     t.shared_memory.reset();
   }
 }

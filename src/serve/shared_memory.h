@@ -1,4 +1,4 @@
-// Triton's system shared-memory extension: the POSIX shared-memory regions clients register by key, mapped read-only, and the inputs a request reads from them instead of from its body.
+// Triton's system shared-memory extension: the POSIX shared-memory regions clients register by key, read through a descriptor kept open, and the inputs a request reads from them instead of from its body.
 #pragma once
 
 #include "serve/kserve.h"
@@ -15,8 +15,10 @@ namespace convnets::serve {
 
 // A client that writes its tensors into shared memory sends each request as a few hundred bytes of JSON or
 // protobuf: on one machine the 0.6-1.2 MB image bodies are then not copied through the loopback socket twice
-// (Triton's perf_analyzer --shared-memory system measures serving this way). Regions are mapped read-only: the
-// server writes no output into them (a request asking for that is refused, naming the output).
+// (Triton's perf_analyzer --shared-memory system measures serving this way). Regions are opened read-only and read
+// with pread, never mapped, so an object a client shrinks after registering it fails that client's requests (400,
+// naming the region) instead of killing the server with SIGBUS. The server writes no output into them (a request
+// asking for that is refused, naming the output).
 class SharedMemoryRegions {
  public:
   struct Status {
@@ -24,10 +26,10 @@ class SharedMemoryRegions {
     std::uint64_t offset = 0, byte_size = 0;
   };
 
-  // At most `max_regions` at once: each holds a mapping (no descriptor) until it is unregistered or the server ends.
+  // At most `max_regions` at once: each holds a read-only descriptor until it is unregistered or the server ends.
   explicit SharedMemoryRegions(std::size_t max_regions = 1024) : max_regions_(max_regions) {}
 
-  // Maps `byte_size` bytes at `offset` of the shared-memory object `key` (shm_open's name) as region `name`.
+  // Registers `byte_size` bytes at `offset` of the shared-memory object `key` (shm_open's name) as region `name`.
   // ProtocolError 400 naming the region or key: a name already registered, a key that cannot be opened, a range
   // past the object's end, a zero size, or too many regions.
   void add(const std::string& name, const std::string& key, std::uint64_t offset, std::uint64_t byte_size);
@@ -37,14 +39,15 @@ class SharedMemoryRegions {
   std::vector<Status> status(const std::string& name) const;
 
   // Each of the request's inputs that names a region gets its elements from there, checked as binary data is
-  // (ProtocolError 400 naming the input and the region: not registered, or a range outside it).
+  // (ProtocolError 400 naming the input and the region: not registered, a range outside it, or an object shrunk
+  // below the range since it was registered).
   void resolve(InferRequest& request) const;
 
  private:
-  struct Mapping;
+  struct Descriptor;
   struct Region {
     Status status;
-    std::shared_ptr<const Mapping> mapping;  // a request reading it keeps it mapped through an unregister
+    std::shared_ptr<const Descriptor> descriptor;  // a request reading it keeps it open through an unregister
   };
   // ProtocolError 400 for a name already registered or no room for another region; with mutex_ held.
   void check_room(const std::string& name) const;

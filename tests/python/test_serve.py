@@ -845,9 +845,9 @@ class GrpcService(unittest.TestCase):
             shm.destroy_shared_memory_region(region)
 
     def test_regions_registered_at_an_offset_are_read_from_it(self):
-        # A region registered at an offset that is not a page's (the server maps from the page below it and adds the
-        # rest) and one whose offset lies in the object's last page: each input read from its region's own bytes,
-        # the object around them filled with other numbers, so a mapping that dropped the offset reads those.
+        # A region registered at an offset that is not a page's and one whose offset lies in the object's last page:
+        # each input read from its region's own bytes, the object around them filled with other numbers, so a read
+        # that dropped the region's offset (or an input's within it) gets those.
         import tritonclient.utils.shared_memory as shm
         h, g = self.server.client, self.grpc
         page = os.sysconf("SC_PAGE_SIZE")
@@ -874,6 +874,41 @@ class GrpcService(unittest.TestCase):
                 p.set_shared_memory("last", pixels.nbytes)
                 np.testing.assert_allclose(client.infer("fashion", [p]).as_numpy("logits"), want_p, rtol=0, atol=1e-5)
                 client.unregister_system_shared_memory()
+        finally:
+            h.unregister_system_shared_memory()
+            shm.destroy_shared_memory_region(region)
+
+    def test_an_object_shrunk_after_registration_fails_its_requests_not_the_server(self):
+        # A client truncates its object below a registered range (a bug, or a hostile client): the server reads
+        # regions through a descriptor, so the next request over either protocol is refused naming the region and
+        # its key, where a mapping would have died of SIGBUS; other clients' requests go on being answered.
+        import tritonclient.utils.shared_memory as shm
+        h, g = self.server.client, self.grpc
+        x = np.random.default_rng(41).standard_normal((1, 3, 28, 28)).astype(np.float32)
+        want = h.infer("fashion", [tensor_input(x)]).as_numpy("logits")
+        size = 2 * os.sysconf("SC_PAGE_SIZE") + x.nbytes
+        key = f"/convnets-test-shrunk-{os.getpid()}"
+        region = shm.create_shared_memory_region("shrunk", key, size)
+        try:
+            shm.set_shared_memory_region(region, [x], offset=size - x.nbytes)
+            h.register_system_shared_memory("shrunk", key, size)
+            t = triton.InferInput("input", list(x.shape), "FP32")
+            t.set_shared_memory("shrunk", x.nbytes, offset=size - x.nbytes)
+            np.testing.assert_allclose(h.infer("fashion", [t]).as_numpy("logits"), want, rtol=0, atol=1e-5)
+            os.truncate("/dev/shm" + key, 100)
+            for client, module in ((h, triton), (g, tritongrpc)):
+                t = module.InferInput("input", list(x.shape), "FP32")
+                t.set_shared_memory("shrunk", x.nbytes, offset=size - x.nbytes)
+                with self.assertRaises(InferenceServerException) as e:
+                    client.infer("fashion", [t])
+                self.assertIn("input 'input': shared memory region 'shrunk' ends 0 bytes into the "
+                              f"{x.nbytes} asked: its object '{key}' was shrunk after it was registered",
+                              e.exception.message())
+                self.assertEqual(e.exception.status(), "400" if client is h else "StatusCode.INVALID_ARGUMENT")
+                inline = module.InferInput("input", list(x.shape), "FP32")
+                inline.set_data_from_numpy(x)
+                np.testing.assert_allclose(client.infer("fashion", [inline]).as_numpy("logits"), want, rtol=0, atol=1e-5)
+            self.assertTrue(h.is_server_live())
         finally:
             h.unregister_system_shared_memory()
             shm.destroy_shared_memory_region(region)
