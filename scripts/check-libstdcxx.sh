@@ -5,7 +5,7 @@
 #
 # Why: a module with libstdc++.a's objects inside runs them against the process's shared libstdc++ (Python's,
 # LibTorch's); on the GPU machine the two copies' std::locale state disagreed and the first number formatted
-# crashed (docs/PERFORMANCE.md, "The first GPU run"). std::locale::_S_initialize is defined only inside
+# crashed (docs/history/gpu-run-1-2026-11-26-h200.md). std::locale::_S_initialize is defined only inside
 # libstdc++ itself, so a binary that defines it holds a copy.
 set -euo pipefail
 (($#)) || { sed -n '4p' "$0" >&2; exit 2; }

@@ -339,7 +339,7 @@ stage_data() {
       --images "$data_images_1" --batch-size "$data_batch" --image-size "$size"
   done
   # 3,000 training files make 11 batches of 256: the 60 steps cross 5 epoch boundaries, each a loader restart that
-  # synthetic data does not pay (docs/PERFORMANCE.md counts it in the prediction).
+  # synthetic data does not pay (docs/history/gpu-predictions-2026-11-21-to-25.md counts it in the prediction).
   step --show 12 train-from-files "$bin/convnets" bench train --arch "$arch" --device "$device" --precision "$amp" \
     --batch-sizes "$big" --image-size "$size" --warmup "$warmup" --iterations "$files_iterations" --data "$jpegs" \
     --data-backend "$file_backends" --json "$res/train-files.json"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on its embedded default: set up, build, then train ResNet-10s on
 # Debian's Fashion-MNIST on the CPU (recipes/fashion-mnist-resnet10s.json,
-# tuned on a held-out part of the training images: docs/PERFORMANCE.md) and
+# tuned on a held-out part of the training images: docs/history/cpu-training.md) and
 # render the run's HTML report. Prints the test split's top-1 after the last
 # epoch and the training wall time. Extra arguments go to `convnets train`
 # (e.g. --epochs 2).

@@ -159,7 +159,7 @@ TEST(CudaBuild, TheStepIsGraphedOnlyOnCudaWhenAskedAndCapturable) {
   train::Sgd sgd(*model, train::SgdOptions{0.9, false, 0.0, false});
   const c10::Device cpu(c10::kCPU), gpu(c10::kCUDA, 0);
   train::StepOptions plain, mixup, dropout;
-  mixup.mixup = 0.2;
+  mixup.mix.mixup = 0.2;
   dropout.random_layers = true;
   // Deciding touches no CUDA state, so it is checked here for a CUDA device too.
   EXPECT_TRUE(train::StepRunner(*model, sgd, nullptr, nullptr, plain, gpu, true).graphed());

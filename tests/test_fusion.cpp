@@ -112,7 +112,7 @@ TEST(Fusion, EitherOrderOfTheTwoGradientsGivesTheirSum) {
 }
 
 // A stand-in residual block for the tuner: its signature, input and refusals are what the test says.
-class FakeBlockImpl : public torch::nn::Module, public layers::FusionTunable {
+class FakeBlockImpl : public torch::nn::Module, public layers::FusionTunable, public layers::TunableModule {
  public:
   FakeBlockImpl(std::string signature, std::vector<std::int64_t> input) : signature_(std::move(signature)),
                                                                           input_(std::move(input)) {
@@ -128,6 +128,8 @@ class FakeBlockImpl : public torch::nn::Module, public layers::FusionTunable {
   std::string signature() const override { return signature_; }
   std::vector<std::int64_t> last_input_sizes() const override { return input_; }
   at::Tensor train_forward(const at::Tensor& x) override { return x * w; }
+  torch::nn::Module& module() override { return *this; }
+  layers::FusionTunable& tunable() override { return *this; }
   at::Tensor forward(const at::Tensor& x) { return train_forward(x); }
   std::map<FusionPath, std::string> refusals;
   torch::Tensor w;
@@ -355,7 +357,7 @@ TEST(Fusion, BlockTimerChecksEachPathAgainstTheUnfusedOne) {
   auto [name, block] = layers::tunable_blocks(*net).front();
   ASSERT_EQ(name, "layer1.0");
   EXPECT_EQ(block->last_input_sizes(), (std::vector<std::int64_t>{2, 64, 8, 8}));
-  auto& module = dynamic_cast<torch::nn::Module&>(*block);
+  auto& module = block->module();
   std::vector<at::Tensor> before;
   for (const auto& b : module.buffers()) before.push_back(b.clone());
   block->set_path(FusionPath::Bn);

@@ -10,6 +10,7 @@
 #include "models/norm_conv.h"
 #include "norm_conv_block.h"
 #include "models/registry.h"
+#include "runtime/fusion_setup.h"
 #include "runtime/runtime.h"
 #include "train/graph_step.h"
 #include "train/loss_scale.h"

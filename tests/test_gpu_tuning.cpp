@@ -3,6 +3,7 @@
 #include "models/grad_fold.h"
 #include "models/registry.h"
 #include "runtime/block_timer.h"
+#include "runtime/fusion_setup.h"
 #include "runtime/runtime.h"
 #include "runtime/tuner.h"
 #include "train/sgd.h"
@@ -103,7 +104,7 @@ TEST(Gpu, FusedFoldSumsEachBlockInputInTheEpilogue) {
   for (const auto& [name, block] : layers::tunable_blocks(*net)) {
     if (name != "layer1.0" && name != "layer1.1" && name != "layer3.0") continue;
     layers::reset_fold_counts();
-    const auto got = timer.time(dynamic_cast<torch::nn::Module&>(*block), *block,
+    const auto got = timer.time(block->module(), *block,
                                 {FusionPath::Bn, FusionPath::BnFold}, block->last_input_sizes(), at::kHalf);
     for (const auto& c : got) {
       std::cout << name << " " << layers::path_name(c.path) << ": " << c.ms << " ms, " << c.numerics << "\n";

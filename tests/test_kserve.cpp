@@ -114,7 +114,7 @@ TEST(KServe, MalformedAndInconsistentRequestsAreRefusedByName) {
   const std::pair<std::string, std::string> cases[] = {
       {"{", "failed to parse the request JSON"},
       {"[]", "must be a JSON object"},
-      {R"({"inputs":[]})", "\"inputs\" must be a non-empty array"},
+      {R"({"inputs":[]})", "the request has no inputs"},
       {R"({"inputs":[{"name":"x","shape":[2],"datatype":"FP33","data":[1,2]}]})", "input 'x': unknown datatype 'FP33'"},
       {R"({"inputs":[{"name":"x","shape":[3],"datatype":"FP32","data":[1,2]}]})",
        "input 'x': \"data\" holds 2 elements, the shape 3"},

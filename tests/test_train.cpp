@@ -200,7 +200,7 @@ TEST(GraphedStep, StaticBufferStepEqualsTheEagerStep) {
   EXPECT_TRUE(torch::equal(std::get<3>(eager), std::get<3>(graphed)));
   EXPECT_EQ(std::get<4>(eager), std::get<4>(graphed));
   StepOptions mixup;
-  mixup.mixup = 0.2;
+  mixup.mix.mixup = 0.2;
   EXPECT_NE(GraphedStep::unsupported_reason(mixup), "");
 }
 

@@ -55,8 +55,10 @@ int main(int argc, char** argv) {
     so.end_lr = s.value("end_lr", 0.0);
     so.per_epoch = s.at("per_epoch").get<bool>();
     const train::LrSchedule schedule(so);
-    train::StepOptions opts{p.at("label_smoothing").get<double>(), p.at("mixup").get<double>(),
-                            p.at("seed").get<std::uint64_t>(), at::kFloat};
+    train::StepOptions opts;
+    opts.label_smoothing = p.at("label_smoothing").get<double>();
+    opts.mix.mixup = p.at("mixup").get<double>();
+    opts.seed = p.at("seed").get<std::uint64_t>();
     nlohmann::json result{{"lrs", nlohmann::json::array()}, {"losses", nlohmann::json::array()},
                           {"mixup", nlohmann::json::array()}};
     const auto first = p.at("first_step").get<std::int64_t>();

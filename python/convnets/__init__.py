@@ -167,7 +167,8 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
            int8_reduce_range: bool = False, int8_silu: Optional[str] = None, calibration_batch_size: int = 32, device: str = "cpu", workers: int = 2,
            max_image_pixels: int = _convnets.default_max_image_pixels, model_name: Optional[str] = None,
            max_batch_size: int = 64, preferred_batch_sizes: Sequence[int] = (), max_queue_delay_us: int = 100,
-           engine_count_per_device: int = 1, instance_kind: str = "gpu", backend: str = "onnxruntime",
+           engine_count_per_device: int = 1, max_queue_size: int = 64, instance_kind: str = "gpu",
+           backend: str = "onnxruntime",
            backend_accelerator: str = "none",
            trt_precision: str = "fp16", preprocessing: str = "dali") -> str:
     """Does what ``convnets export`` does; each keyword is its flag (``key_style`` is ``--key-style``).
@@ -186,7 +187,8 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     ``output/NAME/{config.pbtxt, labels.txt, 1/model.onnx}`` (NAME:
     ``model_name``, default the arch) for Triton's onnxruntime backend (or
     ``backend="openvino"``, CPU instances), with
-    dynamic batching up to ``max_batch_size``; an existing entry is never
+    dynamic batching up to ``max_batch_size`` (at most ``max_queue_size``
+    requests queued); an existing entry is never
     overwritten. With ``preprocessing="dali"`` (the default) it also writes
     ``NAME_preprocessing`` (the eval transform for Triton's DALI backend, from
     encoded image bytes) and ``NAME_ensemble`` (bytes in, logits out).
@@ -219,10 +221,13 @@ def export(checkpoint: _StrPath, output: _StrPath, *, format: str = "safetensors
     o.max_image_pixels = max_image_pixels
     t = o.triton
     t.name = model_name or ""
-    t.max_batch_size = max_batch_size
-    t.preferred_batch_sizes = list(preferred_batch_sizes)
-    t.max_queue_delay_us = max_queue_delay_us
-    t.instances = engine_count_per_device
+    b = t.batching
+    b.max_batch_size = max_batch_size
+    b.preferred_batch_sizes = list(preferred_batch_sizes)
+    b.max_queue_delay_us = max_queue_delay_us
+    b.instances = engine_count_per_device
+    b.max_queue_size = max_queue_size
+    t.batching = b
     t.instance_kind = instance_kind
     t.backend = backend
     t.accelerator = backend_accelerator

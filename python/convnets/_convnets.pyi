@@ -45,12 +45,17 @@ class ExportOptions:
     triton: TritonSettings
     def __init__(self) -> None: ...
 
-class TritonSettings:
-    name: str
+class DynamicBatching:
     max_batch_size: int
     preferred_batch_sizes: List[int]
     max_queue_delay_us: int
     instances: int
+    max_queue_size: int
+    def __init__(self) -> None: ...
+
+class TritonSettings:
+    name: str
+    batching: DynamicBatching
     instance_kind: str
     backend: str
     accelerator: str

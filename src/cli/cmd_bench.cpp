@@ -372,7 +372,7 @@ void add_model_bench(CLI::App& bench, bool train) {
     cmd->add_option("--workers", o.workers, "Loader threads for --data (0: one per CPU)")->check(CLI::Range(0, 1024));
     add_launch_flags(cmd, args->launch);
   } else {
-    cmd->add_flag("--fold-bn", o.fold_bn, "Fold each BatchNorm into the preceding conv before timing");
+    add_fold_bn_option(cmd, o.fold_bn, "before timing: ");
     cmd->add_option("--engine", args->engines,
                     std::string("Comma-separated engines, timed side by side: ") + deploy::kEngineHelp)
         ->delimiter(',')

@@ -19,15 +19,11 @@ namespace {
 
 struct ClassifyArgs {
   std::vector<std::string> images;
-  std::string checkpoint, arch, key_layout = "auto", device = "auto", precision = "fp32", memory_format = "nhwc", engine = "auto";
+  std::string checkpoint;
   std::vector<std::string> image_options;  // DLE classify.py's --image PATH
-  std::optional<std::int64_t> num_classes;
-  std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels, image_size = 0;
-  bool ema = false, json = false, fold_bn = false, as_float = false;
-  bool cuda_graph = true;
-  std::vector<std::int64_t> graph_batch_sizes;
-  double graph_memory_mb = 4096;
-  bool fused_conv = true;
+  std::int64_t batch_size = 64, top_k = 5, max_image_pixels = codec::kDefaultMaxImagePixels;
+  bool json = false;
+  deploy::InferenceOptions io;
 };
 
 // The image arguments, with "-" replaced by the paths read from stdin (one per line).
@@ -65,22 +61,10 @@ void print_table(const std::vector<deploy::Prediction>& results, const std::vect
 void run(const ClassifyArgs& a) {
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
   if (a.top_k < 1) throw Error("--top-k must be at least 1, got " + std::to_string(a.top_k));
-  deploy::InferenceOptions io;
-  io.ema = a.ema;
-  io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
-  io.fold_bn = a.fold_bn;
-  io.engine = a.engine;
-  io.cuda_graph = a.cuda_graph, io.graph_batch_sizes = a.graph_batch_sizes, io.graph_memory_mb = a.graph_memory_mb;
-  io.fused_conv = a.fused_conv;
-  io.as_float = a.as_float;
-  io.arch = a.arch;
-  io.num_classes = a.num_classes;
-  io.key_layout = a.key_layout;
-  io.image_size = static_cast<int>(a.image_size);
   auto inputs = a.images;
   inputs.insert(inputs.end(), a.image_options.begin(), a.image_options.end());
   const auto paths = expand_inputs(inputs);  // stdin is read, and no images refused, before the model loads
-  const deploy::InferenceModel model(a.checkpoint, io);
+  const deploy::InferenceModel model(a.checkpoint, a.io);
   const auto results = model.classify(paths, a.top_k, a.batch_size, a.max_image_pixels);
   std::size_t failed = 0;
   for (const auto& r : results) failed += r.error.empty() ? 0 : 1;
@@ -109,8 +93,9 @@ void add_classify_command(CLI::App& app) {
                   "a checkpoint written by `convnets train`, an exported ONNX file, or plain weights (safetensors, or "
                   "PyTorch's torch.save files: torchvision, timm, DLE) with --arch")
       ->required();
-  cmd->add_option("-a,--arch", a->arch, "the architecture of plain weights (checked against a checkpoint's)");
-  cmd->add_option("--image-size", a->image_size, "crop size (default: the checkpoint's or the arch's)")
+  auto& io = a->io;
+  cmd->add_option("-a,--arch", io.arch, "the architecture of plain weights (checked against a checkpoint's)");
+  cmd->add_option("--image-size", io.image_size, "crop size (default: the checkpoint's or the arch's)")
       ->check(CLI::NonNegativeNumber);
   // DLE's -c picks the convolutions' initialisation, which trained weights replace: checked, then nothing to do.
   cmd->add_option_function<std::string>(
@@ -118,23 +103,14 @@ void add_classify_command(CLI::App& app) {
          "DLE: classic | fanin | grp-fanin | grp-fanout; an initialisation, so the weights decide (accepted for DLE's "
          "command lines)")
       ->check(CLI::IsMember({"classic", "fanin", "grp-fanin", "grp-fanout"}));
-  cmd->add_flag_callback("--cpu", [a] { a->device = "cpu"; }, "DLE classify.py: --device cpu");
+  cmd->add_flag_callback("--cpu", [a] { a->io.device = "cpu"; }, "DLE classify.py: --device cpu");
   add_dle_model_refusals(cmd);
-  cmd->add_option("--num-classes,--num_classes", a->num_classes, "plain weights: the class count (default: the classifier's width)")
+  cmd->add_option("--num-classes,--num_classes", io.num_classes, "plain weights: the class count (default: the classifier's width)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--top-k", a->top_k, "classes per image (capped at the class count)");
   cmd->add_option("--batch-size", a->batch_size, "images per forward pass");
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
-  cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
-  add_precision_option(cmd, a->precision);
-  add_key_layout_option(cmd, a->key_layout);
-  cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
-  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
-  cmd->add_flag("--ema", a->ema, "use the checkpoint's EMA weights");
-  cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
-  add_graph_options(cmd, a->cuda_graph, a->graph_batch_sizes, a->graph_memory_mb, a->fused_conv);
-  cmd->add_flag("--float", a->as_float,
-                "a QAT checkpoint: its float weights (default: the INT8 network, fake-quantized, as eval measures it)");
+  add_inference_options(cmd, io);
   cmd->add_flag("--json", a->json, "print JSON: per image its top-k (class, index, probability) or its error");
   cmd->callback([a] { run(*a); });
   cmd->footer("An image that cannot be read or decoded is reported in the output and the others are still "

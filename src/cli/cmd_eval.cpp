@@ -23,19 +23,14 @@ namespace convnets::cli {
 namespace {
 
 struct EvalArgs {
-  std::string data, checkpoint, arch, interpolation, device = "auto", precision = "fp32", memory_format = "nhwc", bad_images = "skip";
-  std::string engine = "auto", key_layout = "auto";
+  std::string data, checkpoint, interpolation, bad_images = "skip";
   std::int64_t max_image_pixels = codec::kDefaultMaxImagePixels;
-  std::int64_t batch_size = 256, top_k = 5, max_images = 0, image_size = 0;
-  std::optional<std::int64_t> num_classes;
+  std::int64_t batch_size = 256, top_k = 5, max_images = 0;
   int workers = 0;
   double crop_ratio = 0;
-  bool ema = false, json = false, fold_bn = false, as_float = false, per_class = false;
+  bool json = false, per_class = false;
   std::string per_class_csv;
-  bool cuda_graph = true;
-  std::vector<std::int64_t> graph_batch_sizes;
-  double graph_memory_mb = 4096;
-  bool fused_conv = true;
+  deploy::InferenceOptions io;  // num_classes: a plain weights file's width, defaulting to the data's classes
 };
 
 std::string csv_field(const std::string& s) {
@@ -109,24 +104,14 @@ void run(const EvalArgs& a) {
   if (a.batch_size < 1) throw Error("--batch-size must be at least 1, got " + std::to_string(a.batch_size));
   if (a.top_k < 1) throw Error("--top-k must be at least 1, got " + std::to_string(a.top_k));
   auto ds = data::head(data::open_dataset(a.data, "val"), static_cast<std::size_t>(a.max_images));
-  deploy::InferenceOptions io;
-  io.ema = a.ema;
-  io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
-  io.fold_bn = a.fold_bn;
-  io.engine = a.engine;
-  io.cuda_graph = a.cuda_graph, io.graph_batch_sizes = a.graph_batch_sizes, io.graph_memory_mb = a.graph_memory_mb;
-  io.fused_conv = a.fused_conv;
-  io.image_size = static_cast<int>(a.image_size);
-  io.as_float = a.as_float;  // a QAT checkpoint: measured as its INT8 network unless --float
-  io.arch = a.arch;
+  deploy::InferenceOptions io = a.io;
   // A plain weights file's; ImageNet weights may be measured on fewer classes (labels below their width).
   const auto data_classes = static_cast<std::int64_t>(ds->num_classes());
-  if (a.num_classes && *a.num_classes < data_classes) {
-    throw Error("--num-classes " + std::to_string(*a.num_classes) + ": " + a.data + " has " +
+  if (io.num_classes && *io.num_classes < data_classes) {
+    throw Error("--num-classes " + std::to_string(*io.num_classes) + ": " + a.data + " has " +
                 std::to_string(data_classes) + " classes; the classifier needs at least that many");
   }
-  io.num_classes = a.num_classes ? *a.num_classes : data_classes;
-  io.key_layout = a.key_layout;
+  if (!io.num_classes) io.num_classes = data_classes;
   const deploy::InferenceModel model(a.checkpoint, io);
   // Numbered names stand for any of the same count: a checkpoint from before its data's classes were named.
   const bool names_differ = model.has_class_names() && model.class_names() != ds->classes() &&
@@ -208,32 +193,23 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("DATA", a->data, "validation data (a folder with val/, class folders, list file, IDX folder)")->required();
   cmd->add_option("--checkpoint", a->checkpoint, "training checkpoint or weights (safetensors)")->required();
   // -a/--model, -b, -j and --img-size: timm's validate.py (GPUNet's README), -a and -b DLE's too.
-  cmd->add_option("-a,--arch,--model", a->arch, "architecture, for plain weights files (timm's gpunet_0 spelling too)");
-  cmd->add_option("--num-classes", a->num_classes,
+  auto& io = a->io;
+  cmd->add_option("-a,--arch,--model", io.arch, "architecture, for plain weights files (timm's gpunet_0 spelling too)");
+  cmd->add_option("--num-classes", io.num_classes,
                   "plain weights: the classifier's width, when the data has fewer classes (ImageNet weights on a "
                   "subset; default: the data's class count)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("-b,--batch-size", a->batch_size, "images per batch");
   cmd->add_option("-j,--workers", a->workers, "loader threads (0: one per CPU)")->check(CLI::Range(0, 4096));
   cmd->add_option("--top-k", a->top_k, "report top-k besides top-1 (capped at the class count)");
-  cmd->add_option("--device", a->device, options::device.listed())->check(CLI::IsMember(options::device.values));
-  add_precision_option(cmd, a->precision);
-  add_key_layout_option(cmd, a->key_layout);
-  cmd->add_option("--memory-format", a->memory_format, options::memory_format.listed())->check(CLI::IsMember(options::memory_format.values));
-  cmd->add_option("--engine", a->engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
   cmd->add_option("--max-images", a->max_images, "evaluate only the first N images (0: all)");
-  cmd->add_option("--image-size,--img-size", a->image_size, "crop size (default: the checkpoint's)");
+  cmd->add_option("--image-size,--img-size", io.image_size, "crop size (default: the checkpoint's)");
   cmd->add_option("--crop-ratio", a->crop_ratio, "resize to size / ratio before the centre crop (default: the checkpoint's)");
   cmd->add_option("--interpolation", a->interpolation, "bilinear | bicubic (default: the checkpoint's)")
       ->check(CLI::IsMember(options::eval_interpolation.values));
   cmd->add_option("--bad-images", a->bad_images, options::bad_images.listed())->check(CLI::IsMember(options::bad_images.values));
   cmd->add_option("--max-image-pixels", a->max_image_pixels, codec::kMaxImagePixelsHelp)->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--ema", a->ema, "evaluate the checkpoint's EMA weights");
-  cmd->add_flag("--float", a->as_float,
-                "a QAT checkpoint: measure its float weights (default: the INT8 network: real INT8 kernels with "
-                "--engine openvino, fake-quantized with torch)");
-  cmd->add_flag("--fold-bn", a->fold_bn, "fold each BatchNorm into the preceding conv (faster; same result to rounding)");
-  add_graph_options(cmd, a->cuda_graph, a->graph_batch_sizes, a->graph_memory_mb, a->fused_conv);
+  add_inference_options(cmd, io);
   cmd->add_flag("--json", a->json, "print the metrics as JSON (DLLogger names)");
   cmd->add_flag("--per-class", a->per_class,
                 "also each class's top-1/top-k, precision, recall and F1, the most confused pairs, and (--json) the "

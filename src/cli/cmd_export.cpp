@@ -24,7 +24,7 @@ void add_export_command(CLI::App& app) {
   add_key_layout_option(cmd, a->key_layout);
   cmd->add_flag("--dynamic-batch", a->dynamic_batch, "onnx: a symbolic batch dimension (default: static)");
   cmd->add_option("--batch-size", a->batch_size, "onnx: the static batch size (default 1)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_flag("--fold-bn", a->fold_bn, "onnx, triton: fold each BatchNorm into the preceding conv");
+  add_fold_bn_option(cmd, a->fold_bn, "onnx, triton: ");
   cmd->add_option("--image-size", a->image_size, "onnx, triton: input height and width (default: the checkpoint's)")
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--opset", a->opset, "onnx, triton: opset version (13 or newer; default 13)");
@@ -61,18 +61,7 @@ void add_export_command(CLI::App& app) {
   // Triton: DLE's deployer's spellings (its triton/ folders' deployer.py).
   auto& t = a->triton;
   cmd->add_option("--model-name", t.name, "triton: the model's name and folder (default: the arch)");
-  cmd->add_option("--max-batch-size", t.max_batch_size, "triton: the largest batch Triton forms (default 64)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
-  cmd->add_option("--preferred-batch-sizes", t.preferred_batch_sizes,
-                  "triton: batch sizes the dynamic batcher aims for (default: none, up to --max-batch-size)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-queue-delay-us", t.max_queue_delay_us,
-                  "triton: how long a request waits for others to batch with (default 100)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--engine-count-per-device,--instances", t.instances,
-                  "triton: model instances per device (instance_group count, default 1)")
-      ->check(CLI::Range(1, 1024));
+  add_batching_options(cmd, t.batching, "triton: ");
   cmd->add_option("--instance-kind", t.instance_kind, "triton: gpu (default) | cpu")
       ->check(CLI::IsMember({"gpu", "cpu"}));
   cmd->add_option("--backend", t.backend,

@@ -32,11 +32,7 @@ void add_serve_command(CLI::App& app) {
                                "Triton's gRPC inference service port (Triton's 8001; 0: a free one; -1: none)")
                    ->capture_default_str();
   // Dynamic batching, in Triton's model-configuration terms and DLE's deployer spellings.
-  cmd->add_option("--max-batch-size", o->batching.max_batch_size, "rows per forward pass; a request may hold no more")
-      ->capture_default_str();
-  cmd->add_option("--max-queue-delay-us", o->batching.max_queue_delay_us,
-                  "how long the oldest queued request waits for others to fill its batch")
-      ->capture_default_str();
+  add_batching_options(cmd, o->batching);
   cmd->add_option_function<std::string>(
          "--batch-delay-policy",
          [o](const std::string& p) { o->batching.known_arrivals = p == "arrivals"; },
@@ -45,14 +41,6 @@ void add_serve_command(CLI::App& app) {
          "pays no delay | always: it waits out --max-queue-delay-us as Triton's batcher does")
       ->check(CLI::IsMember({"arrivals", "always"}))
       ->default_str("arrivals");
-  cmd->add_option("--preferred-batch-sizes", o->batching.preferred_batch_sizes,
-                  "the largest of these batch sizes that the queue can fill leaves at once, as Triton's")
-      ->delimiter(',');
-  cmd->add_option("--instances,--engine-count-per-device", o->batching.instances, "forward passes run at once")
-      ->capture_default_str();
-  cmd->add_option("--max-queue-size", o->batching.max_queue_size,
-                  "requests that may wait; one more is answered 503 at once")
-      ->capture_default_str();
   // Request and connection limits.
   cmd->add_option("--max-request-bytes", *max_body, "the largest HTTP body accepted (larger: 413, unread)")
       ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 34))
@@ -87,16 +75,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--image-size", io.image_size, "crop size (default: the checkpoint's or the arch's)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--device", io.device, options::device.listed())->check(CLI::IsMember(options::device.values));
-  add_precision_option(cmd, io.precision);
-  add_key_layout_option(cmd, io.key_layout);
-  cmd->add_option("--memory-format", io.memory_format, options::memory_format.listed())
-      ->check(CLI::IsMember(options::memory_format.values));
-  cmd->add_option("--engine", io.engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
-  cmd->add_flag("--ema", io.ema, "use the checkpoints' EMA weights");
-  cmd->add_flag("--fold-bn", io.fold_bn, "fold each BatchNorm into the preceding conv");
-  add_graph_options(cmd, io.cuda_graph, io.graph_batch_sizes, io.graph_memory_mb, io.fused_conv);
-  cmd->add_flag("--float", io.as_float, "a QAT checkpoint: its float weights (default: the INT8 network)");
+  add_inference_options(cmd, io);
   cmd->callback([o, max_body, grpc] {
     o->limits.max_body_bytes = static_cast<std::size_t>(*max_body);
     o->grpc_asked = grpc->count() > 0;

@@ -10,6 +10,11 @@ class App;
 class Option;
 }
 
+namespace convnets::deploy {
+struct DynamicBatching;
+struct InferenceOptions;
+}
+
 namespace convnets::cli {
 
 void add_models_command(CLI::App& app);
@@ -35,11 +40,23 @@ std::string lower_case(std::string value);
 // ResNets' --trt), refused with the convnets way named.
 void add_dle_model_refusals(CLI::App* cmd);
 
+// --fold-bn, each command's help after `prefix`.
+CLI::Option* add_fold_bn_option(CLI::App* cmd, bool& target, const std::string& prefix = "");
+// How classify, eval and serve load a network for inference, declared once into `io`: --device, --precision,
+// --key-layout, --memory-format, --engine, --ema, --fold-bn, the CUDA graphs' flags and --float. Each command
+// declares its own checkpoint, --arch, --num-classes and --image-size (their spellings and meanings differ).
+void add_inference_options(CLI::App* cmd, deploy::InferenceOptions& io);
+
 // --key-layout: how a plain weights file names its tensors (options::key_layout).
 CLI::Option* add_key_layout_option(CLI::App* cmd, std::string& target);
 // --no-cuda-graph, --graph-batch-sizes, --graph-memory-mb: the inference engine's CUDA graphs
 // (deploy/graph_engine.h), into `options` (a deploy::InferenceOptions' fields).
 void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t>& sizes, double& memory_mb,
                        bool& fused_conv);
+
+// --max-batch-size, --max-queue-delay-us, --preferred-batch-sizes, --instances (--engine-count-per-device) and
+// --max-queue-size: Triton's dynamic batching, as serve batches by it and export --format triton writes it, each
+// help line after `prefix`. DynamicBatching::validate checks them together.
+void add_batching_options(CLI::App* cmd, deploy::DynamicBatching& batching, const std::string& prefix = "");
 
 }  // namespace convnets::cli

@@ -1,8 +1,11 @@
-// Flags several commands take with the same spelling and check: --precision and --key-layout.
+// Flags several commands take with the same spelling and check: --precision, --key-layout, the CUDA graphs' and Triton's dynamic batching.
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/options.h"
+#include "deploy/engine.h"
 #include "deploy/graph_engine.h"
+#include "deploy/inference_options.h"
+#include "deploy/triton_config.h"
 
 #include <CLI/CLI.hpp>
 
@@ -71,6 +74,44 @@ void add_graph_options(CLI::App* cmd, bool& cuda_graph, std::vector<std::int64_t
   cmd->add_flag_callback("--no-fused-conv", [&fused_conv] { fused_conv = false; },
                          "on CUDA graphs with --fold-bn, keep each conv, its bias and activation as separate kernels "
                          "instead of one cuDNN graph");
+}
+
+CLI::Option* add_fold_bn_option(CLI::App* cmd, bool& target, const std::string& prefix) {
+  return cmd->add_flag("--fold-bn", target,
+                       prefix + "fold each BatchNorm into the preceding conv (faster; the same results to rounding)");
+}
+
+void add_inference_options(CLI::App* cmd, deploy::InferenceOptions& io) {
+  cmd->add_option("--device", io.device, options::device.listed())->check(CLI::IsMember(options::device.values));
+  add_precision_option(cmd, io.precision);
+  add_key_layout_option(cmd, io.key_layout);
+  cmd->add_option("--memory-format", io.memory_format, options::memory_format.listed())
+      ->check(CLI::IsMember(options::memory_format.values));
+  cmd->add_option("--engine", io.engine, deploy::kEngineHelp)->check(CLI::IsMember(options::engine.values));
+  cmd->add_flag("--ema", io.ema, "the checkpoint's EMA weights");
+  add_fold_bn_option(cmd, io.fold_bn);
+  add_graph_options(cmd, io.cuda_graph, io.graph_batch_sizes, io.graph_memory_mb, io.fused_conv);
+  cmd->add_flag("--float", io.as_float,
+                "a QAT checkpoint: its float weights (default: the INT8 network: INT8 kernels with --engine openvino, "
+                "fake-quantized with torch)");
+}
+
+void add_batching_options(CLI::App* cmd, deploy::DynamicBatching& b, const std::string& prefix) {
+  cmd->add_option("--max-batch-size", b.max_batch_size, prefix + "rows per forward pass; a request may hold no more")
+      ->capture_default_str();
+  cmd->add_option("--max-queue-delay-us", b.max_queue_delay_us,
+                  prefix + "how long the oldest queued request waits for others to fill its batch")
+      ->capture_default_str();
+  cmd->add_option("--preferred-batch-sizes", b.preferred_batch_sizes,
+                  prefix + "the largest of these batch sizes that the queue can fill leaves at once, as Triton's "
+                           "(default: none, up to --max-batch-size)")
+      ->delimiter(',');
+  cmd->add_option("--instances,--engine-count-per-device", b.instances,
+                  prefix + "forward passes run at once (instance_group count per device)")
+      ->capture_default_str();
+  cmd->add_option("--max-queue-size", b.max_queue_size,
+                  prefix + "requests that may wait; one more is answered 503 at once")
+      ->capture_default_str();
 }
 
 }  // namespace convnets::cli

@@ -46,7 +46,7 @@ struct LoaderOptions {
   // Once every batch of the epoch is claimed, go on building epoch + 1's first batches (within the same prefetch
   // depth), which start_epoch(epoch + 1) then keeps. Without it the next epoch's first batch waits for one worker
   // to build all of it alone: about 0.4 s per epoch at batch 256, 37 % of an H200's step time on a 3,000-file set
-  // (docs/PERFORMANCE.md, "The second GPU run"). For training loaders, whose next epoch is certain.
+  // (docs/history/gpu-run-2-2026-11-26-h200.md). For training loaders, whose next epoch is certain.
   bool lookahead = false;
 };
 

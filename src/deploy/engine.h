@@ -30,7 +30,7 @@ std::vector<std::string> engine_names();
 
 // `engine` (torch, openvino or auto; `flag` names it in errors) for this
 // runtime. auto is the engine measured fastest for the device and precision
-// (docs/PERFORMANCE.md, "CPU inference engines"): OpenVINO on the CPU in
+// (docs/PERFORMANCE.md, "CPU inference"): OpenVINO on the CPU in
 // every precision where the build has it, LibTorch on CUDA. An explicit
 // openvino on a CUDA runtime or in a build without it is an Error saying so.
 std::string resolve_engine(const std::string& engine, const runtime::Runtime& rt);

@@ -42,9 +42,9 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const runtime:
         (a.silu && quant::parse_silu(*a.silu, options::name("int8_silu")) != plan.silu)) {
       throw Error(options::name("calibration_method") + "/" + options::name("int8_activations") + "/" +
                   options::name("int8_reduce_range") + "/" + options::name("int8_silu") + ": " + a.checkpoint +
-                  " was trained with --qat with " + quant::to_string(plan.activations) + " activations" +
-                  (plan.reduce_range ? ", 7-bit weights" : "") + ", SiLU " + quant::to_string(plan.silu) +
-                  ", calibrated by " + quant::to_string(plan.method),
+                  " was trained with --qat with " + quant::spelling(plan.activations) + " activations" +
+                  (plan.reduce_range ? ", 7-bit weights" : "") + ", SiLU " + quant::spelling(plan.silu) +
+                  ", calibrated by " + quant::spelling(plan.method),
                   "export it without those flags: its graph is the one it was trained as");
     }
     return plan;
@@ -65,8 +65,8 @@ quant::Plan int8_plan(const ExportOptions& a, NetworkImpl& model, const runtime:
   lo.max_image_pixels = a.max_image_pixels;
   const auto loader = runtime::make_eval_loader(ds, pre, lo);
   if (say) {
-    say("export: calibrating on " + ds->description() + " (" + quant::to_string(method) + ", " +
-        quant::to_string(activations) + " activations, SiLU " + quant::to_string(silu) + ")");
+    say("export: calibrating on " + ds->description() + " (" + quant::spelling(method) + ", " +
+        quant::spelling(activations) + " activations, SiLU " + quant::spelling(silu) + ")");
   }
   auto plan = quant::calibrate(model, *loader, rt, pre, activations, method, a.reduce_range, silu, "calibration");
   model.to(torch::kCPU);
@@ -222,7 +222,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
       });
       return "export: " + arch.name + " -> Triton model repository " + a.output + ", model " + ts.name +
              " (config.pbtxt, 1/model.onnx: ONNX opset " + std::to_string(a.opset) + ", " + std::to_string(nodes) +
-             " nodes, input batch<=" + std::to_string(ts.max_batch_size) + "x3x" + std::to_string(o.image_size) + "x" +
+             " nodes, input batch<=" + std::to_string(ts.batching.max_batch_size) + "x3x" + std::to_string(o.image_size) + "x" +
              std::to_string(o.image_size) + ", " + (plan ? std::string("INT8 QDQ") : a.dtype) +
              (labels.empty() ? "" : ", labels.txt") + ")" +
              (ts.preprocessing == "dali" ? ", " + triton_preprocessing_name(ts) + " (DALI: encoded images to its input) and " +
@@ -234,7 +234,7 @@ std::string export_checkpoint(const ExportOptions& a, const std::function<void(c
            std::to_string(nodes) + " nodes, input " +
            (a.dynamic_batch ? std::string("batch") : std::to_string(a.batch_size)) + "x3x" +
            std::to_string(o.image_size) + "x" + std::to_string(o.image_size) + ", " +
-           (plan ? "INT8 QDQ, " + quant::to_string(plan->activations) + " activations, " +
+           (plan ? "INT8 QDQ, " + quant::spelling(plan->activations) + " activations, " +
                        std::to_string(plan->points.size()) + " quantized tensors" +
                        (plan->silu == quant::Silu::Float ? ", SiLU in float" : "") + ", BN folded"
                  : a.dtype + (a.fold_bn ? ", BN folded" : "")) +

@@ -8,25 +8,6 @@
 #include <sstream>
 
 namespace convnets::deploy {
-namespace {
-
-// A protobuf text-format string literal.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out + '"';
-}
-
-}  // namespace
 
 bool valid_triton_model_name(const std::string& name) {
   if (name.empty() || name[0] == '.' || name.size() > 200) return false;
@@ -40,9 +21,8 @@ bool valid_triton_model_name(const std::string& name) {
 
 namespace {
 
-std::string instance_group(const TritonSettings& s) {
-  return "instance_group [\n  {\n    count: " + std::to_string(s.instances) + "\n    kind: " +
-         (s.instance_kind == "gpu" ? "KIND_GPU" : "KIND_CPU") + "\n  }\n]\n";
+std::pair<int, std::string> instance_group(const TritonSettings& s) {
+  return {s.batching.instances, s.instance_kind == "gpu" ? "KIND_GPU" : "KIND_CPU"};
 }
 
 // A double as Python reads it back: the shortest text that round-trips.
@@ -67,19 +47,7 @@ void check_triton_settings(const TritonSettings& s) {
     throw Error("--model-name '" + s.name +
                 "': expected letters, digits, '_', '-' or '.', not starting with '.' (it names the repository folder)");
   }
-  if (s.max_batch_size < 1) {
-    throw Error("--max-batch-size must be at least 1, got " + std::to_string(s.max_batch_size));
-  }
-  for (const auto b : s.preferred_batch_sizes) {
-    if (b < 1 || b > s.max_batch_size) {
-      throw Error("--preferred-batch-sizes: " + std::to_string(b) + " is outside 1.." +
-                  std::to_string(s.max_batch_size) + " (--max-batch-size)");
-    }
-  }
-  if (s.max_queue_delay_us < 0) {
-    throw Error("--max-queue-delay-us must be 0 or more, got " + std::to_string(s.max_queue_delay_us));
-  }
-  if (s.instances < 1) throw Error("--engine-count-per-device must be at least 1, got " + std::to_string(s.instances));
+  s.batching.validate();
   if (s.instance_kind != "gpu" && s.instance_kind != "cpu") {
     throw Error("--instance-kind '" + s.instance_kind + "': expected gpu | cpu");
   }
@@ -108,78 +76,55 @@ void check_triton_settings(const TritonSettings& s) {
 
 std::string triton_config_text(const TritonSettings& s, const TritonGraph& g) {
   const char* type = g.fp16 ? "TYPE_FP16" : "TYPE_FP32";
-  std::ostringstream o;
-  o << "# A Triton Inference Server model configuration (model_config.proto), written by convnets export --format "
-       "triton\n"
-    << "# for " << g.arch << ". The graph is 1/model.onnx; input and output names are the graph's.\n"
-    << "name: " << quoted(s.name) << "\n"
-    << "backend: " << quoted(s.backend) << "\n";
+  ModelConfig c;
+  c.comment = {"A Triton Inference Server model configuration (model_config.proto), written by convnets export "
+               "--format triton",
+               "for " + g.arch + ". The graph is 1/model.onnx; input and output names are the graph's."};
+  c.name = s.name;
+  c.backend = s.backend;
   // OpenVINO's backend looks for model.xml unless told; it reads the ONNX graph itself.
-  if (s.backend == "openvino") o << "default_model_filename: \"model.onnx\"\n";
-  o << "max_batch_size: " << s.max_batch_size << "\n"
-    << "input [\n  {\n    name: \"input\"\n    data_type: " << type << "\n    format: FORMAT_NCHW\n"
-    << "    dims: [ 3, " << g.image_size << ", " << g.image_size << " ]\n  }\n]\n"
-    << "output [\n  {\n    name: \"logits\"\n    data_type: " << type << "\n    dims: [ " << g.num_classes << " ]\n";
-  if (g.labels) o << "    label_filename: \"labels.txt\"\n";
-  o << "  }\n]\n"
-    << "dynamic_batching {\n";
-  if (!s.preferred_batch_sizes.empty()) {
-    o << "  preferred_batch_size: [ ";
-    for (std::size_t i = 0; i < s.preferred_batch_sizes.size(); ++i) {
-      o << (i ? ", " : "") << s.preferred_batch_sizes[i];
-    }
-    o << " ]\n";
-  }
-  o << "  max_queue_delay_microseconds: " << s.max_queue_delay_us << "\n}\n"
-    << instance_group(s);
+  if (s.backend == "openvino") c.default_model_filename = "model.onnx";
+  c.max_batch_size = s.batching.max_batch_size;
+  c.inputs = {{"input", type, {3, g.image_size, g.image_size}, "FORMAT_NCHW", ""}};
+  c.outputs = {{"logits", type, {g.num_classes}, "", g.labels ? "labels.txt" : ""}};
+  c.dynamic_batching = s.batching;
+  c.instance_group = instance_group(s);
   if (s.accelerator == "trt") {
-    o << "optimization {\n  execution_accelerators {\n    gpu_execution_accelerator: [\n      {\n"
-      << "        name: \"tensorrt\"\n"
-      << "        parameters { key: \"precision_mode\" value: " << (s.trt_precision == "fp16" ? "\"FP16\"" : "\"FP32\"")
-      << " }\n"
-      << "        parameters { key: \"max_workspace_size_bytes\" value: \"1073741824\" }\n"
-      << "      }\n    ]\n  }\n}\n";
+    c.gpu_accelerators = {{"tensorrt",
+                           {{"precision_mode", s.trt_precision == "fp16" ? "FP16" : "FP32"},
+                            {"max_workspace_size_bytes", "1073741824"}}}};
   }
   // A client that sends decoded images needs the model's eval transform; Triton passes parameters through.
-  o << "parameters {\n  key: \"convnets.preprocessing\"\n  value: { string_value: " << quoted(g.preprocessing)
-    << " }\n}\n";
-  return o.str();
+  c.parameters = {{"convnets.preprocessing", g.preprocessing}};
+  return config_pbtxt(c);
 }
 
 std::string triton_dali_config_text(const TritonSettings& s, const TritonGraph& g) {
-  std::ostringstream o;
-  o << "# Triton's DALI backend: " << g.arch << "'s eval transform from encoded image bytes (1/dali.py, which the\n"
-    << "# backend serializes when it loads the model), written by convnets export --format triton.\n"
-    << "name: " << quoted(triton_preprocessing_name(s)) << "\n"
-    << "backend: \"dali\"\n"
-    << "max_batch_size: " << s.max_batch_size << "\n"
-    << "input [\n  {\n    name: \"DALI_INPUT_0\"\n    data_type: TYPE_UINT8\n    dims: [ -1 ]\n  }\n]\n"
-    << "output [\n  {\n    name: \"DALI_OUTPUT_0\"\n    data_type: " << (g.fp16 ? "TYPE_FP16" : "TYPE_FP32")
-    << "\n    dims: [ 3, " << g.image_size << ", " << g.image_size << " ]\n  }\n]\n"
-    << instance_group(s);
-  return o.str();
+  ModelConfig c;
+  c.comment = {"Triton's DALI backend: " + g.arch + "'s eval transform from encoded image bytes (1/dali.py, which the",
+               "backend serializes when it loads the model), written by convnets export --format triton."};
+  c.name = triton_preprocessing_name(s);
+  c.backend = "dali";
+  c.max_batch_size = s.batching.max_batch_size;
+  c.inputs = {{"DALI_INPUT_0", "TYPE_UINT8", {-1}, "", ""}};
+  c.outputs = {{"DALI_OUTPUT_0", g.fp16 ? "TYPE_FP16" : "TYPE_FP32", {3, g.image_size, g.image_size}, "", ""}};
+  c.instance_group = instance_group(s);
+  return config_pbtxt(c);
 }
 
 std::string triton_ensemble_config_text(const TritonSettings& s, const TritonGraph& g) {
-  std::ostringstream o;
-  o << "# Encoded images in, " << g.arch << "'s logits out: " << triton_preprocessing_name(s) << " (DALI) then "
-    << s.name << " (ONNX Runtime),\n# written by convnets export --format triton.\n"
-    << "name: " << quoted(triton_ensemble_name(s)) << "\n"
-    << "platform: \"ensemble\"\n"
-    << "max_batch_size: " << s.max_batch_size << "\n"
-    << "input [\n  {\n    name: \"INPUT\"\n    data_type: TYPE_UINT8\n    dims: [ -1 ]\n  }\n]\n"
-    << "output [\n  {\n    name: \"LOGITS\"\n    data_type: " << (g.fp16 ? "TYPE_FP16" : "TYPE_FP32")
-    << "\n    dims: [ " << g.num_classes << " ]\n";
-  if (g.labels) o << "    label_filename: \"labels.txt\"\n";
-  o << "  }\n]\n"
-    << "ensemble_scheduling {\n  step [\n"
-    << "    {\n      model_name: " << quoted(triton_preprocessing_name(s)) << "\n      model_version: -1\n"
-    << "      input_map { key: \"DALI_INPUT_0\" value: \"INPUT\" }\n"
-    << "      output_map { key: \"DALI_OUTPUT_0\" value: \"preprocessed\" }\n    },\n"
-    << "    {\n      model_name: " << quoted(s.name) << "\n      model_version: -1\n"
-    << "      input_map { key: \"input\" value: \"preprocessed\" }\n"
-    << "      output_map { key: \"logits\" value: \"LOGITS\" }\n    }\n  ]\n}\n";
-  return o.str();
+  ModelConfig c;
+  c.comment = {"Encoded images in, " + g.arch + "'s logits out: " + triton_preprocessing_name(s) + " (DALI) then " +
+                   s.name + " (ONNX Runtime),",
+               "written by convnets export --format triton."};
+  c.name = triton_ensemble_name(s);
+  c.platform = "ensemble";
+  c.max_batch_size = s.batching.max_batch_size;
+  c.inputs = {{"INPUT", "TYPE_UINT8", {-1}, "", ""}};
+  c.outputs = {{"LOGITS", g.fp16 ? "TYPE_FP16" : "TYPE_FP32", {g.num_classes}, "", g.labels ? "labels.txt" : ""}};
+  c.ensemble_steps = {{triton_preprocessing_name(s), {{"DALI_INPUT_0", "INPUT"}}, {{"DALI_OUTPUT_0", "preprocessed"}}},
+                      {s.name, {{"input", "preprocessed"}}, {{"logits", "LOGITS"}}}};
+  return config_pbtxt(c);
 }
 
 // convnets' eval transform (data/transforms.cpp eval_geometry) in DALI's operators, integer for integer: the short
@@ -214,7 +159,7 @@ std::string triton_dali_pipeline(const TritonSettings& s, const TritonGraph& g) 
     << "INTERPOLATION = types." << (g.interpolation == "bicubic" ? "INTERP_CUBIC" : "INTERP_LINEAR") << "\n"
     << "OUTPUT_TYPE = types." << (g.fp16 ? "FLOAT16" : "FLOAT") << "\n"
     << "DEVICE = " << (s.instance_kind == "gpu" ? "\"gpu\"" : "\"cpu\"") << "\n"
-    << "MAX_BATCH_SIZE = " << s.max_batch_size << "\n\n\n"
+    << "MAX_BATCH_SIZE = " << s.batching.max_batch_size << "\n\n\n"
     << "def _crop_position(margin):\n"
     << "    # The offset convnets takes, margin / 2 rounded half to even, as DALI's relative position; the quarter\n"
     << "    # pixel keeps DALI's rounding of position x margin on that offset.\n"

@@ -1,6 +1,8 @@
 // A Triton Inference Server model repository: config.pbtxt for convnets' ONNX graph, the DALI preprocessing model and the ensemble that joins them, and the checks on the settings.
 #pragma once
 
+#include "deploy/triton_config.h"
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -13,11 +15,15 @@ namespace convnets::deploy {
 // --preferred-batch-sizes, --max-queue-delay-us, --engine-count-per-device,
 // --backend-accelerator trt).
 struct TritonSettings {
-  std::string name;                      // the model's folder and name
-  std::int64_t max_batch_size = 64;      // the graph's batch dimension is symbolic; Triton batches up to this
-  std::vector<std::int64_t> preferred_batch_sizes;  // empty: Triton's default (max_batch_size)
-  std::int64_t max_queue_delay_us = 100;
-  int instances = 1;                     // instance_group count per device
+  std::string name;  // the model's folder and name
+  // max_batch_size: the graph's batch dimension is symbolic, Triton batches up to it; preferred sizes empty:
+  // Triton's default (max_batch_size); instances: instance_group count per device.
+  DynamicBatching batching = [] {
+    DynamicBatching b;
+    b.max_batch_size = 64;
+    b.max_queue_delay_us = 100;
+    return b;
+  }();
   std::string instance_kind = "gpu";     // gpu | cpu
   // onnxruntime | openvino: the Triton backend that runs 1/model.onnx (OpenVINO's reads ONNX as it is; CPU only).
   std::string backend = "onnxruntime";

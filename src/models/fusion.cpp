@@ -45,48 +45,6 @@ void reset_fused_runs() { bn_runs = 0, normconv_runs = 0; }
 
 void note_fused_run(FusedRun what) { ++(what == FusedRun::Bn ? bn_runs : normconv_runs); }
 
-const std::vector<FusionPath>& all_fusion_paths() {
-  static const std::vector<FusionPath> paths{FusionPath::Unfused, FusionPath::Bn, FusionPath::BnFold,
-                                             FusionPath::NormConv};
-  return paths;
-}
-
-const char* path_name(FusionPath path) {
-  switch (path) {
-    case FusionPath::Unfused: return "none";
-    case FusionPath::Bn: return "bn";
-    case FusionPath::BnFold: return "bn+fold";
-    default: return "normconv";
-  }
-}
-
-const char* mode_name(FusionMode mode) {
-  switch (mode) {
-    case FusionMode::Auto: return "auto";
-    case FusionMode::None: return "none";
-    case FusionMode::Bn: return "bn";
-    default: return "normconv";
-  }
-}
-
-FusionMode parse_fusion_mode(const std::string& text, const std::string& flag) {
-  for (const auto mode : {FusionMode::Auto, FusionMode::None, FusionMode::Bn, FusionMode::NormConv}) {
-    if (text == mode_name(mode)) return mode;
-  }
-  throw Error(flag + " " + text + ": expected auto, none, bn or normconv",
-              "auto times each residual block's verified paths on the GPU and keeps the fastest; the others force "
-              "one for every block");
-}
-
-std::vector<FusionPath> admitted_paths(FusionMode mode) {
-  switch (mode) {
-    case FusionMode::None: return {FusionPath::Unfused};
-    case FusionMode::Bn: return {FusionPath::Bn, FusionPath::BnFold};
-    case FusionMode::NormConv: return {FusionPath::NormConv};
-    default: return all_fusion_paths();
-  }
-}
-
 std::string unverified(FusionPath path, at::ScalarType dtype) {
   (void)dtype;
   // Bn: Gpu.FusedResNet50StepMatchesTheUnfusedStep and the 200-step parity passed on the H100 of 2026-11-27. BnFold
@@ -158,7 +116,7 @@ int set_fused_batchnorm(torch::nn::Module& module, bool on) {
 std::vector<std::pair<std::string, FusionTunable*>> tunable_blocks(torch::nn::Module& module) {
   std::vector<std::pair<std::string, FusionTunable*>> out;
   for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    if (auto* block = dynamic_cast<FusionTunable*>(item.value().get())) out.emplace_back(item.key(), block);
+    if (auto* block = dynamic_cast<TunableModule*>(item.value().get())) out.emplace_back(item.key(), &block->tunable());
   }
   return out;
 }

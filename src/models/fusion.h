@@ -1,6 +1,7 @@
 // How a residual block may run its training step (the fusion paths), which paths `--fusion` admits and which are verified, and what the step's tuner asks of a block.
 #pragma once
 
+#include "models/fusion_mode.h"
 #include "models/layers.h"
 
 #include <ATen/core/Tensor.h>
@@ -11,27 +12,6 @@
 #include <vector>
 
 namespace convnets::layers {
-
-// One way a residual block trains, each the same function (He et al. 2016's block) on different kernels:
-//   Unfused   conv, BN, ReLU and the residual add as separate ATen ops (cuDNN's plain convolutions and BN)
-//   Bn        each BN+ReLU and the last BN+add+ReLU as one cuDNN call (Paddle's fuse_bn_add_act_ops)
-//   BnFold    Bn, and the two gradients meeting at the block's input summed by the first convolution's dgrad as it
-//             writes them (an add in cuDNN's dgrad epilogue) instead of by a separate add (models/grad_fold.h)
-//   NormConv  the whole block as one function with its BN statistics in the convolutions (MLPerf's NormConv,
-//             models/norm_conv.h)
-enum class FusionPath { Unfused, Bn, BnFold, NormConv };
-// Every path, in the order the tuner prefers them when their times tie (the simpler first).
-const std::vector<FusionPath>& all_fusion_paths();
-const char* path_name(FusionPath path);  // "none", "bn", "bn+fold", "normconv"
-
-// `--fusion`: auto (each block's verified paths timed on the GPU, the fastest kept), or one family for every block,
-// for comparison: none (Unfused), bn (Bn or BnFold, the faster), normconv.
-enum class FusionMode { Auto, None, Bn, NormConv };
-const char* mode_name(FusionMode mode);
-// `text` as --fusion's value; an Error naming `flag` and the choices otherwise.
-FusionMode parse_fusion_mode(const std::string& text, const std::string& flag = "--fusion");
-// The paths `mode` lets a block run, in preference order.
-std::vector<FusionPath> admitted_paths(FusionMode mode);
 
 // What decides whether a BatchNorm2d's forward_fused runs as one cuDNN call, as known before the first step: the
 // --fusion mode, a training run's device, the activations' dtype (autocast's), their memory format, and whether cuDNN
@@ -104,9 +84,18 @@ class FusionTunable {
   virtual at::Tensor train_forward(const at::Tensor& x) = 0;
   // The sizes of the input of its last training forward (NCHW order); empty before one.
   virtual std::vector<std::int64_t> last_input_sizes() const = 0;
+  // The block's module: its parameters and buffers, which the tuner's timing leaves as it found them.
+  virtual torch::nn::Module& module() = 0;
 };
 
-// Every FusionTunable in `module`, with its state_dict prefix (layer1.0), in registration order.
+// A module whose training path can be chosen (a residual block), as tunable_blocks finds it.
+class TunableModule {
+ public:
+  virtual ~TunableModule() = default;
+  virtual FusionTunable& tunable() = 0;
+};
+
+// Every TunableModule's FusionTunable in `module`, with its state_dict prefix (layer1.0), in registration order.
 std::vector<std::pair<std::string, FusionTunable*>> tunable_blocks(torch::nn::Module& module);
 
 // Each block's path set from `mode` alone, before any timing: its most preferred admitted path that the block can

@@ -1,18 +1,13 @@
 #include "models/resnet.h"
 
-#include "models/fusion.h"
-#include "models/grad_fold.h"
+#include "models/block_fusion.h"
 #include "models/graph.h"
 #include "models/layers.h"
-#include "models/norm_conv.h"
 
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <torch/torch.h>
 
-#include <iostream>
-#include <map>
+#include <memory>
 #include <regex>
-#include <sstream>
 
 namespace convnets {
 namespace {
@@ -50,10 +45,10 @@ class SqueezeExcitationImpl : public nn::Module {
 };
 TORCH_MODULE(SqueezeExcitation);
 
-// BasicBlock and Bottleneck in one class: the registration order below is the
-// state_dict order of torchvision (conv/bn pairs, then downsample) and of DLE
-// (SE registered after downsample).
-class BlockImpl : public nn::Module, public layers::FusionTunable {
+// BasicBlock and Bottleneck in one class (torchvision's resnet.py; DLE's image_classification/models/resnet.py):
+// the registration order below is the state_dict order of torchvision (conv/bn pairs, then downsample) and of DLE
+// (SE registered after downsample). Its fused training paths live beside it (models/block_fusion.h).
+class BlockImpl : public nn::Module, public layers::TunableModule {
  public:
   BlockImpl(const ResNetConfig& c, int64_t in, int64_t planes, int64_t stride) {
     const int64_t expansion = c.bottleneck ? 4 : 1;
@@ -78,94 +73,34 @@ class BlockImpl : public nn::Module, public layers::FusionTunable {
       downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), layers::BatchNorm2d(out)));
     }
     if (c.se_channels > 0) se_ = register_module("squeeze", SqueezeExcitation(out, c.se_channels));
-    for (size_t i = 0; i < convs_.size(); ++i) norm_block_.branch.push_back({convs_[i].get(), bns_[i].get()});
+    layers::ResidualParts parts;
+    for (size_t i = 0; i < convs_.size(); ++i) parts.branch.emplace_back(convs_[i].get(), bns_[i].get());
     if (downsample_) {
-      norm_block_.downsample = {downsample_[0]->as<layers::Conv2dImpl>(), downsample_[1]->as<layers::BatchNorm2dImpl>()};
+      parts.downsample_conv = downsample_[0]->as<layers::Conv2dImpl>();
+      parts.downsample_bn = downsample_[1]->as<layers::BatchNorm2dImpl>();
     }
+    parts.squeeze_excitation = c.se_channels > 0;
+    fusion_ = std::make_unique<layers::ResidualFusion>(*this, std::move(parts), [this](const at::Tensor& x) {
+      return forward(x);
+    });
   }
 
-  std::string path_refusal(layers::FusionPath path, const layers::FusedBnContext& context) const override {
-    using layers::FusionPath;
-    if (path == FusionPath::Unfused) return "";
-    if (path == FusionPath::NormConv) {
-      if (auto why = layers::norm_conv::refusal(context, norm_block_); !why.empty()) return why;
-      for (const auto& [shape, why] : verdicts_) {
-        if (!why.empty()) return why;
-      }
-      return "";
-    }
-    // Bn and BnFold: the block's BN+ReLU layers as the part-2 rule takes them.
-    for (const auto& bn : bns_) {
-      if (bn->fusion() == layers::BnFusion::None) continue;
-      if (auto why = layers::fused_bn_refusal(context, bn->fusion(), bn->options.num_features(), bn->synchronized());
-          !why.empty()) {
-        return why;
-      }
-    }
-    return "";
-  }
+  layers::FusionTunable& tunable() override { return *fusion_; }
 
-  void set_path(layers::FusionPath path) override {
-    path_ = path;
-    // NormConv keeps the fused BN on for a shape cuDNN has no graph for.
-    for (auto& bn : bns_) bn->set_fused(path != layers::FusionPath::Unfused);
-    if (downsample_) downsample_[1]->as<layers::BatchNorm2dImpl>()->set_fused(path != layers::FusionPath::Unfused);
-  }
-
-  layers::FusionPath path() const override { return path_; }
-
-  std::string signature() const override {
-    std::ostringstream s;
-    auto conv_text = [&s](const layers::Conv2dImpl& c) {
-      const auto& o = c.options;
-      s << o.in_channels() << ">" << o.out_channels() << " " << (*o.kernel_size())[0] << "x" << (*o.kernel_size())[1]
-        << "/" << (*o.stride())[0];
-      if (o.groups() > 1) s << " g" << o.groups();
-    };
-    s << (convs_.size() == 3 ? "bottleneck " : "basic ");
-    for (std::size_t i = 0; i < convs_.size(); ++i) {
-      if (i) s << ", ";
-      conv_text(*convs_[i]);
-    }
-    s << "; shortcut ";
-    if (downsample_) conv_text(*norm_block_.downsample.conv);
-    else s << "identity";
-    if (se_) s << "; SE";
-    return s.str();
-  }
-
-  std::vector<std::int64_t> last_input_sizes() const override { return last_input_; }
-  at::Tensor train_forward(const at::Tensor& x) override { return forward(x); }
-
-  // Training on CUDA in half precision, as the block's path says (models/fusion.h): the whole block as one NormConv
-  // function where its plans build (models/norm_conv.h), else BN+ReLU and BN+add+ReLU through forward_fused, one
-  // cuDNN call each (Paddle's fuse_bn_act_ops / fuse_bn_add_act_ops), the input's two gradients summed in the first
-  // convolution's dgrad for BnFold (models/grad_fold.h); elsewhere the same function as separate ops.
+  // relu(branch(x) + shortcut(x)), the branch conv-BN-ReLU pairs and a last conv-BN (DLE's SE: its gate on the
+  // branch, shortcut + branch * gate in one addcmul). On a fused path the whole block may run as one NormConv
+  // function, and BnFold reads x through the slot that sums its two gradients (models/block_fusion.h).
   torch::Tensor forward(const torch::Tensor& x) {
     using layers::Activation;
-    using layers::FusionPath;
-    if (is_training()) last_input_ = x.sizes().vec();
-    if (path_ == FusionPath::NormConv && is_training() && layers::norm_conv::takes(x, norm_block_) && planned(x)) {
-      return layers::norm_conv::forward(norm_block_, x, layers::norm_conv::Backend::Cudnn);
-    }
-    std::shared_ptr<layers::GradSlot> slot;
-    if (path_ == FusionPath::BnFold && is_training() && x.requires_grad() && torch::GradMode::is_enabled()) {
-      slot = layers::make_grad_slot();
-    }
-    auto y = slot ? layers::bn_act(*bns_[0], layers::fold_conv(*convs_[0], x, slot), Activation::ReLU)
-                  : layers::conv_bn_act(*convs_[0], *bns_[0], x, Activation::ReLU);
+    if (auto whole = fusion_->whole_block(x)) return *whole;
+    const auto in = fusion_->input(x);
+    auto y = in.conv_bn_act(*convs_[0], *bns_[0], Activation::ReLU);
     for (size_t i = 1; i + 1 < convs_.size(); ++i) y = layers::conv_bn_act(*convs_[i], *bns_[i], y, Activation::ReLU);
-    at::Tensor shortcut;
-    if (downsample_) {
-      auto& down = norm_block_.downsample;
-      shortcut = slot ? layers::bn_act(*down.bn, layers::fold_conv(*down.conv, x, slot), Activation::None)
-                      : layers::conv_bn_act(*down.conv, *down.bn, x, Activation::None);
-    } else {
-      shortcut = slot ? layers::fold_tap(x, slot) : x;
-    }
+    const auto shortcut = downsample_ ? in.conv_bn_act(*downsample_[0]->as<layers::Conv2dImpl>(),
+                                                       *downsample_[1]->as<layers::BatchNorm2dImpl>(), Activation::None)
+                                      : in.identity();
     if (!se_) return layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::ReLU, shortcut);
     y = layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::None);
-    // DLE's fused SE: shortcut + branch * gate in one addcmul.
     return torch::relu(torch::addcmul(shortcut, y, se_(y)));
   }
 
@@ -189,26 +124,11 @@ class BlockImpl : public nn::Module, public layers::FusionTunable {
   layers::BatchNorm2d last_bn() { return bns_.back(); }
 
  private:
-  // Whether cuDNN built every plan of this block for x's shape: asked once per shape, outside a capture (the
-  // training step's eager warm-up); a shape it has no engine for keeps part 2's path, said once.
-  bool planned(const torch::Tensor& x) {
-    std::vector<std::int64_t> key(x.sizes().begin(), x.sizes().end());
-    key.push_back(static_cast<std::int64_t>(x.scalar_type()));
-    if (auto it = verdicts_.find(key); it != verdicts_.end()) return it->second.empty();
-    if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) return false;
-    const auto why = layers::norm_conv::prepare(norm_block_, x);
-    if (!why.empty()) std::cerr << "convnets: note: a residual block keeps the fused BN+ReLU path: " << why << "\n";
-    return verdicts_.emplace(std::move(key), why).first->second.empty();
-  }
-
-  layers::norm_conv::Block norm_block_;
-  layers::FusionPath path_ = layers::FusionPath::Bn;
-  std::vector<std::int64_t> last_input_;
-  std::map<std::vector<std::int64_t>, std::string> verdicts_;
   std::vector<Conv2d> convs_;
   std::vector<layers::BatchNorm2d> bns_;
   nn::Sequential downsample_{nullptr};
   SqueezeExcitation se_{nullptr};
+  std::unique_ptr<layers::ResidualFusion> fusion_;
 };
 TORCH_MODULE(Block);
 

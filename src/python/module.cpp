@@ -382,13 +382,18 @@ PYBIND11_MODULE(_convnets, m) {
       .def_readwrite("workers", &deploy::ExportOptions::workers)
       .def_readwrite("triton", &deploy::ExportOptions::triton);
 
+  py::class_<deploy::DynamicBatching>(m, "DynamicBatching")
+      .def(py::init<>())
+      .def_readwrite("max_batch_size", &deploy::DynamicBatching::max_batch_size)
+      .def_readwrite("preferred_batch_sizes", &deploy::DynamicBatching::preferred_batch_sizes)
+      .def_readwrite("max_queue_delay_us", &deploy::DynamicBatching::max_queue_delay_us)
+      .def_readwrite("instances", &deploy::DynamicBatching::instances)
+      .def_readwrite("max_queue_size", &deploy::DynamicBatching::max_queue_size);
+
   py::class_<deploy::TritonSettings>(m, "TritonSettings")
       .def(py::init<>())
       .def_readwrite("name", &deploy::TritonSettings::name)
-      .def_readwrite("max_batch_size", &deploy::TritonSettings::max_batch_size)
-      .def_readwrite("preferred_batch_sizes", &deploy::TritonSettings::preferred_batch_sizes)
-      .def_readwrite("max_queue_delay_us", &deploy::TritonSettings::max_queue_delay_us)
-      .def_readwrite("instances", &deploy::TritonSettings::instances)
+      .def_readwrite("batching", &deploy::TritonSettings::batching)
       .def_readwrite("instance_kind", &deploy::TritonSettings::instance_kind)
       .def_readwrite("backend", &deploy::TritonSettings::backend)
       .def_readwrite("accelerator", &deploy::TritonSettings::accelerator)

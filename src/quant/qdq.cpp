@@ -30,11 +30,11 @@ Silu parse_silu(const std::string& s, const std::string& flag) {
   throw Error(flag + " " + s + ": expected ops (ONNX Runtime's integer SiLU) or float (fused into the conv: OpenVINO)");
 }
 
-std::string to_string(Silu s) { return s == Silu::Ops ? "ops" : "float"; }
+std::string spelling(Silu s) { return s == Silu::Ops ? "ops" : "float"; }
 
-std::string to_string(Activations a) { return a == Activations::UInt8 ? "uint8" : "int8"; }
+std::string spelling(Activations a) { return a == Activations::UInt8 ? "uint8" : "int8"; }
 
-std::string to_string(Method m) {
+std::string spelling(Method m) {
   switch (m) {
     case Method::MinMax: return "minmax";
     case Method::Percentile: return "percentile";
@@ -73,10 +73,10 @@ at::Tensor weight_scales(const at::Tensor& w, std::int64_t qmax) {
 nlohmann::json to_json(const Plan& plan) {
   nlohmann::json points = nlohmann::json::array();
   for (const auto& p : plan.points) points.push_back({{"site", p.site}, {"relu", p.relu}, {"lo", p.lo}, {"hi", p.hi}});
-  return {{"activations", to_string(plan.activations)},
-          {"method", to_string(plan.method)},
+  return {{"activations", spelling(plan.activations)},
+          {"method", spelling(plan.method)},
           {"reduce_range", plan.reduce_range},
-          {"silu", to_string(plan.silu)},
+          {"silu", spelling(plan.silu)},
           {"images", plan.images},
           {"points", points}};
 }

@@ -51,9 +51,10 @@ constexpr double kPercentile = 99.99;
 Activations parse_activations(const std::string& s, const std::string& flag);
 Method parse_method(const std::string& s, const std::string& flag);
 Silu parse_silu(const std::string& s, const std::string& flag);
-std::string to_string(Activations a);
-std::string to_string(Method m);
-std::string to_string(Silu s);
+// Each as its flag spells it: parse_*'s inverse.
+std::string spelling(Activations a);
+std::string spelling(Method m);
+std::string spelling(Silu s);
 
 // One quantized activation tensor of the graph. Points are numbered in the
 // order the placement first quantizes them, which is the order emit() visits

@@ -104,7 +104,7 @@ std::vector<Candidate> DeviceBlockTimer::time(torch::nn::Module& block, layers::
     at::Tensor dy;
     // One forward and backward in `type` (autocast on for a half type, off for fp32): the output, then the input's
     // and each parameter's gradient.
-    auto pass = [&](layers::FusionPath p, at::ScalarType type) {
+    auto run_path = [&](layers::FusionPath p, at::ScalarType type) {
       AutocastGuard autocast(device, type == at::kFloat ? at::kFloat : type);
       tunable.set_path(p);
       inputs[0] = x.to(type).detach().requires_grad_(true);
@@ -117,18 +117,18 @@ std::vector<Candidate> DeviceBlockTimer::time(torch::nn::Module& block, layers::
     };
     // Each path is held to fp32's unfused function, within the larger of a fixed bound and 1.5x the distance of
     // the unfused path in the same half precision: a fused path may err as half precision errs, no more.
-    const auto exact = pass(layers::FusionPath::Unfused, at::kFloat);
-    const double own = half ? worst_distance(pass(layers::FusionPath::Unfused, dtype), exact).first : 0.0;
+    const auto exact = run_path(layers::FusionPath::Unfused, at::kFloat);
+    const double own = half ? worst_distance(run_path(layers::FusionPath::Unfused, dtype), exact).first : 0.0;
     const double bound = std::max(numerics_bound(dtype), 1.5 * own);
     std::vector<bool> ran;
     for (const auto p : paths) {
       Candidate c;
       c.path = p;
       try {
-        const auto [d, which] = worst_distance(pass(p, dtype), exact);
+        const auto [d, which] = worst_distance(run_path(p, dtype), exact);
         c.numerics = format_distance(d, which, own, bound);
         c.numerics_ok = d <= bound;
-        pass(p, dtype);  // warm: whatever the first pass built or allocated is not timed
+        run_path(p, dtype);  // warm: whatever the first pass built or allocated is not timed
       } catch (const std::exception& e) {
         c.refusal = std::string("it failed: ") + e.what();
       }
@@ -141,7 +141,7 @@ std::vector<Candidate> DeviceBlockTimer::time(torch::nn::Module& block, layers::
       for (std::size_t i = 0; i < paths.size(); ++i) {
         if (!ran[i]) continue;
         watch.start();
-        for (int k = 0; k < repeats_; ++k) pass(paths[i], dtype);
+        for (int k = 0; k < repeats_; ++k) run_path(paths[i], dtype);
         out[i].ms = std::min(out[i].ms, watch.stop_ms() / repeats_);
       }
     }

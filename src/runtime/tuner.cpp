@@ -143,7 +143,7 @@ const ShapeChoice* TuningCache::find(const std::string& key) const {
   return it == mine_.end() ? nullptr : &it->second;
 }
 
-void TuningCache::put(const ShapeChoice& choice) { mine_[choice.key] = choice; }
+void TuningCache::record(const ShapeChoice& choice) { mine_[choice.key] = choice; }
 
 bool TuningCache::save() {
   if (path_.empty() || !readable_) return false;
@@ -245,8 +245,7 @@ TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context,
       choice.candidates = std::move(candidates);
       choice.chosen = runnable.empty() ? layers::FusionPath::Unfused : runnable.front();
     } else {
-      auto& module = dynamic_cast<torch::nn::Module&>(first);
-      const auto timed = timer.time(module, first, runnable, first.last_input_sizes(), context.dtype);
+      const auto timed = timer.time(first.module(), first, runnable, first.last_input_sizes(), context.dtype);
       for (auto& c : candidates) {
         for (const auto& t : timed) {
           if (t.path == c.path) c = t;
@@ -260,7 +259,7 @@ TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context,
       choice.chosen = best ? *best : automatic ? layers::FusionPath::Unfused : runnable.front();
       ++report.timed;
       // A forced family's timings say nothing of the paths it left out: only auto's decisions are kept.
-      if (cache && automatic) cache->put(choice);
+      if (cache && automatic) cache->record(choice);
     }
     for (const auto& c : choice.candidates) {
       if (c.path == choice.chosen && !c.numerics_ok) {

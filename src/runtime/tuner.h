@@ -57,7 +57,7 @@ class TuningCache {
   // Reads `path` where it exists; an unreadable file is neither used nor overwritten (note() says so).
   TuningCache(std::string path, TuningDevice device);
   const ShapeChoice* find(const std::string& key) const;
-  void put(const ShapeChoice& choice);
+  void record(const ShapeChoice& choice);
   // Writes the file atomically (its folder made first); false, with note() saying why, where it cannot.
   bool save();
   const std::string& path() const { return path_; }

@@ -1,7 +1,5 @@
 #include "serve/batcher.h"
 
-#include "core/error.h"
-
 #include <ATen/ops/cat.h>
 
 #include <algorithm>
@@ -37,21 +35,6 @@ void complete(std::function<void(Outcome)>& done, Outcome o) {
 }
 
 }  // namespace
-
-void BatchingOptions::validate() const {
-  if (max_batch_size < 1) throw Error("--max-batch-size must be at least 1, got " + std::to_string(max_batch_size));
-  if (max_queue_delay_us < 0 || max_queue_delay_us > 60'000'000) {
-    throw Error("--max-queue-delay-us must be 0 .. 60000000 (a minute), got " + std::to_string(max_queue_delay_us));
-  }
-  for (auto s : preferred_batch_sizes) {
-    if (s < 1 || s > max_batch_size) {
-      throw Error("--preferred-batch-sizes: " + std::to_string(s) + " is outside 1.." + std::to_string(max_batch_size) +
-                  " (--max-batch-size)");
-    }
-  }
-  if (instances < 1 || instances > 64) throw Error("--instances must be 1 .. 64, got " + std::to_string(instances));
-  if (max_queue_size < 1) throw Error("--max-queue-size must be at least 1, got " + std::to_string(max_queue_size));
-}
 
 std::vector<std::int64_t> serving_graph_sizes(std::int64_t max_batch_size) {
   std::vector<std::int64_t> sizes;
@@ -127,16 +110,21 @@ void Batcher::submit(at::Tensor rows, std::optional<std::int64_t> timeout_us, st
 }
 
 std::shared_ptr<void> Batcher::announce() {
+  // Without known arrivals nothing waits on them: no count, and no instance woken as each request is answered.
+  if (!options_.known_arrivals) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++announced_;
   }
   return std::shared_ptr<void>(nullptr, [this](void*) {
+    bool leave = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       --announced_;
+      leave = !queue_.empty() && static_cast<std::int64_t>(queue_.size()) >= announced_;
     }
-    changed_.notify_all();  // one fewer on its way: a queue waiting for it may leave now
+    // One fewer on its way: a queue that now holds every request left may leave (next_batch's test).
+    if (leave) changed_.notify_all();
   });
 }
 

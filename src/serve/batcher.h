@@ -1,6 +1,8 @@
 // Triton's dynamic batching for one model: requests queued under a bound, gathered into batches up to a size, a preferred size or a delay, run by a number of instances, each request answered with its own rows.
 #pragma once
 
+#include "deploy/triton_config.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -19,22 +21,8 @@
 
 namespace convnets::serve {
 
-// The settings of Triton's model configuration that shape batching (dynamic_batching, instance_group,
-// max_batch_size), with the same meanings.
-struct BatchingOptions {
-  std::int64_t max_batch_size = 8;      // rows per forward pass; a request may not hold more
-  std::int64_t max_queue_delay_us = 0;  // how long the oldest request waits for others to join its batch
-  // As Triton: when the queue holds enough rows for one of these sizes, the largest such batch leaves at once.
-  std::vector<std::int64_t> preferred_batch_sizes;
-  int instances = 1;                   // forward passes that may run at once
-  std::int64_t max_queue_size = 64;    // requests waiting; one more is refused at once (no unbounded memory)
-  // The caller announces each request from its arrival to its answer (Batcher::announce): then a queue that holds
-  // every request the server has (none is being received, decoded, run or answered) leaves at once instead of
-  // waiting out max_queue_delay_us for requests that are not on their way (serve's --batch-delay-policy arrivals,
-  // its default; false: always, Triton's).
-  bool known_arrivals = false;
-  void validate() const;               // throws Error naming the flag
-};
+// Triton's settings that shape batching (deploy/triton_config.h), the one struct `serve` and `export` share.
+using BatchingOptions = deploy::DynamicBatching;
 
 // The batch sizes a model served on CUDA captures a graph of where --graph-batch-sizes names none: the powers of two
 // below max_batch_size and max_batch_size itself (a batch pads up to the next: at most 2x the rows, one graph per
@@ -86,8 +74,8 @@ class Batcher {
   // a front end that must not block a thread per request.
   void submit(at::Tensor rows, std::optional<std::int64_t> timeout_us, std::function<void(Outcome)> done);
 
-  // A request from its arrival at the server to its answer (with BatchingOptions::known_arrivals): held by the
-  // caller, released by dropping it.
+  // A request from its arrival at the server to its answer, held by the caller and released by dropping it; with
+  // BatchingOptions::known_arrivals off, an empty token that counts nothing.
   std::shared_ptr<void> announce();
 
   // Refuses new requests, runs every queued one, and returns when the instances are idle.

@@ -93,10 +93,7 @@ std::optional<std::string> string_of(const Map& parameters, const char* key, con
 InferRequest request_of(const inference::ModelInferRequest& m, const Limits& limits) {
   InferRequest r;
   r.id = m.id();
-  if (m.inputs_size() == 0) bad("the request has no inputs");
-  if (static_cast<std::size_t>(m.inputs_size()) > limits.max_inputs) {
-    throw ProtocolError(413, std::to_string(m.inputs_size()) + " inputs, over the limit of " + std::to_string(limits.max_inputs));
-  }
+  check_counts(static_cast<std::size_t>(m.inputs_size()), static_cast<std::size_t>(m.outputs_size()), limits);
   // Raw contents are one entry per input that does not name a shared-memory region, in the inputs' order (as
   // tritonclient sends them and Triton reads them).
   const bool raw = m.raw_input_contents_size() > 0;
@@ -128,13 +125,7 @@ InferRequest request_of(const inference::ModelInferRequest& m, const Limits& lim
     r.inputs.push_back(std::move(t));
   }
   if (const auto* p = parameter(m.parameters(), "timeout")) {
-    const auto us = int_parameter(*p, "timeout", "the request");
-    if (us < 0) bad("parameter \"timeout\" must be 0 or more microseconds");
-    r.timeout_us = us;
-  }
-  if (static_cast<std::size_t>(m.outputs_size()) > limits.max_outputs) {
-    throw ProtocolError(413, std::to_string(m.outputs_size()) + " outputs requested, over the limit of " +
-                                 std::to_string(limits.max_outputs));
+    r.timeout_us = checked_timeout(int_parameter(*p, "timeout", "the request"));
   }
   for (const auto& out : m.outputs()) {
     check_name(out.name(), limits, "a requested output");
@@ -143,8 +134,8 @@ InferRequest request_of(const inference::ModelInferRequest& m, const Limits& lim
     o.binary = true;  // gRPC answers in raw_output_contents, as Triton does
     if (out.parameters().count("shared_memory_region")) refuse_shared_memory_output("output " + in_quotes(o.name));
     if (const auto* p = parameter(out.parameters(), "classification")) {
-      o.classification = int_parameter(*p, "classification", "output " + in_quotes(o.name));
-      if (o.classification < 0) bad("output " + in_quotes(o.name) + ": classification must be 0 or more");
+      const std::string where = "output " + in_quotes(o.name);
+      o.classification = checked_classification(int_parameter(*p, "classification", where), where);
     }
     r.outputs.push_back(std::move(o));
   }

@@ -1,6 +1,7 @@
 #include "serve/grpc_service.h"
 
 #include "serve/grpc_messages.h"
+#include "serve/serving_core.h"
 #include "serve/triton_grpc.grpc.pb.h"
 
 #include <google/protobuf/util/json_util.h>
@@ -103,18 +104,19 @@ class Service final : public GRPCInferenceService::CallbackService {
     return finish(ctx, shared_memory_call([&] { core_.shared_memory().remove(in->name()); }));
   }
 
-  // Parsed here (gRPC's threads), run on the batcher's; answered from whichever thread finishes it.
+  // Admitted and parsed here (gRPC's threads), run on the batcher's; answered from whichever thread finishes it.
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* in,
                                        inference::ModelInferResponse* out) override {
     auto* reactor = ctx->DefaultReactor();
-    InferRequest request;
+    ServingCore::Admission admitted;
     try {
-      request = request_of(*in, limits_);
+      admitted = core_.admit(in->model_name(), in->model_version());
     } catch (const ProtocolError& e) {
       reactor->Finish(status_of(e.status(), e.what()));
       return reactor;
     }
-    core_.infer(in->model_name(), in->model_version(), std::move(request),
+    // `in` lives until Finish; the core reads it before this call returns.
+    core_.infer(admitted, [in, &limits = limits_] { return request_of(*in, limits); },
                 [reactor, out](int status, const std::string& error, InferResponse response) {
                   if (status != 200) return reactor->Finish(status_of(status, error));
                   fill(response, *out);

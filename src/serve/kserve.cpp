@@ -248,7 +248,7 @@ std::optional<SharedMemoryRef> shared_memory_ref(std::optional<std::string> regi
 }
 
 void refuse_shared_memory_output(const std::string& where) {
-  bad(where + ": outputs are not written into shared memory (regions are mapped read-only); ask for it in the "
+  bad(where + ": outputs are not written into shared memory (regions are opened read-only); ask for it in the "
       "response instead");
 }
 
@@ -282,6 +282,26 @@ void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, 
     bad(where + ": the binary data holds " + std::to_string(t.elements.size()) + " elements, the shape " +
         std::to_string(expected));
   }
+}
+
+void check_counts(std::size_t inputs, std::size_t outputs, const Limits& limits) {
+  if (inputs == 0) bad("the request has no inputs");
+  if (inputs > limits.max_inputs) {
+    too_large(std::to_string(inputs) + " inputs, over the limit of " + std::to_string(limits.max_inputs));
+  }
+  if (outputs > limits.max_outputs) {
+    too_large(std::to_string(outputs) + " outputs requested, over the limit of " + std::to_string(limits.max_outputs));
+  }
+}
+
+std::int64_t checked_timeout(std::int64_t us) {
+  if (us < 0) bad("parameter \"timeout\" must be 0 or more microseconds");
+  return us;
+}
+
+std::int64_t checked_classification(std::int64_t k, const std::string& where) {
+  if (k < 0) bad(where + ": classification must be 0 or more");
+  return k;
 }
 
 void check_name(const std::string& name, const Limits& limits, const std::string& where) {
@@ -354,14 +374,10 @@ InferRequest parse_infer_request(std::string_view body, std::optional<std::size_
     r.id = j["id"].get<std::string>();
   }
   r.binary_data_output = parameter<bool>(j, "binary_data_output", "the request").value_or(false);
-  if (auto t = parameter<std::int64_t>(j, "timeout", "the request")) {
-    if (*t < 0) bad("parameter \"timeout\" must be 0 or more microseconds");
-    r.timeout_us = *t;
-  }
-  if (!j.contains("inputs") || !j["inputs"].is_array() || j["inputs"].empty()) bad("\"inputs\" must be a non-empty array");
-  if (j["inputs"].size() > limits.max_inputs) {
-    too_large(std::to_string(j["inputs"].size()) + " inputs, over the limit of " + std::to_string(limits.max_inputs));
-  }
+  if (auto t = parameter<std::int64_t>(j, "timeout", "the request")) r.timeout_us = checked_timeout(*t);
+  if (!j.contains("inputs") || !j["inputs"].is_array()) bad("\"inputs\" must be an array");
+  if (j.contains("outputs") && !j["outputs"].is_array()) bad("\"outputs\" must be an array");
+  check_counts(j["inputs"].size(), j.contains("outputs") ? j["outputs"].size() : 0, limits);
   for (const auto& in : j["inputs"]) {
     const std::string name = name_of(in, limits, "an input");
     const std::string where = "input " + in_quotes(name);
@@ -400,18 +416,13 @@ InferRequest parse_infer_request(std::string_view body, std::optional<std::size_
   }
   if (!binary.empty()) bad(std::to_string(binary.size()) + " bytes of binary data after the last input's");
   if (j.contains("outputs")) {
-    if (!j["outputs"].is_array()) bad("\"outputs\" must be an array");
-    if (j["outputs"].size() > limits.max_outputs) {
-      too_large(std::to_string(j["outputs"].size()) + " outputs requested, over the limit of " + std::to_string(limits.max_outputs));
-    }
     for (const auto& out : j["outputs"]) {
       RequestedOutput o;
       o.name = name_of(out, limits, "a requested output");
       const std::string where = "output " + in_quotes(o.name);
       if (parameter<std::string>(out, "shared_memory_region", where)) refuse_shared_memory_output(where);
       o.binary = parameter<bool>(out, "binary_data", where).value_or(r.binary_data_output);
-      o.classification = parameter<std::int64_t>(out, "classification", where).value_or(0);
-      if (o.classification < 0) bad(where + ": classification must be 0 or more");
+      o.classification = checked_classification(parameter<std::int64_t>(out, "classification", where).value_or(0), where);
       r.outputs.push_back(std::move(o));
     }
   }
@@ -465,6 +476,11 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
   }
   header_length = text.size();
   return text + tail;
+}
+
+int http_status_of(const Error& e) {
+  const auto* p = dynamic_cast<const ProtocolError*>(&e);
+  return p ? p->status() : 400;
 }
 
 std::string error_body(const std::string& message) { return dump_json(nlohmann::json{{"error", message}}); }

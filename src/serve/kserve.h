@@ -73,11 +73,24 @@ class ProtocolError : public Error {
   int status_;
 };
 
+// The HTTP status a failed request is answered with: a protocol error's own, else 400 (the request could not be
+// served as it was).
+int http_status_of(const Error& e);
+
 // `body` is the HTTP body; `header_length` the Inference-Header-Content-Length header when the request carries
 // binary tensors (the JSON is then the body's first header_length bytes, the tensors' bytes follow in the
 // order of the inputs that declare parameters.binary_data_size). Throws ProtocolError.
 InferRequest parse_infer_request(std::string_view body, std::optional<std::size_t> header_length,
                                  const Limits& limits = {});
+
+// The checks of a request's own fields that both protocols make, each written once: the same message over HTTP and
+// gRPC, HTTP answering the status and gRPC its code for it.
+// The input and output counts, before any is read: none (400), or more than the limits (413).
+void check_counts(std::size_t inputs, std::size_t outputs, const Limits& limits);
+// parameters.timeout, in microseconds: 0 or more (ProtocolError 400).
+std::int64_t checked_timeout(std::int64_t us);
+// An output's parameters.classification, the top k asked: 0 or more (ProtocolError 400 naming `where`, the output).
+std::int64_t checked_classification(std::int64_t k, const std::string& where);
 
 // A tensor's name, 1..limits.max_name_bytes bytes (ProtocolError 400 naming `where` otherwise).
 void check_name(const std::string& name, const Limits& limits, const std::string& where);

@@ -1,7 +1,7 @@
 #include "train/bench_step.h"
 
 #include "models/fusion.h"
-#include "runtime/tuner.h"
+#include "runtime/fusion_setup.h"
 #include "train/graph_step.h"
 #include "train/loss_scale.h"
 #include "train/sgd.h"

@@ -6,7 +6,7 @@
 #include "core/limits.h"
 #include "data/augment.h"
 #include "models/arch_names.h"
-#include "models/fusion.h"
+#include "models/fusion_mode.h"
 
 #include <cmath>
 #include <fstream>
@@ -20,106 +20,9 @@ extern const std::map<std::string, std::string>& embedded_recipes();
 
 namespace {
 
-#define CONVNETS_TRAIN_FIELDS(X)                                                                             \
-  X(arch, "architecture name (convnets models) ")                                                            \
-  X(data, "training data: image folder, PaddleClas list file, IDX folder (Fashion-MNIST) or synthetic[:N]")   \
-  X(val_data, "validation data (default: the val split of DATA)")                                            \
-  X(workspace, "folder for config.json, log.json and checkpoints")                                           \
-  X(epochs, "training epochs")                                                                               \
-  X(batch_size, "images per step and process")                                                              \
-  X(optimizer_batch_size, "images per optimizer step over all processes; a multiple of --batch-size x processes accumulates gradients (0 or DLE's -1: no accumulation)") \
-  X(lr, "learning rate, absolute as in DLE (per --lr-reference-batch images when that is set)")             \
-  X(lr_reference_batch, "batch a recipe's --lr refers to; the LR scales linearly with the optimizer batch (0: absolute). A --lr flag without this flag sets it to 0") \
-  X(lr_schedule, "step | linear | cosine | staircase (timm's --sched step: decay every --lr-decay-epochs)")   \
-  X(lr_granularity, "epoch: the LR changes once per epoch, as DLE and timm | step: every optimizer step")    \
-  X(warmup, "epochs of linear LR warmup")                                                                    \
-  X(warmup_lr, "LR at the first warmup step, rising linearly to --lr (0: --lr / warmup steps, as DLE)")      \
-  X(lr_decay_epochs, "staircase schedule: multiply the LR by --lr-step-factor every this many epochs (fractions allowed)") \
-  X(lr_steps, "step schedule: epochs where the LR is multiplied by --lr-step-factor")                        \
-  X(lr_step_factor, "step schedule: LR multiplier at each of --lr-steps")                                    \
-  X(end_lr, "cosine/linear: LR at the last step")                                                            \
-  X(optimizer, "sgd | rmsproptf (timm's RMSpropTF: TF-style epsilon inside the square root) | rmsprop (torch.optim.RMSprop, DLE's)") \
-  X(momentum, "SGD / RMSprop momentum")                                                                      \
-  X(rmsprop_alpha, "rmsproptf, rmsprop: smoothing constant of the squared-gradient average")                 \
-  X(opt_eps, "rmsproptf: epsilon added inside the square root; rmsprop: added to the root (DLE's --rmsprop-eps)") \
-  X(nesterov, "Nesterov momentum")                                                                           \
-  X(weight_decay, "L2 weight decay")                                                                         \
-  X(bn_weight_decay, "also decay BN parameters and biases")                                                  \
-  X(label_smoothing, "label smoothing factor")                                                               \
-  X(mixup, "mixup alpha (0: off)")                                                                           \
-  X(cutmix, "CutMix alpha (Yun et al. 2019, as timm's Mixup; 0: off)")                                        \
-  X(mixup_prob, "timm: probability that a batch is mixed (mixup or cutmix)")                                 \
-  X(mixup_switch_prob, "timm: with --mixup and --cutmix both on, the probability of cutmix for a batch")     \
-  X(augment, "augmentation policy after the crop: autoaugment (DLE's ImageNet policy) | a timm RandAugment string such as rand-m9-mstd0.5 (DLE: --augmentation, timm: --aa)") \
-  X(reprob, "random erasing probability per image (timm's RandomErasing, on the normalised batch)")          \
-  X(remode, "random erasing fill: const (the mean) | rand (a random colour per box) | pixel (noise per pixel)") \
-  X(recount, "random erasing: boxes per erased image")                                                       \
-  X(ema, "decay of the weight EMA evaluated beside the model (0: off; DLE's --use-ema)")                     \
-  X(ema_warmup, "EMA decay min(--ema, (1 + step) / (10 + step)) as DLE's EMA (--no-ema-warmup: constant, as timm)") \
-  X(best_by, "the top-1 that picks best.safetensors: model (DLE) | ema (timm with --model-ema) | auto: ema when --ema is on") \
-  X(dropout, "dropout before the classifier (negative: the arch's; GPUNet 0.2)")                             \
-  X(drop_path, "drop-path (stochastic depth) rate of the deepest block, linear in depth (negative: the arch's; GPUNet 0.2)") \
-  X(teacher, "knowledge distillation: the teacher's arch (a name or a GPUNet .json); adds a soft-target loss") \
-  X(teacher_checkpoint, "knowledge distillation: the teacher's weights (checkpoint or safetensors)")       \
-  X(teacher_img_size, "knowledge distillation: the teacher's evaluation size (--test-teacher), as DLE's GPUNet train.py; with --teacher-two-res also its training size (0: the student's)") \
-  X(teacher_two_res, "knowledge distillation: images load at --teacher-img-size for the teacher and the student gets them resized (bicubic); off: the teacher sees the student's batch, as DLE") \
-  X(test_teacher, "knowledge distillation: validate the teacher before training and print its accuracy (GPUNet's --test-teacher)") \
-  X(asp, "2:4 structured sparsity (NVIDIA's ASP): prune every eligible conv/linear weight to 2 of each 4 input channels by magnitude, then train with the masks kept (needs --fine-tune, --resume or --asp-dense-epochs)") \
-  X(asp_dense_epochs, "--asp from scratch: epochs trained dense before the weights are pruned (0: prune at the start)") \
-  X(precision, "fp32 | tf32 | amp | bf16 (--amp: amp)")                                                      \
-  X(static_loss_scale, "amp: the initial loss scale, doubled after 100 clean steps and halved on overflow, as DLE's GradScaler (0: from 65536, doubled after 2000)") \
-  X(memory_format, "nhwc (channels-last) | nchw")                                                            \
-  X(cuda_graph, "on CUDA, capture the whole training step in a CUDA graph and replay it (off with mixup)")                                                            \
-  X(fusion, "training on CUDA in amp or bf16, NHWC: auto (each residual block's verified paths timed at the start, the fastest kept and cached) | none (separate ops) | bn (BN+ReLU and BN+add+ReLU as one cuDNN call, Paddle's fused_bn_add_act, with or without the block input's gradients summed in the dgrad) | normconv (MLPerf's NormConv: BN statistics in the convolutions; its numerics are not yet verified); --no-fused-bn: none, --norm-conv: normconv") \
-  X(tuning_cache, "--fusion auto's cache of timed choices, per GPU, cuDNN, dtype and shape (default: $XDG_CACHE_HOME/convnets/tuning.json; none: no file)") \
-  X(device, "auto | cpu | cuda")                                                                             \
-  X(sync_bn, "data-parallel runs: BatchNorm statistics over the global batch (torch.nn.SyncBatchNorm)")       \
-  X(bucket_mb, "data-parallel runs: gradient all-reduce bucket size in MiB (DDP's bucket_cap_mb)")           \
-  X(dist_backend, "data-parallel runs: auto | gloo | nccl (auto: nccl for CUDA, gloo for CPU)")             \
-  X(seed, "seed of initialisation, data order, augmentation and mixup")                                      \
-  X(workers, "data loader threads (0: one per CPU)")                                                         \
-  X(prefetch, "batches each loader thread prepares ahead")                                                   \
-  X(data_backend, "auto | cpu | gpu: decode on the loader threads, or entropy-decode there and finish on the GPU (auto: cpu; DLE's pytorch and dali-cpu are cpu, dali-gpu is gpu)") \
-  X(prof, "stop after this many optimizer steps (0: full run)")                                              \
-  X(run_epochs, "stop after this many epochs of this invocation, the schedule still spanning --epochs (DLE; 0 or -1: all)") \
-  X(early_stopping_patience, "stop when validation top-1 has not improved for this many epochs (DLE's; -1 or 0: off)") \
-  X(training_only, "skip validation")                                                                        \
-  X(evaluate, "only validate the weights of --resume or --fine-tune")                                        \
-  X(print_freq, "steps between progress lines when stdout is not a terminal")                                \
-  X(checkpoints, "save checkpoints (--no-checkpoints: none, as DLE; an interrupted run then cannot resume)")   \
-  X(raport_file, "the DLLogger JSON log's file name in the workspace (DLE's --raport-file)")                 \
-  X(save_every, "also save epoch-N checkpoints every N epochs (0: off; --gather-checkpoints: every epoch)")   \
-  X(keep, "how many epoch-N checkpoints to keep (0: all)")                                                   \
-  X(image_size, "training and eval crop size (0: the arch's)")                                               \
-  X(crop_ratio, "eval: resize to size / ratio, then centre-crop (0: the arch's)")                            \
-  X(interpolation, "eval resizing filter, and training's unless --train-interpolation: bilinear | bicubic (PIL's antialiased; default: the arch's, DLE's ResNets bilinear, GPUNets bicubic)") \
-  X(train_interpolation, "training resizing filter: bilinear | bicubic | random (timm's: either, per image; default: as --interpolation)") \
-  X(mean, "normalisation mean, RGB on the 0..1 scale (default: the arch's)")                                 \
-  X(std, "normalisation std, RGB (default: the arch's)")                                                     \
-  X(crop_scale_min, "RandomResizedCrop: smallest area fraction (1: no crop)")                                 \
-  X(crop_padding, "after the resized crop, torchvision's RandomCrop(size, padding=N): shifts of up to N px, zero fill (0: off)") \
-  X(flip, "random horizontal flip")                                                                          \
-  X(init, "conv init: fan_in (DLE) | fan_out (torchvision)")                                                 \
-  X(zero_init_residual, "zero the last BN of each residual branch")                                          \
-  X(top_k, "report top-k accuracy besides top-1")                                                            \
-  X(num_classes, "classes of the classifier; must equal the data's (0: the data's)")                         \
-  X(bad_images, "skip | fail: what an undecodable image does")                                               \
-  X(max_image_pixels, codec::kMaxImagePixelsHelp)                                                            \
-  X(tensorboard, "also write TensorBoard event files: log.json's scalars, the config, the first batch's images") \
-  X(tensorboard_dir, "--tensorboard's folder (default: WORKSPACE/tensorboard)")                          \
-  X(qat, "quantization-aware training: fine-tune with INT8 fake quantization where `export --int8` quantizes (needs --fine-tune, or --resume of a QAT run)") \
-  X(calibration_images, "--qat: training images (spread over the data) its activation ranges are calibrated on first") \
-  X(calibration_method, "--qat: minmax | percentile (99.99% of |x|) | entropy (TensorRT's KL)")            \
-  X(int8_activations, "--qat: uint8 (ONNX Runtime, OpenVINO) | int8 (symmetric: TensorRT)")                \
-  X(int8_reduce_range, "--qat: 7-bit weights (ONNX Runtime on x86 CPUs without VNNI)")                     \
-  X(int8_silu, "--qat: ops (a SiLU quantized as its Sigmoid and Mul: ONNX Runtime's integer kernels) | float (in float after its conv, quantized once: OpenVINO fuses it)") \
-  X(max_train_images, "use only the first N training samples (0: all)")                                      \
-  X(max_val_images, "use only the first N validation samples (0: all)")                                    \
-  X(holdout, "validate on N training samples held out of training (every size/N-th), not the val split: tuning that never sees the test set (0: off)")
-
 const std::map<std::string, std::string>& helps() {
   static const std::map<std::string, std::string> h = {
-#define CONVNETS_HELP(name, help) {#name, help},
+#define CONVNETS_HELP(type, name, value, help) {#name, help},
       CONVNETS_TRAIN_FIELDS(CONVNETS_HELP)
 #undef CONVNETS_HELP
   };
@@ -150,7 +53,7 @@ void check_declared(const std::string& field, const std::string& value, const op
 
 nlohmann::ordered_json to_json(const TrainConfig& c) {
   nlohmann::ordered_json j;
-#define CONVNETS_TO_JSON(name, help) j[#name] = c.name;
+#define CONVNETS_TO_JSON(type, name, value, help) j[#name] = c.name;
   CONVNETS_TRAIN_FIELDS(CONVNETS_TO_JSON)
 #undef CONVNETS_TO_JSON
   return j;
@@ -167,7 +70,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j, const std::string& sour
       throw Error(source + ": unknown field '" + it.key() + "'", "fields: " + join(names));
     }
   }
-#define CONVNETS_FROM_JSON(name, help)                                                                     \
+#define CONVNETS_FROM_JSON(type, name, value, help)                                                                   \
   if (auto it = j.find(#name); it != j.end()) {                                                            \
     try {                                                                                                  \
       /* an integer field must not silently truncate 0.5 */                                                \

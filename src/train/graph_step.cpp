@@ -21,7 +21,7 @@ struct GraphedStep::Graph {
 };
 
 std::string GraphedStep::unsupported_reason(const StepOptions& options) {
-  if (options.mixup > 0 || options.cutmix > 0) return "mixup/cutmix draw lambda and a permutation on the host every step";
+  if (options.mix.mixup > 0 || options.mix.cutmix > 0) return "mixup/cutmix draw lambda and a permutation on the host every step";
   if (!options.erase_mode.empty()) return "random erasing draws its boxes and noise every step";
   if (options.sync) return "the gradient all-reduce of a data-parallel run is launched from autograd hooks";
   // Replays would need the CUDA generator's offset advanced per replay; that

@@ -114,12 +114,6 @@ TrainingRun build_run(const TrainConfig& config, const RunOptions& options,
 // position falls between this run's steps.
 void plan_steps(TrainingRun& run);
 
-// Refuses a workspace that holds another run, then writes config.json and
-// opens log.json (appending when resuming) with the parameters and metric
-// metadata. Rank 0 only; other ranks get the paths alone.
-// `log_lock`: the log's lock when the caller took it before build_run.
-void open_workspace(TrainingRun& run, LogLock log_lock = {});
-
 // --asp: prunes the weights to 2:4 at the start of `epoch` once
 // --asp-dense-epochs are done, unless the masks are already there (restored
 // by --resume); zeroes the same weights of the EMA.
@@ -127,31 +121,5 @@ void prune_when_due(TrainingRun& run, std::int64_t epoch);
 
 // Whether best.safetensors follows the EMA's top-1 (--best-by, with an EMA).
 bool best_by_ema(const TrainingRun& run);
-
-// The lines that say what is about to be trained (rank 0).
-void print_run_summary(const TrainingRun& run);
-
-// Model, EMA, optimizer, loss-scale and RNG state plus the run's metadata at
-// run.position; rank 0 writes, the others hold the same state; nothing with
-// --no-checkpoints.
-void save_run(const TrainingRun& run, const std::string& path);
-
-// A DLLogger entry of the running epoch (step [epoch, iteration]) or of its
-// end ([epoch]) into log.json and, with --tensorboard, as scalars at the
-// global optimizer step: per-step entries under their DLLogger names
-// (train.loss, train.lr, ...), epoch entries' validation figures likewise
-// (val.top1, val_ema.top1, ...) and their training means as epoch/train.*.
-void log_metrics(TrainingRun& run, const nlohmann::json& step, const nlohmann::ordered_json& data);
-
-// timm's summary.csv (train.py's update_summary) in the workspace, rank 0: a
-// row per epoch (counted from 1 as in log.json) of an epoch's entry, for the
-// spreadsheets and scripts that read timm's output folders. A resumed run
-// logs its epochs again: the rows from `epoch` on were the interrupted run's
-// and are replaced.
-void update_summary_csv(const TrainingRun& run, std::int64_t epoch, const nlohmann::ordered_json& data);
-
-// --tensorboard: the first training batch as images (after augmentation,
-// before normalisation), up to 8, at step 0.
-void log_images(TrainingRun& run, const at::Tensor& images);
 
 }  // namespace convnets::train

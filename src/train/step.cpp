@@ -102,8 +102,8 @@ StepOutput step_impl(NetworkImpl& model, Optimizer& optimizer, LossScaler* scale
     const bool last = m + 1 == micro.size();
     if (options.sync && m == 0) options.sync->begin_step(model);
     auto images = micro[m].images;
-    auto draw = draw_mix({options.mixup, options.cutmix, options.mix_prob, options.switch_prob}, images.size(0),
-                         images.size(2), images.size(3), options.seed, step, static_cast<std::int64_t>(m) * world + rank);
+    auto draw = draw_mix(options.mix, images.size(0), images.size(2), images.size(3), options.seed, step,
+                         static_cast<std::int64_t>(m) * world + rank);
     if (!draw.perm.empty()) {
       torch::NoGradGuard no_grad;
       const auto perm = torch::tensor(draw.perm, torch::dtype(torch::kLong).device(images.device()));

@@ -55,7 +55,7 @@ at::Tensor soft_target_loss(const at::Tensor& student_logits, const at::Tensor& 
 
 struct StepOptions {
   double label_smoothing = 0;
-  double mixup = 0;
+  MixOptions mix;  // mixup and CutMix, as draw_mix takes them
   std::uint64_t seed = 0;
   at::ScalarType autocast = at::kFloat;  // kHalf / kBFloat16: autocast on CUDA; kFloat: none
   runtime::GradientSync* sync = nullptr;  // data-parallel runs; not capturable in a CUDA graph
@@ -65,7 +65,6 @@ struct StepOptions {
   NetworkImpl* teacher = nullptr;
   std::int64_t student_size = 0;
   bool random_layers = false;            // the model draws dropout/drop-path masks in training
-  double cutmix = 0, mix_prob = 1.0, switch_prob = 0.5;  // MixOptions beside `mixup`
   // timm's random erasing fill (const | rand | pixel) of MicroBatch::erase's
   // boxes, after mixing as in timm's prefetcher; empty: off.
   std::string erase_mode;

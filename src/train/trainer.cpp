@@ -8,6 +8,7 @@
 #include "runtime/progress.h"
 #include "train/graph_step.h"
 #include "train/run.h"
+#include "train/run_outputs.h"
 #include "train/step.h"
 
 #include <torch/torch.h>
@@ -386,13 +387,10 @@ StepRunner make_stepper(TrainingRun& run) {
   const auto& c = run.config;
   StepOptions o;
   o.label_smoothing = c.label_smoothing;
-  o.mixup = c.mixup;
+  o.mix = {c.mixup, c.cutmix, c.mixup_prob, c.mixup_switch_prob};
   o.seed = static_cast<std::uint64_t>(c.seed);
   o.autocast = run.rt.autocast;
   o.sync = run.reducer.get();
-  o.cutmix = c.cutmix;
-  o.mix_prob = c.mixup_prob;
-  o.switch_prob = c.mixup_switch_prob;
   if (c.reprob > 0) o.erase_mode = c.remode;
   o.teacher = run.teacher.get();
   o.student_size = run.pre.input_size;

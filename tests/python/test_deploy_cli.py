@@ -319,6 +319,8 @@ class TritonRepository(unittest.TestCase):
         self.assertEqual((c.name, c.backend, c.max_batch_size), ("fashion", "onnxruntime", 32))
         self.assertEqual(list(c.dynamic_batching.preferred_batch_size), [8, 16])
         self.assertEqual(c.dynamic_batching.max_queue_delay_microseconds, 250)
+        # serve's queue bound, written as Triton's default queue policy (one batching struct for both commands).
+        self.assertEqual(c.dynamic_batching.default_queue_policy.max_queue_size, 64)
         self.assertEqual([(g.count, g.kind) for g in c.instance_group],
                          [(2, model_config_pb2.ModelInstanceGroup.KIND_GPU)])
         trt = c.optimization.execution_accelerators.gpu_execution_accelerator

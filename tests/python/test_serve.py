@@ -643,6 +643,12 @@ class GrpcService(unittest.TestCase):
         self.assertEqual({k: v["string_value"] for k, v in config["parameters"].items()},
                          {k: v["string_value"] for k, v in http_config["parameters"].items()})
         self.assertEqual(config["instance_group"][0]["kind"], http_config["instance_group"][0]["kind"])
+        # The JSON is Triton's ModelConfig, field for field (deploy/triton_config.h writes it and config.pbtxt).
+        from google.protobuf import json_format
+        from tritonclient.grpc import model_config_pb2
+        parsed = json_format.ParseDict(http_config, model_config_pb2.ModelConfig())
+        self.assertEqual((parsed.dynamic_batching.default_queue_policy.max_queue_size, parsed.instance_group[0].count),
+                         (64, 1))
         self.assertEqual(g.get_model_repository_index(as_json=True)["models"],
                          [{"name": "fashion", "version": "1", "state": "READY"}])
         status, message = self.code(lambda: g.get_model_metadata("absent"))
@@ -744,6 +750,45 @@ class GrpcService(unittest.TestCase):
             got += [int(row[0].decode().split(":")[1]) for row in out.as_numpy("logits")]
         self.assertEqual(got, expected)
         self.assertGreater(len(set(got)), 1)
+
+    def test_the_request_checks_answer_alike_over_both_protocols(self):
+        # Each check of a request's own fields is written once (serve/kserve.h): the same message over HTTP and gRPC,
+        # HTTP's status and gRPC's code for it. Sent raw (a JSON body; the generated stub), as no client stops them.
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(self.server.grpc_url))
+        one = {"name": "input", "datatype": "FP32", "shape": [1], "data": [0.5]}
+
+        def typed(request, n):
+            for i in range(n):
+                t = request.inputs.add(name=f"in{i}", datatype="FP32", shape=[1])
+                t.contents.fp32_contents.append(0.5)
+            return request
+
+        negative_timeout = typed(service_pb2.ModelInferRequest(model_name="fashion"), 1)
+        negative_timeout.parameters["timeout"].int64_param = -1
+        negative_k = typed(service_pb2.ModelInferRequest(model_name="fashion"), 1)
+        negative_k.outputs.add(name="logits").parameters["classification"].int64_param = -2
+        many_outputs = typed(service_pb2.ModelInferRequest(model_name="fashion"), 1)
+        for i in range(17):
+            many_outputs.outputs.add(name=f"out{i}")
+        cases = [
+            ({"inputs": []}, service_pb2.ModelInferRequest(model_name="fashion"),
+             400, "StatusCode.INVALID_ARGUMENT", "the request has no inputs"),
+            ({"inputs": [dict(one, name=f"in{i}") for i in range(17)]},
+             typed(service_pb2.ModelInferRequest(model_name="fashion"), 17),
+             413, "StatusCode.RESOURCE_EXHAUSTED", "17 inputs, over the limit of 16"),
+            ({"inputs": [one], "parameters": {"timeout": -1}}, negative_timeout,
+             400, "StatusCode.INVALID_ARGUMENT", 'parameter "timeout" must be 0 or more microseconds'),
+            ({"inputs": [one], "outputs": [{"name": f"out{i}"} for i in range(17)]}, many_outputs,
+             413, "StatusCode.RESOURCE_EXHAUSTED", "17 outputs requested, over the limit of 16"),
+            ({"inputs": [one], "outputs": [{"name": "logits", "parameters": {"classification": -2}}]}, negative_k,
+             400, "StatusCode.INVALID_ARGUMENT", "output 'logits': classification must be 0 or more"),
+        ]
+        for body, message, http_status, grpc_code, text in cases:
+            status, answer = post(self.server.port, "/v2/models/fashion/infer", json.dumps(body).encode())
+            self.assertEqual((status, json.loads(answer)["error"]), (http_status, text), body)
+            with self.assertRaises(grpc.RpcError) as e:
+                stub.ModelInfer(message, timeout=60)
+            self.assertEqual((str(e.exception.code()), e.exception.details()), (grpc_code, text))
 
     def test_bad_requests_are_refused_by_name(self):
         x = np.zeros((1, 3, 28, 28), np.int32)

@@ -1,0 +1,292 @@
+#include "serve/http_routes.h"
+
+#include "core/error.h"
+#include "core/json.h"
+#include "serve/http_front.h"
+#include "serve/server_options.h"
+#include "serve/serving_core.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <regex>
+#include <thread>
+
+namespace convnets::serve {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::uint64_t kSmallBody = 64 * 1024;     // any body but an infer request's
+constexpr std::size_t kInlineParseBytes = 16 * 1024;  // parsed on the event loop; larger on a worker
+
+// A path segment as the client named it: tritonclient quote()s model and region names into the URL (a space is
+// %20). A '%' not followed by two hex digits stays as it is.
+std::string percent_decoded(const std::string& segment) {
+  const auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  std::string out;
+  out.reserve(segment.size());
+  for (std::size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] == '%' && i + 2 < segment.size() && hex(segment[i + 1]) >= 0 && hex(segment[i + 2]) >= 0) {
+      out += static_cast<char>(hex(segment[i + 1]) * 16 + hex(segment[i + 2]));
+      i += 2;
+    } else {
+      out += segment[i];
+    }
+  }
+  return out;
+}
+
+HttpResponse error_response(int status, const std::string& message, bool close = false) {
+  return HttpResponse::json_error(status, error_body(message), close);
+}
+
+HttpResponse json_response(std::string body) {
+  HttpResponse r;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse status_response(int status) {
+  HttpResponse r;
+  r.status = status;
+  return r;
+}
+
+HttpResponse metrics_response(std::string text) {
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = std::move(text);
+  return r;
+}
+
+}  // namespace
+
+struct HttpService::Impl {
+  Impl(ServingCore& c, const ServerOptions& o) : core(c), options(o) {}
+
+  // A request refused from its headers alone, before any of its body is read: the response, or none. Only infer
+  // takes a large or chunked body; the other routes' bodies are small and declared.
+  std::optional<HttpResponse> refusal(const HttpRequest& req) const {
+    const auto encoding = req.header("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity") {
+      return error_response(415, "Content-Encoding " + utf8_escaped(encoding) +
+                                     " is not accepted: send the body uncompressed");
+    }
+    if (req.header("Content-Type").rfind("multipart/", 0) == 0) {
+      return error_response(415, "multipart bodies are not accepted: send the KServe v2 JSON, or its binary tensor "
+                                 "extension");
+    }
+    const bool infer = req.method == "POST" && req.path.size() > 6 &&
+                       req.path.compare(req.path.size() - 6, 6, "/infer") == 0;
+    const bool chunked = req.has_header("Transfer-Encoding");
+    if (req.has_header("Content-Length")) {
+      const auto text = req.header("Content-Length");
+      const std::uint64_t length = std::stoull(text);  // the parser took it as a byte count already
+      const std::uint64_t limit = infer ? options.limits.max_body_bytes : kSmallBody;
+      if (length > limit) {
+        return error_response(413, "the request body of " + text + " bytes exceeds the limit of " +
+                                       std::to_string(limit) + (infer ? " (--max-request-bytes)" : " for " + req.path));
+      }
+    } else if (!infer && (chunked || req.method == "POST" || req.method == "PUT" || req.method == "PATCH")) {
+      return error_response(411, req.method + " " + utf8_escaped(req.path) + " needs a Content-Length (at most " +
+                                     std::to_string(kSmallBody) + " bytes)");
+    }
+    return std::nullopt;
+  }
+
+  // The model a path names, or the 404 answer.
+  std::optional<std::string> model_of(const std::smatch& m, HttpResponse& refused) const {
+    const std::string name = percent_decoded(m[1]);
+    if (auto missing = core.find_model(name, m.size() > 2 && m[2].matched ? percent_decoded(m[2]) : "");
+        !missing.empty()) {
+      refused = error_response(404, missing);
+      return std::nullopt;
+    }
+    return name;
+  }
+
+  // On the event loop: the small answers at once, inference handed on to the core.
+  void route(HttpRequest r, HttpFront::Reply reply) {
+    static const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+    static const std::regex model_route(model), ready_route(model + "/ready"), config_route(model + "/config"),
+        infer_route(model + "/infer"),
+        shm_route(R"(/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister))");
+    const auto& p = r.path;
+    std::smatch m;
+    HttpResponse refused;
+    if (r.method == "GET") {
+      if (p == "/v2/health/live") return reply(status_response(200));
+      if (p == "/v2/health/ready") return reply(status_response(core.ready() ? 200 : 503));
+      if (p == "/v2") return reply(json_response(core.server_metadata()));
+      if (std::regex_match(p, m, ready_route)) {
+        return reply(model_of(m, refused) ? status_response(core.ready() ? 200 : 503) : refused);
+      }
+      if (std::regex_match(p, m, config_route)) {
+        const auto name = model_of(m, refused);
+        return reply(name ? json_response(core.model_config(*name)) : refused);
+      }
+      if (std::regex_match(p, m, model_route)) {
+        const auto name = model_of(m, refused);
+        return reply(name ? json_response(core.model_metadata(*name)) : refused);
+      }
+      if (p == "/metrics" && options.metrics_port < 0) return reply(metrics_response(metrics()));
+      if (std::regex_match(p, m, shm_route) && m[2] == "status") {
+        return reply(shared_memory_call(percent_decoded(m[1]), "status", ""));
+      }
+    } else if (r.method == "POST") {
+      if (p == "/v2/repository/index") return reply(json_response(core.repository_index()));
+      if (std::regex_match(p, m, infer_route)) {
+        return infer(percent_decoded(m[1]), m[2].matched ? percent_decoded(m[2]) : "", std::move(r), std::move(reply));
+      }
+      if (std::regex_match(p, m, shm_route) && m[2] != "status") {
+        return reply(shared_memory_call(percent_decoded(m[1]), m[2].str(), r.body));
+      }
+    }
+    reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + p)));
+  }
+
+  // Admitted on the loop; the body parsed there when small (tens of microseconds), else on a worker, so that no
+  // copy of megabytes holds the other connections' reads and writes. The answer is written as the request asked
+  // (JSON, or Triton's binary tensors).
+  void infer(const std::string& name, const std::string& version, HttpRequest r, HttpFront::Reply reply) {
+    ServingCore::Admission admitted;
+    try {
+      admitted = core.admit(name, version);
+    } catch (const ProtocolError& e) {
+      // A server shutting down ends the connection too, so that the client's next request goes elsewhere.
+      return reply(error_response(e.status(), e.what(), e.status() == 503));
+    }
+    auto req = std::make_shared<HttpRequest>(std::move(r));
+    auto read = [req, &o = options] {
+      std::optional<std::size_t> header_length;
+      if (req->has_header("Inference-Header-Content-Length")) {
+        header_length = parse_header_length(req->header("Inference-Header-Content-Length"));
+      }
+      // A JSON tree costs about 16 bytes per number it holds: large tensors come as binary data, as tritonclient sends.
+      const std::size_t json = header_length ? std::min(*header_length, req->body.size()) : req->body.size();
+      if (json > o.max_json_bytes) {
+        throw ProtocolError(413, "the request's JSON is " + std::to_string(json) + " bytes, over --max-json-bytes " +
+                                     std::to_string(o.max_json_bytes) + ": send tensors as Triton's binary data");
+      }
+      auto parsed = parse_infer_request(req->body, header_length, o.limits);
+      req->body.clear();
+      req->body.shrink_to_fit();
+      return parsed;
+    };
+    auto done = [reply](int status, const std::string& error, InferResponse response) {
+      if (status != 200) return reply(error_response(status, error));
+      HttpResponse res;
+      std::optional<std::size_t> out_header;
+      res.body = write_infer_response(response, out_header);
+      if (out_header) {
+        res.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*out_header));
+        res.content_type = "application/octet-stream";
+      } else {
+        res.content_type = "application/json";
+      }
+      reply(std::move(res));
+    };
+    if (req->body.size() <= kInlineParseBytes) return core.infer(admitted, read, done);
+    core.offload([this, admitted, read, done] { core.infer(admitted, read, done); });
+  }
+
+  // Triton's system shared-memory routes: GET .../status, POST .../register {"key", "offset", "byte_size"} and
+  // .../unregister, each for one region (`name`) or, without /region/NAME, for all (register needs a name).
+  HttpResponse shared_memory_call(const std::string& name, const std::string& what, const std::string& body) {
+    auto& regions = core.shared_memory();
+    try {
+      if (what == "status") {
+        Json list = Json::array();
+        for (const auto& s : regions.status(name)) {
+          list.push_back({{"name", s.name}, {"key", s.key}, {"offset", s.offset}, {"byte_size", s.byte_size}});
+        }
+        return json_response(dump_json(list));
+      }
+      if (what == "unregister") {
+        regions.remove(name);
+        return status_response(200);
+      }
+      if (name.empty()) return error_response(404, "no such endpoint: POST /v2/systemsharedmemory/register (name a region)");
+      const auto j = parse_json(body, "the register request for shared memory region " + in_quotes(name));
+      const auto field = [&](const char* key) -> const nlohmann::json* {
+        return j.is_object() && j.contains(key) ? &j[key] : nullptr;
+      };
+      const auto* key = field("key");
+      const auto* size = field("byte_size");
+      const auto* offset = field("offset");
+      if (!key || !key->is_string() || !size || !size->is_number_unsigned() || (offset && !offset->is_number_unsigned())) {
+        return error_response(400, "register shared memory region " + in_quotes(name) +
+                                       ": expected {\"key\": string, \"byte_size\": integer, \"offset\": integer}");
+      }
+      regions.add(name, key->get<std::string>(), offset ? offset->get<std::uint64_t>() : 0, size->get<std::uint64_t>());
+      return status_response(200);
+    } catch (const Error& e) {
+      return error_response(http_status_of(e), e.what());
+    }
+  }
+
+  std::string metrics() const { return core.metrics(http ? http->open_connections() : 0); }
+
+  ServingCore& core;
+  const ServerOptions& options;
+  std::unique_ptr<HttpFront> http, metrics_front;
+  std::thread metrics_thread;
+};
+
+HttpService::HttpService(ServingCore& core, const ServerOptions& o) : impl_(std::make_unique<Impl>(core, o)) {
+  HttpFrontOptions f;
+  f.host = o.host;
+  f.max_connections = o.max_connections;
+  f.idle_timeout_s = o.idle_timeout_s;
+  f.header_timeout_s = o.header_timeout_s;
+  f.body_timeout_s = o.body_timeout_s;
+  f.max_body_bytes = o.limits.max_body_bytes;
+  // The bodies held at once are bounded too, not only each: a thousand connections may each send the largest.
+  f.max_held_bytes = 4 * o.limits.max_body_bytes;
+  f.log_verbose = o.log_verbose;
+  auto* impl = impl_.get();
+  impl->http = std::make_unique<HttpFront>(
+      f, [impl](const HttpRequest& r) { return impl->refusal(r); },
+      [impl](HttpRequest r, HttpFront::Reply reply) { impl->route(std::move(r), std::move(reply)); }, error_body);
+  if (o.metrics_port >= 0) {
+    f.max_connections = 64;
+    f.max_body_bytes = kSmallBody;
+    f.max_held_bytes = 64 * kSmallBody;
+    impl->metrics_front = std::make_unique<HttpFront>(
+        f, [](const HttpRequest&) { return std::optional<HttpResponse>{}; },
+        [impl](HttpRequest r, HttpFront::Reply reply) {
+          if (r.method == "GET" && r.path == "/metrics") return reply(metrics_response(impl->metrics()));
+          reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + r.path)));
+        },
+        error_body);
+  }
+}
+
+HttpService::~HttpService() {
+  stop();
+  if (impl_->metrics_thread.joinable()) impl_->metrics_thread.join();
+}
+
+std::pair<int, int> HttpService::bind() {
+  const int port = impl_->http->bind(impl_->options.http_port, "--port");
+  const int mport = impl_->metrics_front ? impl_->metrics_front->bind(impl_->options.metrics_port, "--metrics-port") : -1;
+  return {port, mport};
+}
+
+void HttpService::run() {
+  if (impl_->metrics_front) impl_->metrics_thread = std::thread([this] { impl_->metrics_front->run(); });
+  impl_->http->run();
+  if (impl_->metrics_front) impl_->metrics_front->stop();
+  if (impl_->metrics_thread.joinable()) impl_->metrics_thread.join();
+}
+
+void HttpService::stop() {
+  impl_->http->stop();
+  if (impl_->metrics_front) impl_->metrics_front->stop();
+}
+
+}  // namespace convnets::serve

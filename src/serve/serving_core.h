@@ -1,0 +1,82 @@
+// The server behind both protocols: the models and their batchers, the worker threads, the drain, the metrics and the shared-memory registry, and the one path every inference request takes through them (admitted, read, resolved, batched, answered).
+#pragma once
+
+#include "serve/kserve.h"
+#include "serve/shared_memory.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace convnets::serve {
+
+struct ServerOptions;
+
+class ServingCore {
+ public:
+  // Loads every model (a line on stdout before each: the load takes seconds, and a supervisor knows the server is
+  // up to its own code), warms it and starts its batcher. Throws Error for a model that does not load.
+  explicit ServingCore(const ServerOptions& options);
+  ~ServingCore();  // finish()
+  ServingCore(const ServingCore&) = delete;
+  ServingCore& operator=(const ServingCore&) = delete;
+
+  // What both protocols answer outside inference; JSON texts are Triton's HTTP bodies, which the gRPC service
+  // turns into the messages of the same fields.
+  bool ready() const;                    // false while draining
+  std::string server_metadata() const;   // GET /v2
+  std::string repository_index() const;  // POST /v2/repository/index
+  // "" when `name` (at `version`, "" or "1") is served, else the 404 message naming it.
+  std::string find_model(const std::string& name, const std::string& version) const;
+  std::string model_metadata(const std::string& name) const;  // a name find_model accepts
+  std::string model_config(const std::string& name) const;    // Triton's model configuration
+  SharedMemoryRegions& shared_memory();  // Triton's system shared-memory regions, one registry for both protocols
+
+  // A request let in: counted in flight until its answer is handed back (the drain waits for it) and announced to
+  // its model's batcher (a queue holding every request the server has need not wait for more). Copies share it.
+  class Admission {
+   public:
+    Admission();
+    ~Admission();
+    Admission(const Admission&);
+    Admission& operator=(const Admission&);
+    struct State;  // serving_core.cpp's
+
+   private:
+    friend class ServingCore;
+    std::shared_ptr<State> state_;
+  };
+  // ProtocolError 503 while draining, 404 naming a model (or version) not served.
+  Admission admit(const std::string& name, const std::string& version);
+
+  // The one request path. `read` gives the request (a protocol's body parsed: ProtocolError naming what is wrong);
+  // inputs named in shared memory are read out on a worker; the input becomes the model's rows, which its batcher
+  // runs; `done` gets 200 and the response, or the HTTP status (400, 404, 413, 500, 503) and message. Once, on any
+  // thread: here when the request fails early, else on the instance thread or a worker. A failure counts against
+  // the model (Triton's nv_inference_request_failure).
+  using Read = std::function<InferRequest()>;
+  using InferDone = std::function<void(int status, const std::string& error, InferResponse response)>;
+  void infer(const Admission& admission, Read read, InferDone done);
+  // Work a front must not do on its own thread (a large body's parse on the event loop): on a worker.
+  void offload(std::function<void()> job);
+
+  // The startup lines: one per model (its source, arch, engine and batch sizes), then the batching settings.
+  std::vector<std::string> describe() const;
+  // Prometheus' text: Triton's metric names per model, convnets' own, and the process'; the HTTP front's open
+  // connections given.
+  std::string metrics(int open_connections) const;
+  // Refuses new requests from now on; returns how many are in flight.
+  int begin_drain();
+  int in_flight() const;
+  // Each model's requests answered and failed, for the line the process ends with.
+  std::string answered() const;
+  // The batchers run what is queued, then the workers finish theirs: after it nothing answers into the fronts.
+  void finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace convnets::serve
