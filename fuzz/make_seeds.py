@@ -113,6 +113,19 @@ def safetensors_seeds():
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_safetensors(path, tensors, {"convnets": json.dumps({"format": "convnets-checkpoint/1"}), "format": "pt"})
     write_safetensors(os.path.join(os.path.dirname(path), "plain.safetensors"), {"w": torch.ones(2, 2)})
+    # With the checksums convnets writes (io/safetensors.h: CRC-32C of each tensor's bytes), computed here from the
+    # polynomial alone, as any other reader can.
+    sums = {name: "%08x" % crc32c(t.contiguous().numpy().tobytes()) for name, t in tensors.items()}
+    write_safetensors(os.path.join(os.path.dirname(path), "checksummed.safetensors"), tensors, checksums=sums)
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
 
 
 def torch_save_seeds():

@@ -1,12 +1,17 @@
 // safetensors reader/writer: bit-exact round trips and a clear error for every malformed file.
 #include "core/error.h"
+#include "io/crc32c.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 namespace convnets {
 namespace {
@@ -162,6 +167,112 @@ TEST_F(Safetensors, FailedSaveLeavesTheExistingFileUntouched) {
   for (const auto& e : fs::directory_iterator(dir_)) {
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "leftover " << e.path();
   }
+}
+
+TEST(Crc32c, MatchesRfc3720sCheckValuesOnEveryPathAndLength) {
+  const std::string digits = "123456789";
+  unsigned char zeros[32] = {}, ones[32], up[32];
+  for (int i = 0; i < 32; ++i) ones[i] = 0xff, up[i] = static_cast<unsigned char>(i);
+  for (auto crc : {&crc32c, &crc32c_portable}) {
+    EXPECT_EQ(crc(digits.data(), digits.size(), 0), 0xE3069283u);
+    EXPECT_EQ(crc(zeros, 32, 0), 0x8A9136AAu);
+    EXPECT_EQ(crc(ones, 32, 0), 0x62A8AB43u);
+    EXPECT_EQ(crc(up, 32, 0), 0x46DD794Eu);
+  }
+  // Around the hardware path's three 4-KiB lanes, at unaligned starts, and continued from any split: one value.
+  std::vector<unsigned char> bytes(40000);
+  std::mt19937 rng(7);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  for (std::size_t n : {0, 1, 7, 8, 9, 12287, 12288, 12289, 36865}) {
+    for (std::size_t offset : {0, 1, 5}) {
+      const unsigned char* p = bytes.data() + offset;
+      const auto whole = crc32c(p, n);
+      EXPECT_EQ(whole, crc32c_portable(p, n)) << n << " bytes at +" << offset;
+      EXPECT_EQ(crc32c(p + n / 3, n - n / 3, crc32c(p, n / 3)), whole) << n << " bytes split at " << n / 3;
+    }
+  }
+}
+
+std::string header_of(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  uint64_t len = 0;
+  in.read(reinterpret_cast<char*>(&len), 8);
+  std::string h(len, '\0');
+  in.read(h.data(), static_cast<std::streamsize>(len));
+  return h;
+}
+
+TEST_F(Safetensors, EveryTensorCarriesItsChecksumAndAChangedByteIsNamed) {
+  const auto a = torch::arange(16, torch::kFloat32), b = torch::ones({8}, torch::kFloat16);
+  const auto file = path("c.safetensors");
+  save_safetensors(file, {{"a", a}, {"b", b}}, {{"k", "v"}});
+  // What any reader sees: __metadata__'s key holds each tensor's CRC-32C as 8 hex digits.
+  const auto meta = nlohmann::json::parse(header_of(file)).at("__metadata__");
+  const auto sums = nlohmann::json::parse(meta.at(kChecksumKey).get<std::string>());
+  char expected[9];
+  std::snprintf(expected, sizeof expected, "%08x", crc32c(a.data_ptr(), 64));
+  EXPECT_EQ(sums.at("a"), expected);
+  std::snprintf(expected, sizeof expected, "%08x", crc32c(b.data_ptr(), 16));
+  EXPECT_EQ(sums.at("b"), expected);
+  const auto back = load_safetensors(file);
+  EXPECT_EQ(back.metadata, (std::map<std::string, std::string>{{"k", "v"}})) << "the checksums are the reader's";
+  // Re-saving what was loaded, changed, writes the new bytes' checksums, not the old ones.
+  auto changed = back.tensors;
+  changed[0].second.add_(1);
+  save_safetensors(path("resaved.safetensors"), changed, back.metadata);
+  EXPECT_TRUE(torch::equal(load_safetensors(path("resaved.safetensors")).tensors[0].second, a + 1));
+
+  // One byte of b's data (the file's last) flipped: b is named, with what was written and what was read.
+  {
+    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(-1, std::ios::end);
+    f.write(&c, 1);
+  }
+  expect_error(file, {"c.safetensors", "tensor 'b'", "CRC-32C", "another copy"});
+
+  // A file large enough that the checksums run on their own thread while the tensors are written and read
+  // (12 MiB): the same sums, and a byte changed in the middle tensor named.
+  const NamedTensors large = {{"x", torch::randn({1 << 20})}, {"y", torch::randn({1 << 20})}, {"z", torch::randn({1 << 20})}};
+  const auto big = path("big.safetensors");
+  save_safetensors(big, large);
+  const auto big_sums = nlohmann::json::parse(
+      nlohmann::json::parse(header_of(big)).at("__metadata__").at(kChecksumKey).get<std::string>());
+  std::snprintf(expected, sizeof expected, "%08x", crc32c(large[1].second.data_ptr(), 4u << 20));
+  EXPECT_EQ(big_sums.at("y"), expected);
+  EXPECT_EQ(load_safetensors(big).tensors.size(), 3u);
+  {
+    std::fstream f(big, std::ios::binary | std::ios::in | std::ios::out);
+    const auto at = 8 + static_cast<std::streamoff>(header_of(big).size()) + (4 << 20) + 12345;
+    f.seekg(at);
+    const char c = static_cast<char>(f.get() ^ 0x5a);
+    f.seekp(at);
+    f.put(c);
+  }
+  expect_error(big, {"big.safetensors", "tensor 'y'", "CRC-32C"});
+}
+
+TEST_F(Safetensors, ChecksumEntriesThatCannotBeTrustedAreRefused) {
+  const std::string tensor = R"("a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]})";
+  auto with = [&](const std::string& name, const std::string& value) {
+    return raw(name, R"({"__metadata__":{"convnets.crc32c":)" + nlohmann::json(value).dump() + "}," + tensor + "}", 2);
+  };
+  expect_error(with("hex.safetensors", R"({"a":"12345xyz"})"), {"hex.safetensors", "'a'", "8 lower-case hex digits"});
+  expect_error(with("short.safetensors", R"({"a":"1234"})"), {"'a'", "8 lower-case hex digits"});
+  expect_error(with("array.safetensors", "[1]"), {"convnets.crc32c", "JSON object"});
+  expect_error(with("json.safetensors", "{"), {"convnets.crc32c", "not valid JSON"});
+  expect_error(with("other.safetensors", R"({"z":"00000000"})"), {"names tensor 'z'", "does not hold"});
+  // Checksums Python computed from the polynomial alone (fuzz/make_seeds.py), as any other reader would: they hold.
+  const auto seed = fs::path(__FILE__).parent_path().parent_path() / "fuzz/corpus/safetensors/checksummed.safetensors";
+  EXPECT_EQ(load_safetensors(seed.string()).tensors.size(), 6u);
+  // The right value loads (two bytes of 0x01).
+  char sum[9];
+  const unsigned char data[2] = {1, 1};
+  std::snprintf(sum, sizeof sum, "%08x", crc32c(data, 2));
+  EXPECT_EQ(load_safetensors(with("ok.safetensors", std::string(R"({"a":")") + sum + "\"}")).tensors.size(), 1u);
 }
 
 }  // namespace

@@ -43,9 +43,19 @@ def _tensor_bytes(t):
     return t.numpy().tobytes()
 
 
-def write_safetensors(path, tensors, metadata=None):
-    """Write name->tensor (in the given order) to `path` in safetensors format."""
+CHECKSUM_KEY = "convnets.crc32c"  # io/safetensors.h: each tensor's CRC-32C, checked by every convnets load
+
+
+def write_safetensors(path, tensors, metadata=None, checksums=None):
+    """Write name->tensor (in the given order) to `path` in safetensors format.
+
+    A convnets file's checksums in `metadata` describe the bytes it was read with, not necessarily these: they are
+    dropped (convnets then loads the file unverified) unless `checksums` ({name: 8 hex digits}) gives them anew.
+    """
     header = collections.OrderedDict()
+    metadata = {k: v for k, v in (metadata or {}).items() if k != CHECKSUM_KEY}
+    if checksums is not None:
+        metadata[CHECKSUM_KEY] = json.dumps(checksums)
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     blobs, offset = [], 0

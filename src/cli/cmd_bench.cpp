@@ -1,4 +1,5 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
+#include "bench/checkpoint_bench.h"
 #include "bench/model_bench.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
@@ -20,6 +21,7 @@
 #include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -311,6 +313,65 @@ void run_bench_model(BenchModelArgs& a) {
   }
 }
 
+struct BenchCheckpointArgs {
+  bench::CheckpointBenchOptions options;
+  std::string json;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v[(v.size() - 1) / 2] + v[v.size() / 2]) / 2;
+}
+
+void run_bench_checkpoint(const BenchCheckpointArgs& a) {
+  const auto& o = a.options;
+  const auto r = bench::bench_checkpoint(o);
+  const double mb = r.file_bytes / 1e6, save = median(r.save_ms), save_plain = median(r.save_plain_ms),
+               load = median(r.load_ms), load_plain = median(r.load_plain_ms), sum = median(r.checksum_ms);
+  std::printf("%s checkpoint (weights%s, SGD momentum): %lld tensors, %.1f MB, in %s, loaded from %s\n",
+              o.arch.c_str(), o.ema ? ", EMA" : "", static_cast<long long>(r.tensors), mb,
+              o.folder.empty() ? std::filesystem::temp_directory_path().c_str() : o.folder.c_str(),
+              o.cold ? "the disk" : "the page cache");
+  std::printf("| Round | Save (ms) | Save, no checksums | Load (ms) | Load, no checksums | One CRC-32C pass |\n"
+              "|---:|---:|---:|---:|---:|---:|\n");
+  for (std::size_t i = 0; i < r.save_ms.size(); ++i) {
+    std::printf("| %zu | %.1f | %.1f | %.1f | %.1f | %.1f |\n", i + 1, r.save_ms[i], r.save_plain_ms[i], r.load_ms[i],
+                r.load_plain_ms[i], r.checksum_ms[i]);
+  }
+  std::printf("medians: save %.1f ms against %.1f (%+.1f %%), load %.1f ms against %.1f (%+.1f %%); one CRC-32C pass "
+              "%.1f ms (%.1f GB/s)\n",
+              save, save_plain, 100 * (save / save_plain - 1), load, load_plain, 100 * (load / load_plain - 1), sum,
+              mb / sum);
+  if (!a.json.empty()) {
+    const nlohmann::ordered_json j = {{"tool", "convnets"},          {"mode", "checkpoint"},
+                                      {"arch", o.arch},              {"num_classes", o.num_classes},
+                                      {"ema", o.ema},                {"cold", o.cold},
+                                      {"tensors", r.tensors},
+                                      {"file_bytes", r.file_bytes},  {"save_ms", r.save_ms},
+                                      {"save_plain_ms", r.save_plain_ms}, {"load_ms", r.load_ms},
+                                      {"load_plain_ms", r.load_plain_ms}, {"checksum_ms", r.checksum_ms}};
+    write_file_atomically(a.json, dump_json(j, 2) + "\n");
+  }
+}
+
+void add_bench_checkpoint(CLI::App& bench) {
+  auto args = std::make_shared<BenchCheckpointArgs>();
+  auto* cmd = bench.add_subcommand(
+      "checkpoint", "Milliseconds to save and to load a training checkpoint of an arch, with its checksums and without");
+  auto& o = args->options;
+  cmd->add_option("--arch", o.arch, "Architecture (see `convnets models`)")->capture_default_str();
+  cmd->add_option("--num-classes", o.num_classes, "Classifier outputs")->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_flag("!--no-ema", o.ema, "Without the EMA weights (a run without --ema)");
+  cmd->add_option("--iterations", o.iterations, "Rounds timed (each saves and loads both files), after one untimed")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--dir", o.folder, "Folder to write the files in (default: the system's temporary folder)");
+  cmd->add_flag("--cold", o.cold,
+                "Load each file from the disk: its pages dropped from the page cache first (posix_fadvise)");
+  cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
+  cmd->callback([args] { run_bench_checkpoint(*args); });
+}
+
 void add_model_bench(CLI::App& bench, bool train) {
   auto args = std::make_shared<BenchModelArgs>();
   args->options.train = train;
@@ -437,6 +498,7 @@ void add_bench_command(CLI::App& app) {
   add_model_bench(*bench, true);
   add_model_bench(*bench, false);
   add_bench_serve(*bench);
+  add_bench_checkpoint(*bench);
 }
 
 }  // namespace convnets::cli

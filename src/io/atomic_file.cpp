@@ -107,6 +107,24 @@ void AtomicFile::write(const void* data, std::size_t size) {
   }
 }
 
+void AtomicFile::rewrite(std::uint64_t offset, const void* data, std::size_t size) {
+  if (offset + size > written_) {
+    throw Error("cannot rewrite bytes " + std::to_string(offset) + ".." + std::to_string(offset + size) + " of " + tmp_ +
+                ": only " + std::to_string(written_) + " are written");
+  }
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t w = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed for", size);
+    }
+    p += w;
+    offset += static_cast<std::uint64_t>(w);
+    size -= static_cast<std::size_t>(w);
+  }
+}
+
 void AtomicFile::commit() {
   // The reservation is the caller's estimate: the file is what was written.
   if (size_ > written_ && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) fail("cannot truncate");

@@ -22,6 +22,9 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, std::size_t size);
+  // Writes over bytes already written (`offset + size` at most what write() has written): a header whose
+  // fixed-width fields are known only once the data after it is out.
+  void rewrite(std::uint64_t offset, const void* data, std::size_t size);
   void commit();
 
  private:

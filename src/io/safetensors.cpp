@@ -3,12 +3,18 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "io/atomic_file.h"
+#include "io/crc32c.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -37,6 +43,99 @@ std::string dtype_to_name(torch::Dtype dtype, const std::string& tensor) {
   }
   throw Error("cannot store tensor '" + tensor + "' of dtype " + std::string(c10::toString(dtype)) +
               " in safetensors");
+}
+
+std::string hex32(std::uint32_t v) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", v);
+  return text;
+}
+
+std::size_t bytes_of(const torch::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
+
+// CRC-32C of tensors on a thread of its own while the caller reads or writes the next ones: a checkpoint's
+// checksums (about 9.5 GB/s a core, as fast as a read from the page cache) then cost a second core's time instead
+// of the save's or the load's. Below kThreadedBytes they are computed inline, where a thread costs more than it
+// saves.
+class Checksums {
+ public:
+  static constexpr std::size_t kThreadedBytes = std::size_t{8} << 20;
+
+  explicit Checksums(std::size_t count, std::size_t total_bytes) : sums_(count) {
+    if (total_bytes >= kThreadedBytes) worker_ = std::thread([this] { work(); });
+  }
+  ~Checksums() { finish(); }
+  Checksums(const Checksums&) = delete;
+  Checksums& operator=(const Checksums&) = delete;
+
+  // Tensor `index`'s bytes, which must stay as they are until finish().
+  void add(std::size_t index, const torch::Tensor& t) {
+    if (!worker_.joinable()) {
+      sums_[index] = crc32c(t.data_ptr(), bytes_of(t));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back({index, t.data_ptr(), bytes_of(t)});
+    }
+    ready_.notify_one();
+  }
+
+  // Every sum added, by index.
+  const std::vector<std::uint32_t>& finish() {
+    if (worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_ = true;
+      }
+      ready_.notify_one();
+      worker_.join();
+    }
+    return sums_;
+  }
+
+ private:
+  struct Job {
+    std::size_t index;
+    const void* data;
+    std::size_t size;
+  };
+
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [this] { return !queue_.empty() || done_; });
+      if (queue_.empty()) return;
+      const Job job = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      sums_[job.index] = crc32c(job.data, job.size);  // each slot written once, read after join
+      lock.lock();
+    }
+  }
+
+  std::vector<std::uint32_t> sums_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Job> queue_;
+  bool done_ = false;
+  std::thread worker_;
+};
+
+// __metadata__'s kChecksumKey: {tensor name: its bytes' CRC-32C as 8 hex digits}. Every name must be the file's.
+std::map<std::string, std::uint32_t> read_checksums(const std::string& text, const std::string& where) {
+  const std::string key = where + ": __metadata__ " + kChecksumKey;
+  const nlohmann::json j = parse_json(text, key);
+  if (!j.is_object()) throw Error(key + " must be a JSON object of tensor names and 8-hex-digit CRC-32C values");
+  std::map<std::string, std::uint32_t> sums;
+  for (const auto& [name, v] : j.items()) {
+    const std::string s = v.is_string() ? v.get<std::string>() : "";
+    if (s.size() != 8 || s.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      throw Error(key + ": tensor '" + name + "' has " + v.dump() + ", expected 8 lower-case hex digits");
+    }
+    sums[name] = static_cast<std::uint32_t>(std::stoul(s, nullptr, 16));
+  }
+  return sums;
 }
 
 std::vector<std::string> dtype_names() {
@@ -85,12 +184,15 @@ TensorFile load_safetensors(const std::string& path) {
   };
   std::vector<Entry> entries;
   TensorFile result;
+  std::map<std::string, std::uint32_t> checksums;
   for (const auto& [name, info] : j.items()) {
     if (name == "__metadata__") {
       if (!info.is_object()) throw Error(where + ": __metadata__ must be an object of strings");
       for (const auto& [k, v] : info.items()) {
         if (!v.is_string()) throw Error(where + ": __metadata__ value '" + k + "' is not a string");
-        result.metadata[k] = v.get<std::string>();
+        // Consumed here: a caller that saves what it loaded gets checksums of what it saves, never stale ones.
+        if (k == kChecksumKey) checksums = read_checksums(v.get<std::string>(), where);
+        else result.metadata[k] = v.get<std::string>();
       }
       continue;
     }
@@ -154,21 +256,39 @@ TensorFile load_safetensors(const std::string& path) {
                 " data bytes");
   }
 
+  for (const auto& [name, sum] : checksums) {
+    if (!j.contains(name) || name == "__metadata__") {
+      throw Error(where + ": __metadata__ " + kChecksumKey + " names tensor '" + name + "', which the file does not hold");
+    }
+  }
   const auto data_start = static_cast<std::streamoff>(8 + header_len);
-  for (auto& e : entries) {
+  Checksums read_sums(entries.size(), checksums.empty() ? 0 : data_size);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    auto& e = entries[i];
     auto tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
     in.seekg(data_start + static_cast<std::streamoff>(e.begin));
     in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
     if (!in) throw SystemError("read failed in", path);
-    result.tensors.emplace_back(std::move(e.name), std::move(tensor));
+    if (checksums.count(e.name)) read_sums.add(i, tensor);
+    result.tensors.emplace_back(e.name, std::move(tensor));
+  }
+  const auto& read = read_sums.finish();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto sum = checksums.find(entries[i].name);
+    if (sum != checksums.end() && read[i] != sum->second) {
+      throw Error(where + ", tensor '" + entries[i].name + "': its bytes do not match the CRC-32C written with them (" +
+                      hex32(sum->second) + ", read " + hex32(read[i]) + ")",
+                  "the file changed after it was written (a failing disk, an edit, a copy cut short): use another "
+                  "copy of it");
+    }
   }
   return result;
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, FileChecksums checksums) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  header["__metadata__"] = nullptr;  // first, as the reference writer puts it; filled once the checksums are known
   std::vector<torch::Tensor> payload;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -183,15 +303,39 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     offset += bytes;
     payload.push_back(std::move(c));
   }
-  std::string h = dump_json(header);
-  // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
-  h.append((8 - h.size() % 8) % 8, ' ');
-  const uint64_t header_len = h.size();
+  // The checksums are computed while the data is written, and the header, whose 8-hex-digit fields have the same
+  // length whatever their values, is written first with zeros and again once they are known.
+  const bool summed = checksums == FileChecksums::Crc32c;
+  Checksums written(payload.size(), offset);
+  if (summed) {
+    for (std::size_t i = 0; i < payload.size(); ++i) written.add(i, payload[i]);
+  }
+  auto header_with = [&](const std::vector<std::uint32_t>& values) {
+    auto meta = metadata;
+    meta.erase(kChecksumKey);
+    if (summed) {
+      nlohmann::ordered_json sums = nlohmann::ordered_json::object();
+      for (std::size_t i = 0; i < payload.size(); ++i) sums[tensors[i].first] = hex32(values[i]);
+      meta[kChecksumKey] = dump_json(sums);
+    }
+    header["__metadata__"] = meta;
+    std::string h = dump_json(header);
+    // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
+    h.append((8 - h.size() % 8) % 8, ' ');
+    return h;
+  };
+  const std::string blank = header_with(std::vector<std::uint32_t>(payload.size(), 0));
+  const uint64_t header_len = blank.size();
 
   AtomicFile out(path, 8 + header_len + offset);
   out.write(&header_len, 8);
-  out.write(h.data(), h.size());
-  for (const auto& t : payload) out.write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  out.write(blank.data(), blank.size());
+  for (const auto& t : payload) out.write(t.data_ptr(), bytes_of(t));
+  if (summed) {
+    const std::string h = header_with(written.finish());
+    if (h.size() != blank.size()) throw Error("cannot save '" + path + "': its header changed length with its checksums");
+    out.rewrite(8, h.data(), h.size());
+  }
   out.commit();
 }
 

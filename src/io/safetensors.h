@@ -29,10 +29,21 @@ struct TensorFile {
 // convnets::Error naming the file and the tensor.
 TensorFile load_safetensors(const std::string& path);
 
-// Writes tensors in the given order, atomically: a temporary file beside
-// `path` is written, fsynced and renamed, so an existing file is either
-// replaced whole or left untouched.
+// The __metadata__ key under which save_safetensors records each tensor's
+// CRC-32C (io/crc32c.h), as a JSON object {name: "8 hex digits"}: other
+// readers ignore it; load_safetensors checks every tensor it names and throws
+// Error naming the file and the first tensor whose bytes changed. Files
+// without it (torchvision's, timm's, older convnets checkpoints) load as
+// before. The key is not returned in TensorFile::metadata.
+inline constexpr const char* kChecksumKey = "convnets.crc32c";
+
+// Writes tensors in the given order with their checksums, atomically: a
+// temporary file beside `path` is written, fsynced and renamed, so an
+// existing file is either replaced whole or left untouched.
+// FileChecksums::None writes none: `bench checkpoint` measures what they cost with it.
+enum class FileChecksums { Crc32c, None };
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      FileChecksums checksums = FileChecksums::Crc32c);
 
 }  // namespace convnets

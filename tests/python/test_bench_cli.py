@@ -71,6 +71,26 @@ class BenchModel(unittest.TestCase):
             # images/s and step time describe the same measurement.
             self.assertAlmostEqual(row["images_per_s"] * row["mean_ms"] / 1e3, row["batch"], places=6)
 
+    def test_checkpoint_save_and_load_with_and_without_checksums(self):
+        r = run([BIN, "bench", "checkpoint", "--arch", "resnet8", "--num-classes", "10", "--iterations", "2",
+                 "--dir", self.tmp.name, "--cold", "--json", self.path("c.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("resnet8 checkpoint (weights, EMA, SGD momentum): ", r.stdout)
+        self.assertIn("loaded from the disk", r.stdout)
+        self.assertRegex(r.stdout, r"\| 2 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|")
+        self.assertRegex(r.stdout, r"medians: save [0-9.]+ ms against [0-9.]+ \([+-][0-9.]+ %\), load [0-9.]+ ms "
+                                   r"against [0-9.]+ \([+-][0-9.]+ %\); one CRC-32C pass [0-9.]+ ms")
+        j = fixtures.read_json(self.path("c.json"))
+        self.assertEqual((j["mode"], j["arch"], j["ema"], j["cold"]), ("checkpoint", "resnet8", True, True))
+        for key in ("save_ms", "save_plain_ms", "load_ms", "load_plain_ms", "checksum_ms"):
+            self.assertEqual(len(j[key]), 2, key)
+        # Weights and BN's buffers twice (the EMA's) and a momentum buffer per parameter: more than two per weight.
+        self.assertGreater(j["tensors"], 2 * 8)
+        self.assertEqual(sorted(os.listdir(self.tmp.name)), ["c.json"], "the timed files are removed after")
+        bad = run([BIN, "bench", "checkpoint", "--arch", "resnet8", "--dir", self.path("missing")])
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn(self.path("missing"), bad.stderr)
+
     def imagenet_like(self):
         data = os.environ.get("CONVNETS_IMAGENET_LIKE")
         if not data:

@@ -1,0 +1,95 @@
+#include "bench/checkpoint_bench.h"
+
+#include "core/error.h"
+#include "io/crc32c.h"
+#include "io/safetensors.h"
+#include "io/state_dict.h"
+#include "models/registry.h"
+
+#include <torch/torch.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+namespace convnets::bench {
+namespace {
+
+// Where the timed checksums go, so that no compiler drops them.
+volatile std::uint32_t sink = 0;
+
+// The file's clean pages (it was fsynced) out of the page cache, so that the next read comes from the disk.
+void evict(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw SystemError("cannot open", path);
+  const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (rc != 0) throw Error("posix_fadvise(DONTNEED) failed on " + path + ": " + std::strerror(rc));
+}
+
+}  // namespace
+
+CheckpointBenchResult bench_checkpoint(const CheckpointBenchOptions& o) {
+  namespace fs = std::filesystem;
+  ModelOptions mo;
+  mo.num_classes = o.num_classes;
+  auto model = build_model(find_architecture(o.arch), mo);
+  // What `train` saves (train/run_outputs.cpp's save_run): the weights, their EMA and SGD's momentum, one buffer
+  // per parameter; random values, so that no page is a zero page the file system could skip.
+  NamedTensors tensors;
+  for (auto& [k, t] : state_dict(*model)) tensors.emplace_back("model." + k, t);
+  if (o.ema) {
+    for (auto& [k, t] : state_dict(*model)) tensors.emplace_back("ema." + k, t.clone());
+  }
+  for (auto& p : model->named_parameters()) {
+    tensors.emplace_back("optimizer.momentum." + p.key(), torch::randn_like(p.value()));
+  }
+  const fs::path folder = o.folder.empty() ? fs::temp_directory_path() : fs::path(o.folder);
+  const auto stem = (folder / ("convnets-bench-checkpoint-" + std::to_string(::getpid()))).string();
+  const std::string path = stem + ".safetensors", plain = stem + "-plain.safetensors";
+  // The metadata save_checkpoint writes; its values are not read here.
+  const std::map<std::string, std::string> meta = {{"convnets", "{}"}, {"format", "pt"}};
+
+  CheckpointBenchResult r;
+  r.tensors = static_cast<std::int64_t>(tensors.size());
+  struct Remove {
+    std::vector<std::string> paths;
+    ~Remove() {
+      std::error_code ignored;
+      for (const auto& p : paths) fs::remove(p, ignored);
+    }
+  } remove{{path, plain}};
+  auto timed = [](auto&& what) {
+    const auto start = std::chrono::steady_clock::now();
+    what();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int i = -1; i < o.iterations; ++i) {
+    // Alternated, so that neither kind meets a page cache or disk the other left warmer.
+    const double save = timed([&] { save_safetensors(path, tensors, meta); });
+    const double save_plain = timed([&] { save_safetensors(plain, tensors, meta, FileChecksums::None); });
+    if (o.cold) evict(path), evict(plain);
+    TensorFile loaded;
+    const double load = timed([&] { loaded = load_safetensors(path); });
+    const double load_plain = timed([&] { load_safetensors(plain); });
+    const double checksum = timed([&] {
+      for (const auto& [name, t] : loaded.tensors) {
+        sink = crc32c(t.data_ptr(), static_cast<std::size_t>(t.numel()) * t.element_size());
+      }
+    });
+    if (i < 0) continue;  // the first round warms the page cache and the allocator
+    r.save_ms.push_back(save);
+    r.save_plain_ms.push_back(save_plain);
+    r.load_ms.push_back(load);
+    r.load_plain_ms.push_back(load_plain);
+    r.checksum_ms.push_back(checksum);
+  }
+  r.file_bytes = fs::file_size(path);
+  return r;
+}
+
+}  // namespace convnets::bench
