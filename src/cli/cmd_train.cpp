@@ -131,6 +131,48 @@ runtime::Checkpoint load_resume_checkpoint(const std::string& path, const std::s
   }
 }
 
+// --resume auto: `last` (each save writes it; best and epoch-N are copies of earlier ones), then the others newest
+// first; the first that loads and verifies (io/safetensors.h's checksums). torchrun's elastic restarts ask exactly
+// this of a script: on start, load the latest checkpoint.
+struct AutoResume {
+  std::optional<runtime::Checkpoint> found;
+  std::vector<std::string> skipped;  // "PATH: why", newest first
+};
+
+AutoResume find_resumable(const std::string& workspace, const std::string& key_layout) {
+  AutoResume r;
+  const auto last = train::last_checkpoint_path(workspace);
+  std::vector<std::string> candidates;
+  if (std::filesystem::exists(last)) candidates.push_back(last);
+  if (std::filesystem::is_directory(workspace)) {
+    for (auto& other : other_checkpoints(last)) candidates.push_back(std::move(other));
+  }
+  for (const auto& path : candidates) {
+    try {
+      auto ckpt = runtime::load_checkpoint(path, key_layout);
+      // Weights put in the workspace by hand (an export, a download) are not a run's state.
+      if (!ckpt.is_training_checkpoint()) continue;
+      r.found = std::move(ckpt);
+      break;
+    } catch (const Error& e) {
+      r.skipped.push_back(path + ": " + e.what());
+    }
+  }
+  return r;
+}
+
+// A restarted job's count and who restarted it: torchrun's elastic agent (TORCHELASTIC_RESTART_COUNT) or Slurm's
+// --requeue (SLURM_RESTART_COUNT); 0 on a first start and outside both.
+std::pair<long, std::string> job_restart() {
+  for (const auto& [var, who] : {std::pair{"TORCHELASTIC_RESTART_COUNT", "torchrun's restart "},
+                                 std::pair{"SLURM_RESTART_COUNT", "Slurm's requeue "}}) {
+    if (const char* count = std::getenv(var); count && std::strtol(count, nullptr, 10) > 0) {
+      return {std::strtol(count, nullptr, 10), who};
+    }
+  }
+  return {0, ""};
+}
+
 // DLE's launch.py --platform DGXA100: configs.yml's DGXA100 block for the --model, which is what the built-in
 // <arch>-250ep recipes hold (model block: 250 epochs, mixup 0.2; DGXA100: the per-GPU batch). The other
 // platforms' batch sizes and worker counts are not carried.
@@ -159,8 +201,38 @@ int run(TrainArgs& a) {
   train::TrainConfig config;
   train::RunOptions options;
   options.command = "convnets train";
-  if (!a.resume.empty()) {
+  // Every rank resolves --resume auto alike (the same files); rank 0 says what it found.
+  const char* rank = std::getenv("RANK");
+  const bool speak = rank == nullptr || std::string(rank) == "0";
+  auto say = [speak](const std::string& line) {
+    if (speak) std::cout << line << '\n';
+  };
+  if (const auto [count, who] = job_restart(); a.resume.empty() && count > 0) {
+    a.resume = "auto";
+    say("resume: " + who + std::to_string(count) + ": --resume auto");
+  }
+  if (a.resume == "auto") {
+    const std::string workspace = a.values.count("workspace") ? a.values.at("workspace") : train::TrainConfig{}.workspace;
+    auto r = find_resumable(workspace, a.key_layout);
+    for (const auto& s : r.skipped) say("resume: auto: skipped " + s);
+    if (r.found) {
+      options.resume = std::move(r.found);
+      a.resume = options.resume->path;
+      say("resume: auto: " + a.resume + ", the newest checkpoint in " + workspace + " that verifies");
+    } else if (!r.skipped.empty()) {
+      // Starting anew would overwrite them: what is written is never lost to an automatic choice.
+      throw Error("--resume auto: none of the " + std::to_string(r.skipped.size()) + " checkpoints in " + workspace +
+                      " loads (first: " + r.skipped.front() + ")",
+                  "move the damaged files out of the workspace to start anew, or --resume one of them by name");
+    } else {
+      a.resume.clear();
+      options.take_over_left_log = true;
+      say("resume: auto: " + workspace + " holds no checkpoint; a new run starts");
+    }
+  } else if (!a.resume.empty()) {
     options.resume = load_resume_checkpoint(a.resume, a.key_layout);
+  }
+  if (options.resume) {
     // A DLE checkpoint.pth.tar is read once the command line has named its --arch (DLE's main.py keeps no arch).
     if (!options.resume->is_training_checkpoint() && !options.resume->torch_save) {
       throw Error("--resume " + a.resume + " is a weights file, not a training checkpoint",
@@ -257,7 +329,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--recipe", args->recipe,
                   "built-in recipe (" + join(train::builtin_recipes()) + ") or a JSON file, flags override its fields")
       ->multi_option_policy(last);
-  cmd->add_option("--resume", args->resume, "continue the run saved in this checkpoint (e.g. WORKSPACE/last.safetensors)")
+  cmd->add_option("--resume", args->resume,
+                  "continue the run saved in this checkpoint (e.g. WORKSPACE/last.safetensors); auto: the newest in "
+                  "--workspace that verifies, or a new run where it holds none (the default on torchrun's restarts and Slurm's requeues)")
       ->multi_option_policy(last);
   cmd->add_option("--fine-tune,--pretrained-from-file", args->fine_tune,
                   "start from these weights, a new classifier for another class count (DLE: --pretrained-from-file)")

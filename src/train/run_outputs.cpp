@@ -81,9 +81,19 @@ void open_workspace(TrainingRun& run, LogLock log_lock) {
   if (!run.resume && fs::exists(log_path)) {
     // A run without checkpoints (or stopped before its first) leaves only its log.
     const bool live = being_written(log_path) == true;
-    throw Error("--workspace " + c.workspace + " already holds a run's log (" + log_path + "), " +
+    if (!live && run.options.take_over_left_log) {
+      std::string aside;
+      for (int n = 1; aside.empty() || fs::exists(aside); ++n) aside = log_path + ".stopped-" + std::to_string(n);
+      fs::rename(log_path, aside);
+      std::cerr << "convnets: warning: --workspace " << c.workspace << " held only the log of a run that stopped "
+                << "before its first checkpoint; kept as " << aside << ", a new run starts\n";
+    } else {
+      throw Error("--workspace " + c.workspace + " already holds a run's log (" + log_path + "), " +
                     (live ? "written by a run that is still going" : "with no checkpoint to resume from"),
-                "pick another --workspace or --raport-file");
+                  live ? "pick another --workspace or --raport-file"
+                       : "pick another --workspace or --raport-file, or --resume auto to set the stopped run's log "
+                         "aside and start anew");
+    }
   }
   fs::create_directories(c.workspace);
   // First, so that a run still going in this workspace is found (the log's

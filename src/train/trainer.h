@@ -19,6 +19,9 @@ struct RunOptions {
   // --evaluate with --raport-file on its command line (DLE's benchmark): that DLLogger file in the workspace.
   // Without it an evaluation writes nothing (its workspace is usually the evaluated run's own).
   bool evaluation_log = false;
+  // --resume auto found no checkpoint: a log left by a run that stopped before its first one (its lock free) is
+  // set aside, named, instead of refusing the workspace.
+  bool take_over_left_log = false;
 };
 
 // Exit code: 0 finished, 128 + signal when SIGINT/SIGTERM interrupted it

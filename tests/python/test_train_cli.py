@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -197,6 +198,65 @@ class TrainEvalReport(unittest.TestCase):
         self.assertIn("already holds a run", r.stderr)
         self.assertIn("--resume", r.stderr)
         self.assertEqual(digest(self.ws), before)
+
+    def test_resume_auto_takes_the_newest_checkpoint_that_verifies(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ws = os.path.join(tmp, "run")
+            shutil.copytree(self.ws, ws)
+            last, best = os.path.join(ws, "last.safetensors"), os.path.join(ws, "best.safetensors")
+            # One byte of the file's last tensor flipped, as a failing disk or a copy can: its checksum names it.
+            with open(last, "rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+            name = max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][1])
+            with open(last, "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                byte = f.read(1)[0]
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([byte ^ 0x10]))
+            before = digest(ws)
+            r = convnets("train", "--resume", last, "--epochs", "3")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn(f"--resume {last}: safetensors file '{last}', tensor '{name}': its bytes do not match the "
+                          "CRC-32C written with them", r.stderr)
+            self.assertIn(f"--resume {best}", r.stderr)  # the hint: the checkpoints that remain
+            self.assertEqual(digest(ws), before)
+
+            r = convnets("train", "--resume", "auto", "--workspace", ws, "--epochs", "3")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"resume: auto: skipped {last}: safetensors file '{last}', tensor '{name}'", r.stdout)
+            self.assertIn(f"resume: auto: {best}, the newest checkpoint in {ws} that verifies", r.stdout)
+            meta = json.loads(pth2safetensors.read_safetensors(last)[1]["convnets"])
+            self.assertEqual((meta["epoch"], meta["step"]), (3, 96))  # best was epoch 2's: one more epoch of 32 steps
+
+            # A torchrun restart resumes by itself: the workspace's newest, now the repaired `last`.
+            r = runner.run([BIN, "train", "--workspace", ws, "--epochs", "4"], capture_output=True, text=True,
+                           env=dict(os.environ, TORCHELASTIC_RESTART_COUNT="1"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("resume: torchrun's restart 1: --resume auto", r.stdout)
+            self.assertIn(f"resume: auto: {last}, the newest", r.stdout)
+            self.assertEqual(json.loads(pth2safetensors.read_safetensors(last)[1]["convnets"])["step"], 128)
+
+    def test_resume_auto_starts_anew_where_only_a_stopped_runs_log_is_left(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ws = os.path.join(tmp, "run")
+            os.makedirs(ws)
+            # What a run killed before its first checkpoint leaves: its log, unlocked.
+            left = os.path.join(ws, "log.json")
+            shutil.copy(os.path.join(self.ws, "log.json"), left)
+            with open(left, "rb") as f:
+                logged = f.read()
+            tiny = ("--epochs", "1", "--max-train-images", "256", "--max-val-images", "100", "--workspace", ws)
+            r = subprocess.run(train_cmd(*tiny), capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("with no checkpoint to resume from", r.stderr)
+            self.assertIn("--resume auto", r.stderr)
+            r = subprocess.run(train_cmd(*tiny, "--resume", "auto"), capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"resume: auto: {ws} holds no checkpoint; a new run starts", r.stdout)
+            self.assertIn(f"kept as {left}.stopped-1, a new run starts", r.stderr)
+            with open(left + ".stopped-1", "rb") as f:
+                self.assertEqual(f.read(), logged)
+            self.assertTrue(os.path.exists(os.path.join(ws, "last.safetensors")))
 
     def test_bad_input_is_named_and_leaves_the_workspace_untouched(self):
         before = digest(self.ws)
