@@ -520,6 +520,9 @@ stage_autotune() {
   step --show 8 "convnets-$p-fusion-normconv" "$bin/convnets" bench train "${common[@]}" --fusion normconv \
     --batch-sizes "$big" --json "$res/convnets-$p-fusion-normconv.json"
   files+=("convnets --fusion normconv=$res/convnets-$p-fusion-normconv.json")
+  # Issue 70: what a checkpoint saved mid-epoch costs the steps around it, synchronous against in the background.
+  step --show 7 "convnets-$p-save-every" "$bin/convnets" bench train "${common[@]}" --batch-sizes "$big" \
+    --save-every "$save_every" --saves "$saves" --json "$res/convnets-$p-save-every.json"
   for mode in max-autotune max-autotune-no-cudagraphs; do
     if [[ $compile_backend != inductor ]]; then
       say "SKIP $stage/compile-inductor-$mode-$p: inductor's modes run on the GPU only"
@@ -647,6 +650,7 @@ settings() {
     example_epochs=6 example_workers=12 file_backends=synthetic,cpu,gpu compile_backend=inductor
     fused_batches=64,256 profile_steps=3 max_autotune_s=260 example_amp=--amp example_precision=amp
     serve_batch=32 serve_concurrency=1,4,16,64 serve_seconds=5 serve_warmup=1 gpunet0_side=320
+    save_every=20 saves=3
   else
     device=cpu arch=resnet18 size=32 big=2 train_batches=2 infer_batches=1,2
     amp=fp32 bf16=fp32 tf32=fp32 half=fp32 warmup=1 iterations=2 latency_iterations=2 files_iterations=2
@@ -654,6 +658,7 @@ settings() {
     example_workers=1 file_backends=synthetic,cpu compile_backend=eager  # inductor's CPU code generation takes minutes
     fused_batches=2 profile_steps=1 max_autotune_s=300 example_amp='' example_precision=fp32
     serve_batch=2 serve_concurrency=1,2 serve_seconds=1 serve_warmup=0.5 gpunet0_side=32
+    save_every=2 saves=1
   fi
 }
 

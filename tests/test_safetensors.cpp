@@ -1,7 +1,9 @@
-// safetensors reader/writer: bit-exact round trips and a clear error for every malformed file.
+// safetensors reader/writer: bit-exact round trips, a clear error for every malformed file, and the background writer.
 #include "core/error.h"
 #include "io/crc32c.h"
 #include "io/safetensors.h"
+#include "runtime/background_save.h"
+#include "runtime/checkpoint.h"  // kCheckpointFormat
 #include "test_util.h"
 
 #include <torch/torch.h>
@@ -273,6 +275,48 @@ TEST_F(Safetensors, ChecksumEntriesThatCannotBeTrustedAreRefused) {
   const unsigned char data[2] = {1, 1};
   std::snprintf(sum, sizeof sum, "%08x", crc32c(data, 2));
   EXPECT_EQ(load_safetensors(with("ok.safetensors", std::string(R"({"a":")") + sum + "\"}")).tensors.size(), 1u);
+}
+
+
+// The step changes its state as soon as save() returns: each file holds the state as it was at its own save(),
+// including the first while the second waits for it to finish.
+TEST_F(Safetensors, BackgroundSaveWritesTheStateAsItWasAtItsSnapshot) {
+  auto a = torch::randn({4 << 20});  // 16 MiB: a write long enough for the changes below to race it
+  auto b = torch::arange(1000, torch::kLong);
+  const auto a0 = a.clone(), b0 = b.clone();
+  const nlohmann::json meta = {{"format", runtime::kCheckpointFormat}, {"step", 1}};
+  runtime::BackgroundSaver saver;
+  const auto first = saver.save(path("first.safetensors"), {{"a", a}, {"b", b}}, meta);
+  EXPECT_FALSE(first.waited());
+  a.add_(1);
+  b.zero_();
+  saver.save(path("second.safetensors"), {{"a", a}, {"b", b}}, meta);
+  a.add_(1);
+  b.fill_(7);
+  saver.wait();
+  EXPECT_FALSE(saver.writing());
+  EXPECT_GT(saver.last_write_s(), 0);
+  const auto one = load_safetensors(path("first.safetensors"));
+  const auto two = load_safetensors(path("second.safetensors"));
+  EXPECT_TRUE(torch::equal(*one.find("a"), a0));
+  EXPECT_TRUE(torch::equal(*one.find("b"), b0));
+  EXPECT_TRUE(torch::equal(*two.find("a"), a0 + 1));
+  EXPECT_TRUE(torch::equal(*two.find("b"), torch::zeros_like(b0)));
+  EXPECT_EQ(nlohmann::json::parse(one.metadata.at("convnets")).value("step", 0), 1);
+}
+
+// A write that fails on its thread is not lost: the next wait() (or save()) throws it, naming the file.
+TEST_F(Safetensors, BackgroundSaveFailureReachesTheNextWait) {
+  runtime::BackgroundSaver saver;
+  const auto missing = path("no-such-folder") + "/last.safetensors";
+  saver.save(missing, {{"a", torch::ones({3})}}, nlohmann::json{{"format", runtime::kCheckpointFormat}});
+  try {
+    saver.wait();
+    ADD_FAILURE() << "the failed write was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+  saver.wait();  // reported once
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "deploy/inference.h"
 #include "distributed/grad_sync.h"
 #include "distributed/group.h"
+#include "io/safetensors.h"
 #include "models/network.h"
 #include "runtime/runtime.h"
 
@@ -36,6 +37,8 @@ class TimedTrainStep {
   virtual double tuning_seconds() const = 0;
   // The data-parallel all-reduce's figures; null without a group.
   virtual const distributed::ReducerStats* sync_stats() const = 0;
+  // What `train` checkpoints of this step (the weights, the optimizer's state), live: `bench train --save-every`.
+  virtual NamedTensors state() const = 0;
 };
 using TrainStepFactory =
     std::function<std::unique_ptr<TimedTrainStep>(NetworkImpl& model, const runtime::Runtime& rt,
@@ -60,6 +63,11 @@ struct ModelBenchOptions {
   // (Kineto: host ops and GPU kernels), its Chrome trace written to `profile` (bench/profile_families.py reads it).
   std::string profile;
   int profile_steps = 5;
+  // Training: bench/save_bench.h instead of the rows: blocks of this many steps, each with one checkpoint saved
+  // synchronously, one saved in the background, or none, `saves` of each kind, into `save_dir` ("": temporary).
+  int save_every = 0;
+  int saves = 3;
+  std::string save_dir;
   bool fold_bn = false;    // inference: BatchNorm folded into the convs first (fold_batchnorm)
   // inference: the engines to time side by side, each resolved
   // (deploy::resolve_engine: torch, openvino); OpenVINO always folds BN.

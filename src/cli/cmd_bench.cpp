@@ -1,5 +1,6 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
 #include "bench/checkpoint_bench.h"
+#include "bench/save_bench.h"
 #include "bench/model_bench.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
@@ -257,12 +258,61 @@ void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
   if (!a.json.empty()) write_file_atomically(a.json, dump_json(jn, 2) + "\n");
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v[(v.size() - 1) / 2] + v[v.size() / 2]) / 2;
+}
+
+// bench train --save-every: the three kinds of block side by side, and the JSON of every block.
+void run_save_bench(const BenchModelArgs& a) {
+  const auto& o = a.options;
+  if (o.batch_sizes.size() != 1) throw Error("--save-every: give one --batch-sizes value, not " +
+                                             std::to_string(o.batch_sizes.size()));
+  if (!o.data.empty()) throw Error("--save-every: times synthetic steps; leave --data out");
+  const auto r = bench::bench_saves(o);
+  std::printf("%s at %d px, batch %lld, %s %s: a checkpoint of %lld tensors, %.1f MB (weights, SGD momentum), saved "
+              "after the first step of each block of %d steps; %d blocks of each kind, in turn\n",
+              o.arch.c_str(), r.image_size, static_cast<long long>(r.batch), o.runtime.device.str().c_str(),
+              o.runtime.precision.c_str(), static_cast<long long>(r.tensors), r.file_bytes / 1e6, o.save_every,
+              o.saves);
+  std::printf("| Save | Block (ms, median) | Over the block without a save (ms) | The save's step (ms, median) | "
+              "Other steps (ms, median) | Waited at the block's end (ms, median) |\n|---|---:|---:|---:|---:|---:|\n");
+  const double plain = median(r.kinds.front().block_ms);
+  for (const auto& k : r.kinds) {
+    const auto cell = [](const std::vector<double>& v) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f", median(v));
+      return v.empty() ? std::string("-") : std::string(text);
+    };
+    std::printf("| %s | %.1f | %+.1f | %s | %s | %s |\n", k.kind.c_str(), median(k.block_ms),
+                median(k.block_ms) - plain, cell(k.save_step_ms).c_str(), cell(k.other_ms).c_str(),
+                cell(k.waited_ms).c_str());
+  }
+  std::printf("the last background write took %.1f ms from its start to its rename\n", r.write_s * 1e3);
+  if (a.json.empty()) return;
+  nlohmann::ordered_json j = {{"tool", "convnets"}, {"mode", "train-save-every"}, {"arch", o.arch},
+                              {"device", o.runtime.device.str()}, {"precision", o.runtime.precision},
+                              {"batch", r.batch}, {"image_size", r.image_size}, {"save_every", o.save_every},
+                              {"saves", o.saves}, {"tensors", r.tensors}, {"file_bytes", r.file_bytes},
+                              {"background_write_ms", r.write_s * 1e3}};
+  for (const auto& k : r.kinds) {
+    j["kinds"][k.kind] = {{"block_ms", k.block_ms}, {"save_step_ms", k.save_step_ms}, {"other_ms", k.other_ms},
+                          {"waited_ms", k.waited_ms}};
+  }
+  write_file_atomically(a.json, dump_json(j, 2) + "\n");
+}
+
 void run_bench_model(BenchModelArgs& a) {
   auto& o = a.options;
   const auto role = o.train ? distributed::resolve(a.launch) : distributed::Resolved{};
   if (role.role == distributed::Role::Launcher) return run_scaling(a, role.worker);
   const distributed::WorkerEnv* worker = role.role == distributed::Role::Worker ? &role.worker : nullptr;
+  if (o.save_every > 0 && worker) throw Error("--save-every: times one process; leave out --nproc-per-node");
   o.runtime = runtime::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
+  if (o.save_every > 0) {
+    o.cuda_graph = !a.no_cuda_graph;
+    return run_save_bench(a);
+  }
   if (!o.train) {
     if (a.engines.empty()) throw Error("--engine: expected at least one of auto, torch, openvino");
     o.engines.clear();
@@ -317,11 +367,6 @@ struct BenchCheckpointArgs {
   bench::CheckpointBenchOptions options;
   std::string json;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v[(v.size() - 1) / 2] + v[v.size() / 2]) / 2;
-}
 
 void run_bench_checkpoint(const BenchCheckpointArgs& a) {
   const auto& o = a.options;
@@ -431,6 +476,13 @@ void add_model_bench(CLI::App& bench, bool train) {
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--workers", o.workers, "Loader threads for --data (0: one per CPU)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--save-every", o.save_every,
+                    "Instead of the rows: what a checkpoint costs the steps around it, in blocks of this many steps "
+                    "with a save after the first, synchronous (as at an epoch's end) or in the background "
+                    "(train's --checkpoint-interval), against blocks without one")
+        ->check(CLI::Range(1, 100000));
+    cmd->add_option("--saves", o.saves, "--save-every: blocks of each kind")->check(CLI::Range(1, 1000))->capture_default_str();
+    cmd->add_option("--save-dir", o.save_dir, "--save-every: folder of the checkpoint (default: the system's temporary one)");
     add_launch_flags(cmd, args->launch);
   } else {
     add_fold_bn_option(cmd, o.fold_bn, "before timing: ");

@@ -1,5 +1,6 @@
 #include "train/bench_step.h"
 
+#include "io/state_dict.h"
 #include "models/fusion.h"
 #include "runtime/fusion_setup.h"
 #include "train/graph_step.h"
@@ -48,6 +49,12 @@ class BenchStep : public bench::TimedTrainStep {
   std::string tuning() const override { return tuning_.describe(); }
   double tuning_seconds() const override { return tuning_.seconds; }
   const distributed::ReducerStats* sync_stats() const override { return reducer_ ? &reducer_->stats() : nullptr; }
+  NamedTensors state() const override {
+    NamedTensors tensors;
+    for (auto& [k, t] : state_dict(model_)) tensors.emplace_back("model." + k, t);
+    for (auto& e : sgd_.state()) tensors.push_back(e);
+    return tensors;
+  }
 
  private:
   NetworkImpl& model_;

@@ -208,6 +208,12 @@ void validate(const TrainConfig& c) {
   check(c.print_freq >= 1, "print_freq", "at least 1", std::to_string(c.print_freq));
   check(c.save_every >= 0, "save_every", "0 or positive", std::to_string(c.save_every));
   check(c.keep >= 0, "keep", "0 or positive", std::to_string(c.keep));
+  check(std::isfinite(c.checkpoint_interval), "checkpoint_interval", "minutes (0: off; negative: the default)",
+        str(c.checkpoint_interval));
+  check(c.checkpoint_every_steps >= 0, "checkpoint_every_steps", "0 or positive", std::to_string(c.checkpoint_every_steps));
+  check(c.checkpoints || (c.checkpoint_interval <= 0 && c.checkpoint_every_steps == 0),
+        c.checkpoint_every_steps > 0 ? "checkpoint_every_steps" : "checkpoint_interval", "used without --no-checkpoints",
+        "--no-checkpoints");
   check(c.image_size >= 0, "image_size", "0 or positive", std::to_string(c.image_size));
   check(c.crop_ratio >= 0 && c.crop_ratio <= 1, "crop_ratio", "in (0, 1] (0: the arch's)", str(c.crop_ratio));
   check(c.mean.empty() || c.mean.size() == 3, "mean", "3 values (R,G,B)", std::to_string(c.mean.size()) + " values");

@@ -83,6 +83,8 @@ namespace convnets::train {
   X(std::string, raport_file, "log.json", "the DLLogger JSON log's file name in the workspace (DLE's --raport-file)") \
   X(std::int64_t, save_every, 0, "also save epoch-N checkpoints every N epochs (0: off; --gather-checkpoints: every epoch)") \
   X(std::int64_t, keep, 0, "how many epoch-N checkpoints to keep (0: all)")                                           \
+  X(double, checkpoint_interval, -1, "minutes between checkpoints saved mid-epoch (last.safetensors) at a step boundary, written in the background while training goes on (0: off; negative: 10 on multi-process runs, off on one)") \
+  X(std::int64_t, checkpoint_every_steps, 0, "also save last.safetensors in the background every N optimizer steps (0: off)") \
   X(std::int64_t, image_size, 0, "training and eval crop size (0: the arch's)")                                       \
   X(double, crop_ratio, 0, "eval: resize to size / ratio, then centre-crop (0: the arch's)")                          \
   X(std::string, interpolation, {}, "eval resizing filter, and training's unless --train-interpolation: bilinear | bicubic (PIL's antialiased; default: the arch's, DLE's ResNets bilinear, GPUNets bicubic)") \

@@ -8,6 +8,7 @@
 #include "models/registry.h"
 #include "quant/qdq.h"
 #include "report/tensorboard.h"
+#include "runtime/background_save.h"
 #include "runtime/checkpoint.h"
 #include "runtime/runtime.h"
 #include "train/config.h"
@@ -20,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -98,6 +100,10 @@ struct TrainingRun {
   nlohmann::ordered_json resolved_config;  // the config as run, in every checkpoint
   std::unique_ptr<DlLogger> log;          // rank 0
   std::unique_ptr<report::EventWriter> tensorboard;  // rank 0, --tensorboard
+  // Mid-epoch checkpoints (--checkpoint-interval, --checkpoint-every-steps): rank 0's writer, null when off.
+  std::unique_ptr<runtime::BackgroundSaver> saver;
+  double checkpoint_interval_s = 0;  // 0: none by time
+  std::chrono::steady_clock::time_point last_saved;  // the last checkpoint's snapshot, or the run's start
 };
 
 // Validates the config, connects the data-parallel group (first, so a rank

@@ -10,9 +10,11 @@
 #include <torch/torch.h>
 
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace convnets::train {
 
@@ -60,6 +62,22 @@ nlohmann::json checkpoint_meta(const TrainingRun& run) {
   m["images_per_step"] = run.optimizer_batch;
   if (run.quant) m["quantization"] = quant::to_json(*run.quant);
   return m;
+}
+
+// What a checkpoint holds besides its metadata: the weights, the EMA's, the optimizer's and loss scaler's state
+// and the CPU generator's.
+NamedTensors run_state(const TrainingRun& run) {
+  NamedTensors tensors;
+  for (auto& [k, t] : state_dict(*run.model)) tensors.emplace_back("model." + k, t);
+  if (run.ema) {
+    for (auto& [k, t] : state_dict(*run.ema->model())) tensors.emplace_back("ema." + k, t);
+  }
+  for (auto& e : run.optimizer->state()) tensors.push_back(e);
+  if (run.scaler) {
+    for (auto& e : run.scaler->state()) tensors.push_back(e);
+  }
+  tensors.emplace_back("rng.torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  return tensors;
 }
 
 }  // namespace
@@ -129,6 +147,13 @@ void open_workspace(TrainingRun& run, LogLock log_lock) {
                           "```\n" + dump_json(nlohmann::ordered_json{{"config", run.resolved_config}, {"derived", derived}}, 2) +
                               "\n```");
     run.tensorboard->flush();
+  }
+  // Ten minutes where a lost machine costs every process's work; a single process's run is cheaper to repeat.
+  const double minutes = c.checkpoint_interval < 0 ? (run.world > 1 ? 10.0 : 0.0) : c.checkpoint_interval;
+  if (c.checkpoints && (minutes > 0 || c.checkpoint_every_steps > 0)) {
+    run.saver = std::make_unique<runtime::BackgroundSaver>();
+    run.checkpoint_interval_s = minutes * 60;
+    run.last_saved = std::chrono::steady_clock::now();
   }
 }
 
@@ -207,6 +232,14 @@ void print_run_summary(const TrainingRun& run) {
               << "), " << run.reducer->stats().buckets << " gradient buckets of <= " << c.bucket_mb << " MiB"
               << (c.sync_bn ? ", synchronized BN" : "") << '\n';
   }
+  if (run.saver) {
+    std::ostringstream when;
+    if (run.checkpoint_interval_s > 0) when << "every " << run.checkpoint_interval_s / 60 << " min";
+    if (run.checkpoint_interval_s > 0 && c.checkpoint_every_steps > 0) when << " and ";
+    if (c.checkpoint_every_steps > 0) when << "every " << c.checkpoint_every_steps << " steps";
+    std::cout << "       checkpoints: " << run.last_path << " " << when.str()
+              << " mid-epoch, written in the background\n";
+  }
   if (run.val_loader) {
     std::cout << "       best checkpoint by " << (best_by_ema(run) ? "EMA" : "model") << " top-1"
               << (run.ema ? ", EMA decay " + std::to_string(c.ema) + (c.ema_warmup ? " with DLE's warm-up" : "") : "")
@@ -220,17 +253,29 @@ void print_run_summary(const TrainingRun& run) {
 
 void save_run(const TrainingRun& run, const std::string& path) {
   if (!run.writer || !run.config.checkpoints) return;
-  NamedTensors tensors;
-  for (auto& [k, t] : state_dict(*run.model)) tensors.emplace_back("model." + k, t);
-  if (run.ema) {
-    for (auto& [k, t] : state_dict(*run.ema->model())) tensors.emplace_back("ema." + k, t);
+  if (run.saver) run.saver->wait();
+  save_checkpoint(path, run_state(run), checkpoint_meta(run));
+}
+
+bool checkpoint_due(const TrainingRun& run) {
+  if (!run.saver) return false;
+  const auto every = run.config.checkpoint_every_steps;
+  if (every > 0 && run.position.global_step % every == 0) return true;
+  return run.checkpoint_interval_s > 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - run.last_saved).count() >=
+             run.checkpoint_interval_s;
+}
+
+void save_run_in_background(TrainingRun& run) {
+  const auto timing = run.saver->save(run.last_path, run_state(run), checkpoint_meta(run));
+  run.last_saved = std::chrono::steady_clock::now();
+  if (timing.waited()) {
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%.2f", timing.waited_s);
+    std::cout << "checkpoint: the previous background write of " << run.last_path << " was still running at step "
+              << run.position.global_step << "; the step waited " << waited
+              << " s for it (a longer --checkpoint-interval or --checkpoint-every-steps avoids that)\n";
   }
-  for (auto& e : run.optimizer->state()) tensors.push_back(e);
-  if (run.scaler) {
-    for (auto& e : run.scaler->state()) tensors.push_back(e);
-  }
-  tensors.emplace_back("rng.torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
-  save_checkpoint(path, tensors, checkpoint_meta(run));
 }
 
 }  // namespace convnets::train

@@ -22,7 +22,16 @@ void print_run_summary(const TrainingRun& run);
 // Model, EMA, optimizer, loss-scale and RNG state plus the run's metadata at
 // run.position; rank 0 writes, the others hold the same state; nothing with
 // --no-checkpoints.
+// Waits first for a write in flight in the background, so that files appear in the order of the steps they hold.
 void save_run(const TrainingRun& run, const std::string& path);
+
+// Whether a mid-epoch checkpoint is due after the step just run (run.position): --checkpoint-every-steps, or
+// --checkpoint-interval minutes since the last one. Always false without run.saver (other ranks, options off).
+bool checkpoint_due(const TrainingRun& run);
+
+// save_run's state snapshotted to host memory now and written to run.last_path by run.saver's thread while the
+// training goes on; prints a line when it had to wait for the previous write.
+void save_run_in_background(TrainingRun& run);
 
 // A DLLogger entry of the running epoch (step [epoch, iteration]) or of its
 // end ([epoch]) into log.json and, with --tensorboard, as scalars at the

@@ -209,6 +209,8 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
       out.prof_reached = true;
       break;
     }
+    // Not at the epoch's end, whose own checkpoint follows at once.
+    if (s + 1 < run.steps_per_epoch && checkpoint_due(run)) save_run_in_background(run);
   }
   out.complete = pos.step_in_epoch == run.steps_per_epoch;
   const double epoch_s = seconds_between(epoch_start, Clock::now());

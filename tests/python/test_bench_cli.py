@@ -91,6 +91,29 @@ class BenchModel(unittest.TestCase):
         self.assertEqual(bad.returncode, 1)
         self.assertIn(self.path("missing"), bad.stderr)
 
+    def test_steps_around_a_checkpoint_saved_synchronously_and_in_the_background(self):
+        r = run([BIN, "bench", "train", *SMALL, "--batch-sizes", "4", "--save-every", "3", "--saves", "2",
+                 "--save-dir", self.tmp.name, "--json", self.path("s.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("saved after the first step of each block of 3 steps; 2 blocks of each kind, in turn", r.stdout)
+        for kind in ("none", "sync", "background"):
+            self.assertRegex(r.stdout, r"\n\| %s \| [0-9.]+ \| [+-][0-9.]+ \| " % kind)
+        j = fixtures.read_json(self.path("s.json"))
+        self.assertEqual((j["mode"], j["save_every"], j["saves"], j["batch"]), ("train-save-every", 3, 2, 4))
+        k = j["kinds"]
+        # Each block: its first step (with the save, where it has one) and two more; a background write waited for at
+        # the block's end.
+        self.assertEqual([len(k[n]["block_ms"]) for n in ("none", "sync", "background")], [2, 2, 2])
+        self.assertEqual([len(k[n]["save_step_ms"]) for n in ("none", "sync", "background")], [0, 2, 2])
+        self.assertEqual([len(k[n]["other_ms"]) for n in ("none", "sync", "background")], [6, 4, 4])
+        self.assertEqual(len(k["background"]["waited_ms"]), 2)
+        self.assertGreater(j["background_write_ms"], 0)  # written by the background thread, timed there
+        self.assertGreater(j["tensors"], 2 * 8)  # the weights, BN's buffers, a momentum buffer per parameter
+        self.assertEqual(sorted(os.listdir(self.tmp.name)), ["s.json"], "the checkpoint is removed after")
+        bad = run([BIN, "bench", "train", *SMALL, "--batch-sizes", "4,8", "--save-every", "3"])
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("--save-every: give one --batch-sizes value, not 2", bad.stderr)
+
     def imagenet_like(self):
         data = os.environ.get("CONVNETS_IMAGENET_LIKE")
         if not data:

@@ -227,12 +227,13 @@ class FusedStage(DryCall):
 
 class AutotuneStage(DryCall):
     """Issue 67's second call (`run build autotune`): convnets' default step against torch.compile's max-autotune
-    modes (GPU only: inductor), and the NormConv path forced."""
+    modes (GPU only: inductor), and the NormConv path forced; issue 70's step around a checkpoint saved mid-epoch."""
     STAGES = ("autotune",)
 
     def test_each_step_ran_and_its_peers_are_named(self):
         self.assert_passed()
-        for step in ["autotune/convnets-fp32", "autotune/convnets-fp32-fusion-normconv", "autotune/compare-fp32"]:
+        for step in ["autotune/convnets-fp32", "autotune/convnets-fp32-fusion-normconv",
+                     "autotune/convnets-fp32-save-every", "autotune/compare-fp32"]:
             self.assertRegex(self.text, r"\nPASS %s \(\d+ s\)" % re.escape(step))
         for mode in ("max-autotune", "max-autotune-no-cudagraphs"):
             self.assertIn("SKIP autotune/compile-inductor-%s-fp32: inductor's modes run on the GPU only" % mode,
