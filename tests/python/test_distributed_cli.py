@@ -7,6 +7,9 @@ with another world size; launches that must fail within seconds.
 """
 import json
 import os
+import random
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,6 +21,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import pth2safetensors  # noqa: E402
 from fixtures import free_port  # noqa: E402
+import kill_resume  # noqa: E402
 import runner  # noqa: E402
 
 BIN = os.environ["CONVNETS_BIN"]
@@ -208,6 +212,76 @@ class DataParallelTraining(unittest.TestCase):
 
 
 @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+def documented_torchrun_line():
+    """docs/MULTINODE.md's elastic torchrun line ("Restarts"), its continuation lines joined, as words."""
+    with open(os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "docs", "MULTINODE.md")) as f:
+        text = f.read()
+    section = text[text.index("## Restarts"):]
+    m = re.search(r"^    (torchrun --no-python .*?)\n(?!        )", section, re.M | re.S)
+    return m.group(1).replace("\\\n", " ").split()
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
+class ElasticRestarts(unittest.TestCase):
+    """torchrun's elastic agent, the real one from the project's .venv, running the docs' line as written but for the
+    machine's names and a short run: a worker killed with SIGKILL mid-epoch, the agent restarts both, they resume by
+    themselves from the last checkpoint saved in the background, and the run ends bit-identical to one never killed."""
+
+    STEPS = 64  # 4,096 images an epoch in steps of 2 x 32
+
+    def torchrun(self, workspace):
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        line = documented_torchrun_line()
+        self.assertEqual(line[:2], ["torchrun", "--no-python"], line)
+        fill = {"NODE0:29400": f"127.0.0.1:{free_port()}", "8": "2", "$(which": BIN, "convnets)": None,
+                "DATA": FASHION, "/shared/runs/rn50": workspace}
+        for word in fill:
+            self.assertIn(word, line, f"docs/MULTINODE.md's torchrun line changed: {shlex.join(line)}")
+        words = [fill.get(w, w) for w in line]
+        words = [torchrun] + [w for w in words[1:] if w is not None]
+        # One agent where the line allows two (--nnodes 1:2): the rendezvous closes after 1 s, not torchrun's 30 s
+        # wait for a second node. A checkpoint every 4 steps: the line's 10 minutes would not come in this run.
+        words[1:1] = ["--rdzv-conf", "last_call_timeout=1"]
+        return words + ["--recipe", "fashion-mnist-resnet8", "--max-train-images", str(64 * self.STEPS), "--epochs",
+                        "1", "--warmup", "0", "--batch-size", "32", "--print-freq", "1", "--training-only",
+                        "--checkpoint-every-steps", "4"]
+
+    def test_a_worker_killed_mid_epoch_is_restarted_and_the_run_ends_as_if_never_killed(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ws, reference = os.path.join(tmp, "ws"), os.path.join(tmp, "reference")
+            r = runner.run(self.torchrun(reference), capture_output=True, text=True, timeout=300, env=env1())
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            kill_at = random.randint(10, self.STEPS - 10)
+            p = subprocess.Popen(self.torchrun(ws), env=env1(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+            log, reached, deadline = os.path.join(ws, "log.json"), 0, time.time() + 120
+            while reached < kill_at and p.poll() is None and time.time() < deadline:
+                if os.path.exists(log):
+                    with open(log) as f:
+                        steps = [json.loads(line[5:]).get("step") for line in f if line.startswith("DLLL ")]
+                    reached = max([s[1] for s in steps if isinstance(s, list) and len(s) == 2] or [0])
+                time.sleep(0.01)
+            ranks = rank_pids(p.pid)
+            self.assertEqual(sorted(ranks), [0, 1], f"the workers at step {reached}")
+            os.kill(ranks[1], signal.SIGKILL)
+            out = p.communicate(timeout=300)[0]
+            self.assertEqual(p.returncode, 0, out)
+            self.assertIn("failed (exitcode: -9) local_rank: 1", out)  # torchrun saw the kill
+            self.assertIn("resume: torchrun's restart 1: --resume auto", out)
+            m = re.search(r"^resume: \S+ at epoch 1, step (\d+)/64$", out, re.M)
+            self.assertIsNotNone(m, out)
+            # Killed at step `reached` or soon after: the resume is from a save of the 4-step interval before it.
+            self.assertGreater(int(m.group(1)), 0, out)
+            self.assertEqual(int(m.group(1)) % 4, 0, out)
+            self.assertLessEqual(int(m.group(1)), reached + 4, out)
+            self.assertIn(f"done: {self.STEPS} steps", out)
+            a = kill_resume.read_checkpoint(os.path.join(ws, "last.safetensors"))[0]
+            b = kill_resume.read_checkpoint(os.path.join(reference, "last.safetensors"))[0]
+            self.assertEqual(sorted(a), sorted(b))
+            differing = [k for k in b if a[k] != b[k]]
+            self.assertEqual(differing, [], f"killed at step {reached} and resumed at {m.group(1)}: not bit-identical")
+
+
 class BadLaunches(unittest.TestCase):
     def run_fast(self, args, expect, env=None, within=10):
         with tempfile.TemporaryDirectory() as tmp:
