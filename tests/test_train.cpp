@@ -11,6 +11,7 @@
 #include "train/schedule.h"
 #include "train/sgd.h"
 #include "train/step.h"
+#include "train/world_change.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -317,6 +318,56 @@ TEST(Config, RecipesAreBuiltInAndValid) {
   EXPECT_EQ(c.epochs, 250);
   EXPECT_DOUBLE_EQ(c.mixup, 0.2);
   EXPECT_DOUBLE_EQ(c.momentum, 0.875);
+}
+
+// DLE's --optimizer-batch-size across a world change: the fewest equal micro-batches that make the global batch, no
+// larger than the batch that fit before; where none is equal, the nearest, said to be inexact.
+TEST(WorldChange, TheGlobalBatchIsSplitOverTheNewWorld) {
+  const auto split = [](std::int64_t g, std::int64_t b, std::int64_t w) {
+    const auto s = train::split_global_batch(g, b, w);
+    return std::make_tuple(s.batch, s.micro_batches, s.global, s.exact);
+  };
+  EXPECT_EQ(split(256, 64, 4), std::make_tuple(64, 1, 256, true));
+  EXPECT_EQ(split(256, 64, 2), std::make_tuple(64, 2, 256, true));
+  EXPECT_EQ(split(256, 64, 8), std::make_tuple(32, 1, 256, true));
+  EXPECT_EQ(split(256, 32, 1), std::make_tuple(32, 8, 256, true));
+  EXPECT_EQ(split(256, 64, 3), std::make_tuple(43, 2, 258, false));
+  EXPECT_EQ(split(64, 32, 3), std::make_tuple(21, 1, 63, false));
+  EXPECT_EQ(split(2048, 256, 6), std::make_tuple(171, 2, 2052, false));
+}
+
+// The start line names both worlds and what each process now runs; a checkpoint of the same world, or flags that
+// already keep its images per step, change nothing; --resume-batch as-given keeps the flags.
+TEST(WorldChange, AResumeOnAnotherWorldKeepsTheImagesPerStepAndSaysSo) {
+  const nlohmann::json meta = {{"world_size", 4},
+                               {"images_per_step", 256},
+                               {"config", {{"batch_size", 64}, {"optimizer_batch_size", 0}}}};
+  train::TrainConfig c;
+  c.batch_size = 64;
+  c.optimizer_batch_size = 0;
+  auto three = c;
+  EXPECT_EQ(train::keep_images_per_step(three, meta, 3),
+            "resume: world 4 -> 3: 2 micro-batches of 43 per process instead of 1 of 64: no equal split of the "
+            "checkpoint's 256 images a step over 3 processes, so 258 (+0.8 %); the LR stays the checkpoint's "
+            "(absolute --lr)");
+  EXPECT_EQ(three.batch_size, 43);
+  EXPECT_EQ(three.optimizer_batch_size, 258);
+  auto two = c;
+  EXPECT_EQ(train::keep_images_per_step(two, meta, 2),
+            "resume: world 4 -> 2: 2 micro-batches of 64 per process instead of 1 of 64, the checkpoint's 256 images "
+            "a step kept (--resume-batch recipe)");
+  EXPECT_EQ(two.batch_size, 64);
+  EXPECT_EQ(two.optimizer_batch_size, 256);
+  auto same = c;
+  EXPECT_EQ(train::keep_images_per_step(same, meta, 4), "");
+  auto given = c;
+  given.resume_batch = "as-given";
+  EXPECT_EQ(train::keep_images_per_step(given, meta, 2), "");
+  EXPECT_EQ(given.batch_size, 64);
+  EXPECT_EQ(given.optimizer_batch_size, 0);
+  auto accumulated = c;  // DLE's line: the global batch given, 2 processes of 64 accumulating twice
+  accumulated.optimizer_batch_size = 256;
+  EXPECT_EQ(train::keep_images_per_step(accumulated, meta, 2), "");
 }
 
 TEST(Config, ShortRunsShrinkTheRecipesWarmup) {

@@ -7,6 +7,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/runtime.h"
 #include "train/config.h"
+#include "train/world_change.h"
 #include "train/trainer.h"
 
 #include <CLI/CLI.hpp>
@@ -314,7 +315,13 @@ int run(TrainArgs& a) {
   runtime::check_runtime(config.device, config.precision);
   return launch_or_run(a.launch, [&](const distributed::WorkerEnv* worker) {
     if (worker) options.dist = *worker;
-    return train::run_training(config, options);
+    // The world is known here, in the worker. A global batch given on this command line is the user's choice.
+    train::TrainConfig run_config = config;
+    if (options.resume && options.resume->is_training_checkpoint() && !overrides.contains("optimizer_batch_size")) {
+      const auto line = train::keep_images_per_step(run_config, options.resume->meta, worker ? worker->world_size : 1);
+      if (!line.empty() && (!worker || worker->rank == 0)) std::cout << line << '\n';
+    }
+    return train::run_training(run_config, options);
   });
 }
 

@@ -210,6 +210,7 @@ void validate(const TrainConfig& c) {
   check(c.keep >= 0, "keep", "0 or positive", std::to_string(c.keep));
   check(std::isfinite(c.checkpoint_interval), "checkpoint_interval", "minutes (0: off; negative: the default)",
         str(c.checkpoint_interval));
+  check_choice("resume_batch", c.resume_batch, {"recipe", "as-given"});
   check(c.checkpoint_every_steps >= 0, "checkpoint_every_steps", "0 or positive", std::to_string(c.checkpoint_every_steps));
   check(c.checkpoints || (c.checkpoint_interval <= 0 && c.checkpoint_every_steps == 0),
         c.checkpoint_every_steps > 0 ? "checkpoint_every_steps" : "checkpoint_interval", "used without --no-checkpoints",

@@ -84,6 +84,7 @@ namespace convnets::train {
   X(std::int64_t, save_every, 0, "also save epoch-N checkpoints every N epochs (0: off; --gather-checkpoints: every epoch)") \
   X(std::int64_t, keep, 0, "how many epoch-N checkpoints to keep (0: all)")                                           \
   X(double, checkpoint_interval, -1, "minutes between checkpoints saved mid-epoch (last.safetensors) at a step boundary, written in the background while training goes on (0: off; negative: 10 on multi-process runs, off on one)") \
+  X(std::string, resume_batch, "recipe", "a --resume on another number of processes: recipe (the checkpoint's images per optimizer step kept through the per-process batch and gradient accumulation, as DLE's --optimizer-batch-size) | as-given (--batch-size per process as given: the images per step change with the processes)") \
   X(std::int64_t, checkpoint_every_steps, 0, "also save last.safetensors in the background every N optimizer steps (0: off)") \
   X(std::int64_t, image_size, 0, "training and eval crop size (0: the arch's)")                                       \
   X(double, crop_ratio, 0, "eval: resize to size / ratio, then centre-crop (0: the arch's)")                          \

@@ -56,6 +56,14 @@ def max_relative_error(a, b):
     return max(((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-30)).item() for k in a)
 
 
+def step_lrs(log):
+    """{global step: LR} of a DLLogger log's per-step records (print-freq 2: every other step)."""
+    with open(log) as f:
+        records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
+    return {(r["step"][0], r["step"][1]): r["data"]["train.lr"] for r in records
+            if isinstance(r.get("step"), list) and len(r["step"]) == 2 and "train.lr" in r.get("data", {})}
+
+
 def rank_pids(launcher_pid):
     """rank -> pid of the launcher's workers, read from their environment."""
     out = {}
@@ -135,6 +143,29 @@ class DataParallelTraining(unittest.TestCase):
         err = max_relative_error(params(self.ws("torchrun/last.safetensors")),
                                  params(self.ws("single/last.safetensors")))
         self.assertLess(err, 1e-5)
+
+    def test_a_resume_on_more_processes_keeps_the_checkpoints_images_per_step(self):
+        # The fixture: 1 process accumulating 2 micro-batches of 32 (64 images a step), stopped at step 6 of 16.
+        ckpt = self.ws("single/last.safetensors")
+        r = train("--resume", ckpt, "--prof", "8", "--nproc-per-node", "4", "--master-port", str(free_port()),
+                  "--workspace", self.ws("world4"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("resume: world 1 -> 4: 1 micro-batch of 16 per process instead of 2 of 32, the checkpoint's 64 "
+                      "images a step kept (--resume-batch recipe)", r.stdout)
+        self.assertIn("16 steps/epoch of 64 images (4 processes x 16)", r.stdout)
+        self.assertIn("at epoch 1, step 6/16", r.stdout)
+        self.assertIn("done: 8 steps", r.stdout)
+        # The schedule is the recipe's: the LR of steps 7 and 8 as the single process has them.
+        one = train("--resume", ckpt, "--prof", "8", "--workspace", self.ws("world1"))
+        self.assertEqual(one.returncode, 0, one.stderr)
+        lrs = step_lrs(self.ws("world4/log.json"))
+        self.assertIn((1, 8), lrs)
+        self.assertEqual(lrs, step_lrs(self.ws("world1/log.json")))
+        # As given, the flags' 4 x 32 images are no whole number of the checkpoint's optimizer batch: refused, named.
+        given = train("--resume", ckpt, "--prof", "8", "--nproc-per-node", "4", "--master-port", str(free_port()),
+                      "--workspace", self.ws("world4-as-given"), "--resume-batch", "as-given")
+        self.assertNotEqual(given.returncode, 0)
+        self.assertIn("--optimizer-batch-size 64 is not a multiple of --batch-size 32 x 4 processes", given.stderr)
 
     def test_sharded_evaluation_counts_every_image_exactly_once(self):
         ckpt = self.ws("single/last.safetensors")
