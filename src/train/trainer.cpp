@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "data/rng.h"
 #include "io/atomic_file.h"
 #include "report/report.h"
 #include "runtime/evaluate.h"
@@ -97,19 +98,38 @@ int interrupted(const TrainingRun& run, int sig, const std::string& where) {
 // ---- one epoch of training
 
 // Loss and time summed over a span of steps (a log window, or the epoch). The
+// The images of one step (StepTotals' count and digest).
+struct StepImages {
+  std::int64_t images = 0;
+  std::uint64_t digest = 0;
+};
+
 // loss stays on the device until the span is reported: no sync per step.
 struct StepTotals {
   at::Tensor loss;
   double data_s = 0, compute_s = 0;
   std::int64_t steps = 0;
+  // The images trained, and a digest of which: the sum of a mix of each one's dataset index (mod 2^64), so that
+  // an image trained twice or skipped across a resume or a world change shows in the log, not only a count.
+  std::int64_t images = 0;
+  std::uint64_t digest = 0;
 
   explicit StepTotals(const c10::Device& device)
       : loss(torch::zeros({}, torch::dtype(torch::kDouble).device(device))) {}
-  void add(const at::Tensor& step_loss, double data, double compute) {
+  void add(const at::Tensor& step_loss, double data, double compute, const StepImages& seen) {
     loss += step_loss;
     data_s += data;
     compute_s += compute;
     ++steps;
+    images += seen.images;
+    digest += seen.digest;
+  }
+  // The images and their digest over every rank (a collective in data-parallel runs; unsigned sums wrap alike).
+  std::pair<std::int64_t, std::uint64_t> global_images(const TrainingRun& run) const {
+    if (!run.group) return {images, digest};
+    at::Tensor t = torch::tensor({images, static_cast<std::int64_t>(digest)}, torch::kLong);
+    run.group->all_reduce_sum(t);
+    return {t[0].item<std::int64_t>(), static_cast<std::uint64_t>(t[1].item<std::int64_t>())};
   }
   // The mean step loss over every rank (a collective in data-parallel runs).
   double mean_loss(const TrainingRun& run) {
@@ -123,8 +143,22 @@ struct StepTotals {
     loss.zero_();
     data_s = compute_s = 0;
     steps = 0;
+    images = 0;
+    digest = 0;
   }
 };
+
+std::string hex(std::uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+// The log's count and digest of the images of a span of steps (StepTotals::global_images).
+void log_images_seen(nlohmann::ordered_json& entry, const std::pair<std::int64_t, std::uint64_t>& seen) {
+  entry["train.images"] = seen.first;
+  entry["train.image_digest"] = hex(seen.second);
+}
 
 struct EpochOutcome {
   nlohmann::ordered_json log;  // the epoch's DLLogger entry, validation to be added
@@ -134,10 +168,12 @@ struct EpochOutcome {
 };
 
 // The step's micro-batches from the loader, on the device.
-std::vector<MicroBatch> next_step_batches(TrainingRun& run, data::Batch& batch) {
+std::vector<MicroBatch> next_step_batches(TrainingRun& run, data::Batch& batch, StepImages& seen) {
   std::vector<MicroBatch> micro;
   for (std::int64_t m = 0; m < run.micro_per_step; ++m) {
     if (!run.train_loader->next(batch)) throw Error("loader: the epoch ended early");  // not reachable: sizes checked
+    for (const auto index : batch.indices) seen.digest += data::Rng::mix(static_cast<std::uint64_t>(index));
+    seen.images += static_cast<std::int64_t>(batch.indices.size());
     micro.push_back({batch_input(batch, run.pre, run.rt), batch.labels.to(run.rt.device, /*non_blocking=*/true),
                      batch.erase});
   }
@@ -157,6 +193,7 @@ void log_window(TrainingRun& run, StepTotals& window, Progress& progress, std::i
                                {"train.compute_time", window.compute_s / steps},
                                {"train.lr", lr}};
   if (run.scaler) entry["train.loss_scale"] = run.scaler->value();
+  log_images_seen(entry, window.global_images(run));
   log_metrics(run, {epoch + 1, done}, entry);
   window.reset();
   if (run.writer) {
@@ -180,7 +217,8 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
   const auto epoch_start = Clock::now();
   for (std::int64_t s = first; s < run.steps_per_epoch; ++s) {
     const auto t0 = Clock::now();
-    const auto micro = next_step_batches(run, batch);
+    StepImages seen;
+    const auto micro = next_step_batches(run, batch, seen);
     if (pos.global_step == 0) log_images(run, batch.images);
     const auto t1 = Clock::now();
     lr = run.schedule->at(pos.global_step);
@@ -189,8 +227,8 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
     pos.step_in_epoch = s + 1;
     if (run.group) run.group->set_progress(pos.global_step);
     const auto t2 = Clock::now();
-    total.add(step_loss, seconds_between(t0, t1), seconds_between(t1, t2));
-    window.add(step_loss, seconds_between(t0, t1), seconds_between(t1, t2));
+    total.add(step_loss, seconds_between(t0, t1), seconds_between(t1, t2), seen);
+    window.add(step_loss, seconds_between(t0, t1), seconds_between(t1, t2), seen);
     const bool log_now = (s + 1) % c.print_freq == 0 || s + 1 == run.steps_per_epoch;
     if (log_now) {
       log_window(run, window, progress, epoch, s + 1, lr);
@@ -226,6 +264,7 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
              {"train.lr", lr},
              {"train.bad_images", run.train_loader->stats().bad_images}};
   if (run.scaler) out.log["train.loss_scale"] = run.scaler->value();
+  log_images_seen(out.log, total.global_images(run));
   // The files skipped for the first time this epoch, by name, so the log says
   // which files to fix and not only how many there were.
   const auto bad = run.train_loader->bad_files();

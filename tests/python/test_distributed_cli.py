@@ -56,12 +56,26 @@ def max_relative_error(a, b):
     return max(((a[k] - b[k]).abs().max() / b[k].abs().max().clamp_min(1e-30)).item() for k in a)
 
 
-def step_lrs(log):
-    """{global step: LR} of a DLLogger log's per-step records (print-freq 2: every other step)."""
+def step_records(log):
+    """{(epoch, step): data} of a DLLogger log's per-step records (every --print-freq steps); where a resumed run
+    logged a step again, its record, the last, is the one that counts."""
     with open(log) as f:
         records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
-    return {(r["step"][0], r["step"][1]): r["data"]["train.lr"] for r in records
+    return {(r["step"][0], r["step"][1]): r["data"] for r in records
             if isinstance(r.get("step"), list) and len(r["step"]) == 2 and "train.lr" in r.get("data", {})}
+
+
+def step_lrs(log):
+    return {k: v["train.lr"] for k, v in step_records(log).items()}
+
+
+def images_seen(*logs):
+    """{(epoch, step): (images, digest)} of the steps in the logs, later logs' records over earlier ones': which
+    images each span of steps trained (the digest sums a mix of their dataset indices)."""
+    seen = {}
+    for log in logs:
+        seen.update({k: (v["train.images"], v["train.image_digest"]) for k, v in step_records(log).items()})
+    return seen
 
 
 def rank_pids(launcher_pid):
@@ -161,6 +175,14 @@ class DataParallelTraining(unittest.TestCase):
         lrs = step_lrs(self.ws("world4/log.json"))
         self.assertIn((1, 8), lrs)
         self.assertEqual(lrs, step_lrs(self.ws("world1/log.json")))
+        # Exactly once: the 4 processes' steps 7 and 8 trained the images the single process trains there, and with
+        # the steps before the checkpoint, those of an uninterrupted run's first 8 steps, each once.
+        ref = train("--prof", "8", "--optimizer-batch-size", "64", "--training-only", "--workspace", self.ws("ref8"))
+        self.assertEqual(ref.returncode, 0, ref.stderr)
+        resumed = images_seen(self.ws("single/log.json"), self.ws("world4/log.json"))
+        self.assertEqual(sorted(resumed), [(1, 2), (1, 4), (1, 6), (1, 8)])
+        self.assertEqual(resumed, images_seen(self.ws("ref8/log.json")))
+        self.assertEqual(sum(n for n, _ in resumed.values()), 8 * 64)
         # As given, the flags' 4 x 32 images are no whole number of the checkpoint's optimizer batch: refused, named.
         given = train("--resume", ckpt, "--prof", "8", "--nproc-per-node", "4", "--master-port", str(free_port()),
                       "--workspace", self.ws("world4-as-given"), "--resume-batch", "as-given")
@@ -311,6 +333,15 @@ class ElasticRestarts(unittest.TestCase):
             self.assertEqual(sorted(a), sorted(b))
             differing = [k for k in b if a[k] != b[k]]
             self.assertEqual(differing, [], f"killed at step {reached} and resumed at {m.group(1)}: not bit-identical")
+            # Exactly once: each step of the killed and resumed run (its last record of the step) trained the images
+            # that step of the uninterrupted run trained, and the epoch's record of the resumed part counts the rest.
+            seen, expected = images_seen(os.path.join(ws, "log.json")), images_seen(os.path.join(reference, "log.json"))
+            self.assertEqual(len(expected), self.STEPS)
+            self.assertEqual(seen, expected)
+            with open(os.path.join(ws, "log.json")) as f:
+                records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
+            epochs = [r["data"] for r in records if r.get("step") == [1]]
+            self.assertEqual(epochs[-1]["train.images"], (self.STEPS - int(m.group(1))) * 64)
 
 
 class BadLaunches(unittest.TestCase):
