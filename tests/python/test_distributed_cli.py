@@ -277,71 +277,122 @@ def documented_torchrun_line():
 @unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
 class ElasticRestarts(unittest.TestCase):
     """torchrun's elastic agent, the real one from the project's .venv, running the docs' line as written but for the
-    machine's names and a short run: a worker killed with SIGKILL mid-epoch, the agent restarts both, they resume by
-    themselves from the last checkpoint saved in the background, and the run ends bit-identical to one never killed."""
+    machine's names and a short run. A worker killed with SIGKILL mid-epoch: the agent restarts both, they resume by
+    themselves from the last checkpoint saved in the background, and the run ends bit-identical to one never killed.
+    One of two agents killed with its worker: the other re-forms the group alone and keeps the recipe. Either way
+    each step trains the images the uninterrupted run's step trains (log.json's train.image_digest)."""
 
     STEPS = 64  # 4,096 images an epoch in steps of 2 x 32
 
-    def torchrun(self, workspace):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.reference = os.path.join(cls.tmp.name, "reference")
+        cls.reference_run = runner.run(cls.torchrun(cls.reference, 2), capture_output=True, text=True, timeout=300,
+                                       env=env1())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def torchrun(cls, workspace, nproc, endpoint=None):
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         line = documented_torchrun_line()
-        self.assertEqual(line[:2], ["torchrun", "--no-python"], line)
-        fill = {"NODE0:29400": f"127.0.0.1:{free_port()}", "8": "2", "$(which": BIN, "convnets)": None,
-                "DATA": FASHION, "/shared/runs/rn50": workspace}
-        for word in fill:
-            self.assertIn(word, line, f"docs/MULTINODE.md's torchrun line changed: {shlex.join(line)}")
+        fill = {"NODE0:29400": endpoint or f"127.0.0.1:{free_port()}", "8": str(nproc), "$(which": BIN,
+                "convnets)": None, "DATA": FASHION, "/shared/runs/rn50": workspace}
+        if line[:2] != ["torchrun", "--no-python"] or any(word not in line for word in fill):
+            raise AssertionError(f"docs/MULTINODE.md's torchrun line changed: {shlex.join(line)}")
         words = [fill.get(w, w) for w in line]
         words = [torchrun] + [w for w in words[1:] if w is not None]
-        # One agent where the line allows two (--nnodes 1:2): the rendezvous closes after 1 s, not torchrun's 30 s
-        # wait for a second node. A checkpoint every 4 steps: the line's 10 minutes would not come in this run.
-        words[1:1] = ["--rdzv-conf", "last_call_timeout=1"]
-        return words + ["--recipe", "fashion-mnist-resnet8", "--max-train-images", str(64 * self.STEPS), "--epochs",
+        # The rendezvous closes 1 s after its last arrival, not torchrun's 30 s wait for a node that may come, and
+        # takes a node for lost after 2 missed heartbeats 1 s apart, not 3 of 5 s. A checkpoint every 4 steps: the
+        # line's 10 minutes would not come in this run.
+        words[1:1] = ["--rdzv-conf", "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2"]
+        return words + ["--recipe", "fashion-mnist-resnet8", "--max-train-images", str(64 * cls.STEPS), "--epochs",
                         "1", "--warmup", "0", "--batch-size", "32", "--print-freq", "1", "--training-only",
                         "--checkpoint-every-steps", "4"]
 
+    def setUp(self):
+        self.assertEqual(self.reference_run.returncode, 0, self.reference_run.stdout + self.reference_run.stderr)
+        self.work = tempfile.TemporaryDirectory()
+        self.addCleanup(self.work.cleanup)
+        self.ws = os.path.join(self.work.name, "ws")
+
+    def wait_for_step(self, step, *agents):
+        log, reached, deadline = os.path.join(self.ws, "log.json"), 0, time.time() + 120
+        while reached < step and all(a.poll() is None for a in agents) and time.time() < deadline:
+            if os.path.exists(log):
+                records = step_records(log)
+                reached = max(s for _, s in records) if records else 0
+            time.sleep(0.01)
+        return reached
+
+    def assert_each_step_trained_the_references_images(self):
+        seen = images_seen(os.path.join(self.ws, "log.json"))
+        expected = images_seen(os.path.join(self.reference, "log.json"))
+        self.assertEqual(len(expected), self.STEPS)
+        self.assertEqual(seen, expected)
+
     def test_a_worker_killed_mid_epoch_is_restarted_and_the_run_ends_as_if_never_killed(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            ws, reference = os.path.join(tmp, "ws"), os.path.join(tmp, "reference")
-            r = runner.run(self.torchrun(reference), capture_output=True, text=True, timeout=300, env=env1())
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            kill_at = random.randint(10, self.STEPS - 10)
-            p = subprocess.Popen(self.torchrun(ws), env=env1(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True)
-            log, reached, deadline = os.path.join(ws, "log.json"), 0, time.time() + 120
-            while reached < kill_at and p.poll() is None and time.time() < deadline:
-                if os.path.exists(log):
-                    with open(log) as f:
-                        steps = [json.loads(line[5:]).get("step") for line in f if line.startswith("DLLL ")]
-                    reached = max([s[1] for s in steps if isinstance(s, list) and len(s) == 2] or [0])
-                time.sleep(0.01)
-            ranks = rank_pids(p.pid)
-            self.assertEqual(sorted(ranks), [0, 1], f"the workers at step {reached}")
-            os.kill(ranks[1], signal.SIGKILL)
-            out = p.communicate(timeout=300)[0]
-            self.assertEqual(p.returncode, 0, out)
-            self.assertIn("failed (exitcode: -9) local_rank: 1", out)  # torchrun saw the kill
-            self.assertIn("resume: torchrun's restart 1: --resume auto", out)
-            m = re.search(r"^resume: \S+ at epoch 1, step (\d+)/64$", out, re.M)
-            self.assertIsNotNone(m, out)
-            # Killed at step `reached` or soon after: the resume is from a save of the 4-step interval before it.
-            self.assertGreater(int(m.group(1)), 0, out)
-            self.assertEqual(int(m.group(1)) % 4, 0, out)
-            self.assertLessEqual(int(m.group(1)), reached + 4, out)
-            self.assertIn(f"done: {self.STEPS} steps", out)
-            a = kill_resume.read_checkpoint(os.path.join(ws, "last.safetensors"))[0]
-            b = kill_resume.read_checkpoint(os.path.join(reference, "last.safetensors"))[0]
-            self.assertEqual(sorted(a), sorted(b))
-            differing = [k for k in b if a[k] != b[k]]
-            self.assertEqual(differing, [], f"killed at step {reached} and resumed at {m.group(1)}: not bit-identical")
-            # Exactly once: each step of the killed and resumed run (its last record of the step) trained the images
-            # that step of the uninterrupted run trained, and the epoch's record of the resumed part counts the rest.
-            seen, expected = images_seen(os.path.join(ws, "log.json")), images_seen(os.path.join(reference, "log.json"))
-            self.assertEqual(len(expected), self.STEPS)
-            self.assertEqual(seen, expected)
-            with open(os.path.join(ws, "log.json")) as f:
-                records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
-            epochs = [r["data"] for r in records if r.get("step") == [1]]
-            self.assertEqual(epochs[-1]["train.images"], (self.STEPS - int(m.group(1))) * 64)
+        p = subprocess.Popen(self.torchrun(self.ws, 2), env=env1(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        reached = self.wait_for_step(random.randint(10, self.STEPS - 10), p)
+        ranks = rank_pids(p.pid)
+        self.assertEqual(sorted(ranks), [0, 1], f"the workers at step {reached}")
+        os.kill(ranks[1], signal.SIGKILL)
+        out = p.communicate(timeout=300)[0]
+        self.assertEqual(p.returncode, 0, out)
+        self.assertIn("failed (exitcode: -9) local_rank: 1", out)  # torchrun saw the kill
+        self.assertIn("resume: torchrun's restart 1: --resume auto", out)
+        m = re.search(r"^resume: \S+ at epoch 1, step (\d+)/64$", out, re.M)
+        self.assertIsNotNone(m, out)
+        # Killed at step `reached` or soon after: the resume is from a save of the 4-step interval before it.
+        self.assertGreater(int(m.group(1)), 0, out)
+        self.assertEqual(int(m.group(1)) % 4, 0, out)
+        self.assertLessEqual(int(m.group(1)), reached + 4, out)
+        self.assertIn(f"done: {self.STEPS} steps", out)
+        a = kill_resume.read_checkpoint(os.path.join(self.ws, "last.safetensors"))[0]
+        b = kill_resume.read_checkpoint(os.path.join(self.reference, "last.safetensors"))[0]
+        self.assertEqual(sorted(a), sorted(b))
+        differing = [k for k in b if a[k] != b[k]]
+        self.assertEqual(differing, [], f"killed at step {reached} and resumed at {m.group(1)}: not bit-identical")
+        # Exactly once: each step of the killed and resumed run (its last record of the step) trained the images
+        # that step of the uninterrupted run trained, and the epoch's record of the resumed part counts the rest.
+        self.assert_each_step_trained_the_references_images()
+        with open(os.path.join(self.ws, "log.json")) as f:
+            records = [json.loads(line[5:]) for line in f if line.startswith("DLLL ")]
+        epochs = [r["data"] for r in records if r.get("step") == [1]]
+        self.assertEqual(epochs[-1]["train.images"], (self.STEPS - int(m.group(1))) * 64)
+
+    def test_one_of_two_agents_lost_the_other_goes_on_alone_with_the_recipe(self):
+        # Two agents of one worker each (--nnodes 1:2), the first hosting the rendezvous. The second is killed with
+        # its worker; the first's worker fails on the lost peer, its agent re-forms the group alone, and the worker
+        # resumes by itself with the checkpoint's 64 images a step as 2 micro-batches of 32.
+        endpoint = f"127.0.0.1:{free_port()}"
+        agents = []
+        for name in ("first", "second"):
+            out = open(os.path.join(self.work.name, name + ".out"), "w+")
+            self.addCleanup(out.close)
+            agents.append((subprocess.Popen(self.torchrun(self.ws, 1, endpoint), env=env1(), stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True), out))
+            time.sleep(0.5)  # the first to start hosts the rendezvous's store
+        (first, first_out), (second, _) = agents
+        reached = self.wait_for_step(random.randint(10, self.STEPS // 2), first, second)
+        workers = rank_pids(second.pid)
+        self.assertEqual(len(workers), 1, f"the second agent's worker at step {reached}")
+        os.killpg(second.pid, signal.SIGKILL)
+        for pid in workers.values():  # started in a session of its own by the agent
+            os.kill(pid, signal.SIGKILL)
+        second.wait()
+        self.assertEqual(first.wait(timeout=300), 0)
+        first_out.seek(0)
+        out = first_out.read()
+        self.assertIn("resume: torchrun's restart 1: --resume auto", out)
+        self.assertIn("resume: world 2 -> 1: 2 micro-batches of 32 per process instead of 1 of 32, the checkpoint's "
+                      "64 images a step kept (--resume-batch recipe)", out)
+        self.assertIn(f"done: {self.STEPS} steps", out)
+        self.assert_each_step_trained_the_references_images()
 
 
 class BadLaunches(unittest.TestCase):
