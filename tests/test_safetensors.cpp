@@ -181,18 +181,29 @@ TEST(Crc32c, MatchesRfc3720sCheckValuesOnEveryPathAndLength) {
     EXPECT_EQ(crc(ones, 32, 0), 0x62A8AB43u);
     EXPECT_EQ(crc(up, 32, 0), 0x46DD794Eu);
   }
-  // Around the hardware path's three 4-KiB lanes, at unaligned starts, and continued from any split: one value.
+  // Every path the CPU has, around each one's rounds (16-byte folds, 64- and 256-byte rounds, three 4-KiB lanes), at
+  // unaligned starts, and continued from any split: one value, the table's.
   std::vector<unsigned char> bytes(40000);
   std::mt19937 rng(7);
   for (auto& b : bytes) b = static_cast<unsigned char>(rng());
-  for (std::size_t n : {0, 1, 7, 8, 9, 12287, 12288, 12289, 36865}) {
-    for (std::size_t offset : {0, 1, 5}) {
-      const unsigned char* p = bytes.data() + offset;
-      const auto whole = crc32c(p, n);
-      EXPECT_EQ(whole, crc32c_portable(p, n)) << n << " bytes at +" << offset;
-      EXPECT_EQ(crc32c(p + n / 3, n - n / 3, crc32c(p, n / 3)), whole) << n << " bytes split at " << n / 3;
+  int paths = 0;
+  for (auto path : {Crc32cPath::Vpclmul512, Crc32cPath::Pclmul, Crc32cPath::Sse42, Crc32cPath::Table}) {
+    if (!crc32c_available(path)) continue;
+    ++paths;
+    EXPECT_EQ(crc32c_on(path, digits.data(), digits.size()), 0xE3069283u);
+    for (std::size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 255, 256, 257, 271, 511, 512, 767,
+                          1000, 12287, 12288, 12289, 36865}) {
+      for (std::size_t offset : {0, 1, 5}) {
+        const unsigned char* p = bytes.data() + offset;
+        const auto whole = crc32c_on(path, p, n);
+        EXPECT_EQ(whole, crc32c_portable(p, n)) << n << " bytes at +" << offset << ", path " << static_cast<int>(path);
+        EXPECT_EQ(crc32c_on(path, p + n / 3, n - n / 3, crc32c_on(path, p, n / 3)), whole)
+            << n << " bytes split at " << n / 3 << ", path " << static_cast<int>(path);
+        EXPECT_EQ(crc32c(p, n), whole);
+      }
     }
   }
+  std::printf("[ info     ] CRC-32C paths on this CPU: %d of 4\n", paths);
 }
 
 std::string header_of(const std::string& file) {

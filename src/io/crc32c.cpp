@@ -1,9 +1,10 @@
 #include "io/crc32c.h"
 
 #include <cstring>
+#include <initializer_list>
 
 #if defined(__x86_64__)
-#include <nmmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace convnets {
@@ -110,11 +111,153 @@ __attribute__((target("sse4.2"))) std::uint32_t raw_sse42(const unsigned char* p
   return c;
 }
 
-bool has_sse42() {
-  static const bool yes = __builtin_cpu_supports("sse4.2");
-  return yes;
+// Folding (Gopal et al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction", Intel 2009):
+// a 128-bit block V = A x^64 + B moved D bits on is A (x^(D+32) mod P) x^32 + B (x^(D-32) mod P) x^32 modulo P,
+// two carry-less products of 64 x 33 bits. Blocks are folded onto the ones D bits later until one 128-bit
+// remainder is left, whose CRC the crc32 instruction takes with the tail: it is congruent to everything before.
+// The constants, reflected as the data are and shifted left once for the product's 127 bits.
+std::uint64_t fold_constant(int exponent) {
+  std::uint64_t v = 1;  // x^exponent mod P, P = 0x1EDC6F41 with its x^32
+  for (int i = 0; i < exponent; ++i) {
+    v <<= 1;
+    if (v & (std::uint64_t{1} << 32)) v ^= 0x11EDC6F41ull;
+  }
+  std::uint64_t reflected = 0;
+  for (int i = 0; i < 32; ++i) reflected |= ((v >> i) & 1u) << (31 - i);
+  return reflected << 1;
 }
+
+// {x^(D+32), x^(D-32)} for a fold over D bits: lo multiplies A (the block's first 8 bytes), hi multiplies B.
+struct FoldConstants {
+  std::uint64_t lo, hi;
+  explicit FoldConstants(int bits) : lo(fold_constant(bits + 32)), hi(fold_constant(bits - 32)) {}
+};
+
+const FoldConstants& fold_by(int bits) {
+  static const FoldConstants f128(128), f512(512), f2048(2048);
+  return bits == 128 ? f128 : bits == 512 ? f512 : f2048;
+}
+
+__attribute__((target("pclmul,sse4.2"))) inline __m128i fold128(__m128i v, __m128i k) {
+  return _mm_xor_si128(_mm_clmulepi64_si128(v, k, 0x00), _mm_clmulepi64_si128(v, k, 0x11));
+}
+
+__attribute__((target("pclmul,sse4.2"))) __m128i constants128(int bits) {
+  const auto& f = fold_by(bits);
+  return _mm_set_epi64x(static_cast<long long>(f.hi), static_cast<long long>(f.lo));
+}
+
+// The remainder r, then the whole 16-byte blocks left, folded; its CRC and the tail's through crc32.
+__attribute__((target("pclmul,sse4.2"))) std::uint32_t finish128(__m128i r, const unsigned char* p, std::size_t n) {
+  const __m128i k = constants128(128);
+  for (; n >= 16; p += 16, n -= 16) r = _mm_xor_si128(fold128(r, k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  std::uint64_t c = _mm_crc32_u64(0, static_cast<std::uint64_t>(_mm_cvtsi128_si64(r)));
+  c = _mm_crc32_u64(c, static_cast<std::uint64_t>(_mm_extract_epi64(r, 1)));
+  return raw_sse42(p, n, static_cast<std::uint32_t>(c));
+}
+
+// Four 128-bit lanes, 64 bytes a round.
+__attribute__((target("pclmul,sse4.2"))) std::uint32_t raw_pclmul(const unsigned char* p, std::size_t n,
+                                                                   std::uint32_t c) {
+  if (n < 64) return raw_sse42(p, n, c);
+  const auto load = [](const unsigned char* q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); };
+  __m128i x0 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(c)));
+  __m128i x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
+  const __m128i k = constants128(512);
+  for (p += 64, n -= 64; n >= 64; p += 64, n -= 64) {
+    x0 = _mm_xor_si128(fold128(x0, k), load(p));
+    x1 = _mm_xor_si128(fold128(x1, k), load(p + 16));
+    x2 = _mm_xor_si128(fold128(x2, k), load(p + 32));
+    x3 = _mm_xor_si128(fold128(x3, k), load(p + 48));
+  }
+  const __m128i k1 = constants128(128);
+  x1 = _mm_xor_si128(x1, fold128(x0, k1));
+  x2 = _mm_xor_si128(x2, fold128(x1, k1));
+  x3 = _mm_xor_si128(x3, fold128(x2, k1));
+  return finish128(x3, p, n);
+}
+
+#define CONVNETS_AVX512_FOLD __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
+// GCC 12's avx512fintrin.h initialises its "undefined" vectors from themselves, which -Wmaybe-uninitialized
+// reports in every function that inlines them.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+
+CONVNETS_AVX512_FOLD inline __m512i fold(__m512i v, __m512i k) {
+  return _mm512_xor_si512(_mm512_clmulepi64_epi128(v, k, 0x00), _mm512_clmulepi64_epi128(v, k, 0x11));
+}
+
+CONVNETS_AVX512_FOLD inline __m512i load(const unsigned char* q) { return _mm512_loadu_si512(q); }
+
+// The same on four 512-bit registers of four blocks each (AVX-512's VPCLMULQDQ), 256 bytes a round.
+CONVNETS_AVX512_FOLD std::uint32_t raw_vpclmul(const unsigned char* p, std::size_t n, std::uint32_t c) {
+  if (n < 256) return raw_pclmul(p, n, c);
+  __m512i z0 = _mm512_xor_si512(load(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
+  __m512i z1 = load(p + 64), z2 = load(p + 128), z3 = load(p + 192);
+  const __m512i k = _mm512_broadcast_i32x4(constants128(2048));
+  for (p += 256, n -= 256; n >= 256; p += 256, n -= 256) {
+    z0 = _mm512_xor_si512(fold(z0, k), load(p));
+    z1 = _mm512_xor_si512(fold(z1, k), load(p + 64));
+    z2 = _mm512_xor_si512(fold(z2, k), load(p + 128));
+    z3 = _mm512_xor_si512(fold(z3, k), load(p + 192));
+  }
+  const __m512i k4 = _mm512_broadcast_i32x4(constants128(512));
+  z1 = _mm512_xor_si512(z1, fold(z0, k4));
+  z2 = _mm512_xor_si512(z2, fold(z1, k4));
+  z3 = _mm512_xor_si512(z3, fold(z2, k4));
+  // z3's four blocks are consecutive: each folded onto the next.
+  const __m128i k1 = constants128(128);
+  __m128i r = _mm512_extracti32x4_epi32(z3, 0);
+  r = _mm_xor_si128(fold128(r, k1), _mm512_extracti32x4_epi32(z3, 1));
+  r = _mm_xor_si128(fold128(r, k1), _mm512_extracti32x4_epi32(z3, 2));
+  r = _mm_xor_si128(fold128(r, k1), _mm512_extracti32x4_epi32(z3, 3));
+  return finish128(r, p, n);
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+bool available(Crc32cPath path) {
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  static const bool pclmul = sse42 && __builtin_cpu_supports("pclmul");
+  static const bool vpclmul = pclmul && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                              __builtin_cpu_supports("vpclmulqdq");
+  switch (path) {
+    case Crc32cPath::Vpclmul512: return vpclmul;
+    case Crc32cPath::Pclmul: return pclmul;
+    case Crc32cPath::Sse42: return sse42;
+    case Crc32cPath::Table: return true;
+  }
+#endif
+  return path == Crc32cPath::Table;
+}
+
+std::uint32_t raw_on(Crc32cPath path, const unsigned char* p, std::size_t n, std::uint32_t c) {
+#if defined(__x86_64__)
+  switch (path) {
+    case Crc32cPath::Vpclmul512: return raw_vpclmul(p, n, c);
+    case Crc32cPath::Pclmul: return raw_pclmul(p, n, c);
+    case Crc32cPath::Sse42: return raw_sse42(p, n, c);
+    case Crc32cPath::Table: break;
+  }
+#endif
+  (void)path;
+  return raw_portable(p, n, c);
+}
+
+Crc32cPath best_path() {
+  static const Crc32cPath best = [] {
+    for (auto path : {Crc32cPath::Vpclmul512, Crc32cPath::Pclmul, Crc32cPath::Sse42}) {
+      if (available(path)) return path;
+    }
+    return Crc32cPath::Table;
+  }();
+  return best;
+}
 
 }  // namespace
 
@@ -123,10 +266,14 @@ std::uint32_t crc32c_portable(const void* data, std::size_t size, std::uint32_t 
 }
 
 std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
-#if defined(__x86_64__)
-  if (has_sse42()) return ~raw_sse42(static_cast<const unsigned char*>(data), size, ~crc);
-#endif
-  return crc32c_portable(data, size, crc);
+  return ~raw_on(best_path(), static_cast<const unsigned char*>(data), size, ~crc);
+}
+
+bool crc32c_available(Crc32cPath path) { return available(path); }
+
+std::uint32_t crc32c_on(Crc32cPath path, const void* data, std::size_t size, std::uint32_t crc) {
+  if (!available(path)) return crc32c_portable(data, size, crc);
+  return ~raw_on(path, static_cast<const unsigned char*>(data), size, ~crc);
 }
 
 }  // namespace convnets
