@@ -6,6 +6,7 @@
 #include "runtime/checkpoint.h"  // kCheckpointFormat
 #include "test_util.h"
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
@@ -314,6 +315,26 @@ TEST_F(Safetensors, BackgroundSaveWritesTheStateAsItWasAtItsSnapshot) {
   EXPECT_TRUE(torch::equal(*two.find("a"), a0 + 1));
   EXPECT_TRUE(torch::equal(*two.find("b"), torch::zeros_like(b0)));
   EXPECT_EQ(nlohmann::json::parse(one.metadata.at("convnets")).value("step", 0), 1);
+}
+
+// On CUDA: the snapshot waits for the kernels queued before it (the step's, on whatever stream), copies through
+// pinned host buffers, and holds what the device held then, whatever the kernels queued after it do.
+TEST(Gpu, BackgroundSaveSnapshotsDeviceStateAfterTheQueuedKernels) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: this check runs on the GPU machine (scripts/gpu.sh)";
+  const auto dir = fs::temp_directory_path() / ("convnets_gpu_save_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto path = (dir / "last.safetensors").string();
+  auto weights = torch::randn({8 << 20}, torch::kCUDA);  // 32 MiB
+  const auto before = weights.cpu();
+  weights.mul_(2);  // queued: the snapshot must wait for it
+  runtime::BackgroundSaver saver;
+  saver.save(path, {{"w", weights}}, nlohmann::json{{"format", runtime::kCheckpointFormat}});
+  weights.add_(1);  // after the snapshot: not in the file
+  saver.wait();
+  const auto file = load_safetensors(path);
+  EXPECT_TRUE(torch::equal(*file.find("w"), before * 2));
+  EXPECT_FALSE(file.find("w")->is_cuda());
+  fs::remove_all(dir);
 }
 
 // A write that fails on its thread is not lost: the next wait() (or save()) throws it, naming the file.
