@@ -296,7 +296,7 @@ class ElasticRestarts(unittest.TestCase):
         cls.tmp.cleanup()
 
     @classmethod
-    def torchrun(cls, workspace, nproc, endpoint=None):
+    def torchrun(cls, workspace, nproc, endpoint=None, last_call_s=1, host=None):
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         line = documented_torchrun_line()
         fill = {"NODE0:29400": endpoint or f"127.0.0.1:{free_port()}", "8": str(nproc), "$(which": BIN,
@@ -305,10 +305,11 @@ class ElasticRestarts(unittest.TestCase):
             raise AssertionError(f"docs/MULTINODE.md's torchrun line changed: {shlex.join(line)}")
         words = [fill.get(w, w) for w in line]
         words = [torchrun] + [w for w in words[1:] if w is not None]
-        # The rendezvous closes 1 s after its last arrival, not torchrun's 30 s wait for a node that may come, and
-        # takes a node for lost after 2 missed heartbeats 1 s apart, not 3 of 5 s. A checkpoint every 4 steps: the
-        # line's 10 minutes would not come in this run.
-        words[1:1] = ["--rdzv-conf", "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2"]
+        # The rendezvous closes `last_call_s` after its last arrival, not torchrun's 30 s wait for a node that may
+        # come, and takes a node for lost after 2 missed heartbeats 1 s apart, not 3 of 5 s. A checkpoint every 4
+        # steps: the line's 10 minutes would not come in this run.
+        conf = f"last_call_timeout={last_call_s},keep_alive_interval=1,keep_alive_max_attempt=2"
+        words[1:1] = ["--rdzv-conf", conf + ("" if host is None else f",is_host={str(host).lower()}")]
         return words + ["--recipe", "fashion-mnist-resnet8", "--max-train-images", str(64 * cls.STEPS), "--epochs",
                         "1", "--warmup", "0", "--batch-size", "32", "--print-freq", "1", "--training-only",
                         "--checkpoint-every-steps", "4"]
@@ -369,14 +370,17 @@ class ElasticRestarts(unittest.TestCase):
         # Two agents of one worker each (--nnodes 1:2), the first hosting the rendezvous. The second is killed with
         # its worker; the first's worker fails on the lost peer, its agent re-forms the group alone, and the worker
         # resumes by itself with the checkpoint's 64 images a step as 2 micro-batches of 32.
-        endpoint = f"127.0.0.1:{free_port()}"
+        port = free_port()
         agents = []
         for name in ("first", "second"):
             out = open(os.path.join(self.work.name, name + ".out"), "w+")
             self.addCleanup(out.close)
-            agents.append((subprocess.Popen(self.torchrun(self.ws, 1, endpoint), env=env1(), stdout=out,
-                                            stderr=subprocess.STDOUT, start_new_session=True), out))
-            time.sleep(0.5)  # the first to start hosts the rendezvous's store
+            # The first hosts the rendezvous's store whichever binds first (is_host); both arrive within the round's
+            # 3 s last call, so they start as one group of 2 (growing a group is not what this tests).
+            agents.append((subprocess.Popen(self.torchrun(self.ws, 1, f"127.0.0.1:{port}", last_call_s=3,
+                                                          host=name == "first"),
+                                            env=env1(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True),
+                           out))
         (first, first_out), (second, _) = agents
         reached = self.wait_for_step(random.randint(10, self.STEPS // 2), first, second)
         workers = rank_pids(second.pid)
