@@ -229,6 +229,10 @@ class KillNine(unittest.TestCase):
         # Each last.safetensors the background saves rename into place is caught as it lands; the first from the
         # middle of the epoch, resumed in a workspace of its own, must end the epoch where a run that never saved
         # mid-epoch ends it, bit for bit: the snapshot is the state of its step, taken while the steps went on.
+        # 32 steps an epoch, so that some of its 10 mid-epoch saves are caught whatever else the machine runs.
+        steps = 32
+        run = list(kill_resume.RUN)
+        run[run.index("--max-train-images") + 1] = str(16 * steps)
         with tempfile.TemporaryDirectory() as tmp:
             ws, resumed, reference = (os.path.join(tmp, name) for name in ("run", "resumed", "reference"))
             os.makedirs(ws)
@@ -237,7 +241,7 @@ class KillNine(unittest.TestCase):
             watch = kill_resume.DirectoryWatch(ws)
             caught = None
             try:
-                p = subprocess.Popen([BIN, "train", FASHION, *kill_resume.RUN, *kill_resume.SAVES, "--run-epochs", "1",
+                p = subprocess.Popen([BIN, "train", FASHION, *run, *kill_resume.SAVES, "--run-epochs", "1",
                                       "--workspace", ws], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 while p.poll() is None and caught is None:
                     for mask, name in watch.events(0.05):
@@ -257,8 +261,8 @@ class KillNine(unittest.TestCase):
             self.assertEqual(caught["step_in_epoch"] % kill_resume.SAVE_STEPS, 0)
             r = train("--resume", copy, "--workspace", resumed, "--run-epochs", "1")
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertIn(f"at epoch 1, step {caught['step_in_epoch']}/{kill_resume.STEPS_PER_EPOCH}", r.stdout)
-            r = train(FASHION, *kill_resume.RUN, "--run-epochs", "1", "--workspace", reference)
+            self.assertIn(f"at epoch 1, step {caught['step_in_epoch']}/{steps}", r.stdout)
+            r = train(FASHION, *run, "--run-epochs", "1", "--workspace", reference)
             self.assertEqual(r.returncode, 0, r.stderr)
             tensors, meta = kill_resume.read_checkpoint(copy)
             ref_tensors, ref_meta = kill_resume.read_checkpoint(os.path.join(reference, "last.safetensors"))
