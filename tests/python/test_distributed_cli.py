@@ -386,7 +386,7 @@ class ElasticRestarts(unittest.TestCase):
         workers = rank_pids(second.pid)
         self.assertEqual(len(workers), 1, f"the second agent's worker at step {reached}")
         os.killpg(second.pid, signal.SIGKILL)
-        for pid in workers.values():  # started in a session of its own by the agent
+        for pid in workers.values():  # the agent starts it in a process group of its own
             os.kill(pid, signal.SIGKILL)
         second.wait()
         self.assertEqual(first.wait(timeout=300), 0)
