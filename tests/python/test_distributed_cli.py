@@ -376,8 +376,8 @@ class ElasticRestarts(unittest.TestCase):
             out = open(os.path.join(self.work.name, name + ".out"), "w+")
             self.addCleanup(out.close)
             # The first hosts the rendezvous's store whichever binds first (is_host); both arrive within the round's
-            # 3 s last call, so they start as one group of 2 (growing a group is not what this tests).
-            agents.append((subprocess.Popen(self.torchrun(self.ws, 1, f"127.0.0.1:{port}", last_call_s=3,
+            # 5 s last call, so they start as one group of 2 (growing a group is not what this tests).
+            agents.append((subprocess.Popen(self.torchrun(self.ws, 1, f"127.0.0.1:{port}", last_call_s=5,
                                                           host=name == "first"),
                                             env=env1(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True),
                            out))
