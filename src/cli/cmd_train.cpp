@@ -7,7 +7,6 @@
 #include "runtime/checkpoint.h"
 #include "runtime/runtime.h"
 #include "train/config.h"
-#include "train/world_change.h"
 #include "train/trainer.h"
 
 #include <CLI/CLI.hpp>
@@ -167,9 +166,8 @@ AutoResume find_resumable(const std::string& workspace, const std::string& key_l
 std::pair<long, std::string> job_restart() {
   for (const auto& [var, who] : {std::pair{"TORCHELASTIC_RESTART_COUNT", "torchrun's restart "},
                                  std::pair{"SLURM_RESTART_COUNT", "Slurm's requeue "}}) {
-    if (const char* count = std::getenv(var); count && std::strtol(count, nullptr, 10) > 0) {
-      return {std::strtol(count, nullptr, 10), who};
-    }
+    const char* text = std::getenv(var);
+    if (const long count = text ? std::strtol(text, nullptr, 10) : 0; count > 0) return {count, who};
   }
   return {0, ""};
 }
@@ -297,6 +295,7 @@ int run(TrainArgs& a) {
   nlohmann::json model_options = nlohmann::json::object();
   apply_timm_model_options(a, model_options, config.arch);
   if (!model_options.empty()) train::apply_json(config, model_options, "flags");
+  options.optimizer_batch_given = overrides.contains("optimizer_batch_size");
   options.fine_tune = a.fine_tune;
   options.key_layout = a.key_layout;
   if (a.print_config) {
@@ -315,13 +314,7 @@ int run(TrainArgs& a) {
   runtime::check_runtime(config.device, config.precision);
   return launch_or_run(a.launch, [&](const distributed::WorkerEnv* worker) {
     if (worker) options.dist = *worker;
-    // The world is known here, in the worker. A global batch given on this command line is the user's choice.
-    train::TrainConfig run_config = config;
-    if (options.resume && options.resume->is_training_checkpoint() && !overrides.contains("optimizer_batch_size")) {
-      const auto line = train::keep_images_per_step(run_config, options.resume->meta, worker ? worker->world_size : 1);
-      if (!line.empty() && (!worker || worker->rank == 0)) std::cout << line << '\n';
-    }
-    return train::run_training(run_config, options);
+    return train::run_training(config, options);
   });
 }
 

@@ -11,6 +11,7 @@
 #include "train/run.h"
 #include "train/run_outputs.h"
 #include "train/step.h"
+#include "train/world_change.h"
 
 #include <torch/torch.h>
 
@@ -97,22 +98,25 @@ int interrupted(const TrainingRun& run, int sig, const std::string& where) {
 
 // ---- one epoch of training
 
-// Loss and time summed over a span of steps (a log window, or the epoch). The
-// The images of one step (StepTotals' count and digest).
+// The images trained in a span of steps, and a digest of which: the sum of a mix of each one's dataset index
+// (mod 2^64), so that an image trained twice or skipped across a resume or a world change shows in the log, not
+// only a count.
 struct StepImages {
   std::int64_t images = 0;
   std::uint64_t digest = 0;
+  void add(const StepImages& o) {
+    images += o.images;
+    digest += o.digest;
+  }
 };
 
+// Loss and time summed over a span of steps (a log window, or the epoch). The
 // loss stays on the device until the span is reported: no sync per step.
 struct StepTotals {
   at::Tensor loss;
   double data_s = 0, compute_s = 0;
   std::int64_t steps = 0;
-  // The images trained, and a digest of which: the sum of a mix of each one's dataset index (mod 2^64), so that
-  // an image trained twice or skipped across a resume or a world change shows in the log, not only a count.
-  std::int64_t images = 0;
-  std::uint64_t digest = 0;
+  StepImages seen;
 
   explicit StepTotals(const c10::Device& device)
       : loss(torch::zeros({}, torch::dtype(torch::kDouble).device(device))) {}
@@ -121,13 +125,12 @@ struct StepTotals {
     data_s += data;
     compute_s += compute;
     ++steps;
-    images += seen.images;
-    digest += seen.digest;
+    this->seen.add(seen);
   }
   // The images and their digest over every rank (a collective in data-parallel runs; unsigned sums wrap alike).
-  std::pair<std::int64_t, std::uint64_t> global_images(const TrainingRun& run) const {
-    if (!run.group) return {images, digest};
-    at::Tensor t = torch::tensor({images, static_cast<std::int64_t>(digest)}, torch::kLong);
+  StepImages global_images(const TrainingRun& run) const {
+    if (!run.group) return seen;
+    at::Tensor t = torch::tensor({seen.images, static_cast<std::int64_t>(seen.digest)}, torch::kLong);
     run.group->all_reduce_sum(t);
     return {t[0].item<std::int64_t>(), static_cast<std::uint64_t>(t[1].item<std::int64_t>())};
   }
@@ -143,8 +146,7 @@ struct StepTotals {
     loss.zero_();
     data_s = compute_s = 0;
     steps = 0;
-    images = 0;
-    digest = 0;
+    seen = {};
   }
 };
 
@@ -155,9 +157,9 @@ std::string hex(std::uint64_t v) {
 }
 
 // The log's count and digest of the images of a span of steps (StepTotals::global_images).
-void log_images_seen(nlohmann::ordered_json& entry, const std::pair<std::int64_t, std::uint64_t>& seen) {
-  entry["train.images"] = seen.first;
-  entry["train.image_digest"] = hex(seen.second);
+void log_images_seen(nlohmann::ordered_json& entry, const StepImages& seen) {
+  entry["train.images"] = seen.images;
+  entry["train.image_digest"] = hex(seen.digest);
 }
 
 struct EpochOutcome {
@@ -531,7 +533,13 @@ TrainConfig with_arch_defaults(TrainConfig config) {
 int run_training(const TrainConfig& config, const RunOptions& options) {
   std::unique_ptr<distributed::Group> group;
   try {
-    return train(with_arch_defaults(config), options, group);
+    TrainConfig c = with_arch_defaults(config);
+    if (options.resume && options.resume->is_training_checkpoint() && !options.optimizer_batch_given) {
+      // Before anything is built from the batch: the loaders, the schedule, the position's conversion.
+      const auto line = keep_images_per_step(c, options.resume->meta, options.dist ? options.dist->world_size : 1);
+      if (!line.empty() && (!options.dist || options.dist->rank == 0)) std::cout << line << '\n';
+    }
+    return train(c, options, group);
   } catch (const distributed::DistributedError&) {
     throw;  // already the diagnosis; the failed rank published its own
   } catch (const std::exception& e) {

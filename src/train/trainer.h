@@ -22,6 +22,9 @@ struct RunOptions {
   // --resume auto found no checkpoint: a log left by a run that stopped before its first one (its lock free) is
   // set aside, named, instead of refusing the workspace.
   bool take_over_left_log = false;
+  // --optimizer-batch-size on this command line: a resume on another world size takes it as given rather than
+  // keeping the checkpoint's images per step (train/world_change.h).
+  bool optimizer_batch_given = false;
 };
 
 // Exit code: 0 finished, 128 + signal when SIGINT/SIGTERM interrupted it
