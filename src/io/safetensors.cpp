@@ -54,8 +54,9 @@ std::string hex32(std::uint32_t v) {
 std::size_t bytes_of(const torch::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
 
 // CRC-32C of tensors on a thread of its own while the caller reads or writes the next ones: a checkpoint's
-// checksums (about 9.5 GB/s a core, as fast as a read from the page cache) then cost a second core's time instead
-// of the save's or the load's. Below kThreadedBytes they are computed inline, where a thread costs more than it
+// checksums (about 25 GB/s a core with carry-less folding) then cost a second core's time instead of the save's
+// or the load's; passes on the same thread, or chunks handed over as they are read, measured slower
+// (docs/history/checkpoints.md). Below kThreadedBytes they are computed inline, where a thread costs more than it
 // saves.
 class Checksums {
  public:
@@ -306,7 +307,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   // The checksums are computed while the data is written, and the header, whose 8-hex-digit fields have the same
   // length whatever their values, is written first with zeros and again once they are known.
   const bool summed = checksums == FileChecksums::Crc32c;
-  Checksums written(payload.size(), offset);
+  Checksums written(payload.size(), summed ? offset : 0);  // no thread for a file without checksums
   if (summed) {
     for (std::size_t i = 0; i < payload.size(); ++i) written.add(i, payload[i]);
   }
