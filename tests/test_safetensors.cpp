@@ -54,6 +54,16 @@ class Safetensors : public ::testing::Test {
     }
   }
 
+  // XORs the byte at `at` (from the file's end when negative) with `mask`.
+  static void flip(const std::string& file, std::streamoff at, char mask) {
+    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekg(at, at < 0 ? std::ios::end : std::ios::beg);
+    const auto where = f.tellg();
+    const char c = static_cast<char>(f.get() ^ mask);
+    f.seekp(where);
+    f.put(c);
+  }
+
   fs::path dir_;
 };
 
@@ -172,7 +182,7 @@ TEST_F(Safetensors, FailedSaveLeavesTheExistingFileUntouched) {
   }
 }
 
-TEST(Crc32c, MatchesRfc3720sCheckValuesOnEveryPathAndLength) {
+TEST(Crc32c, MatchesRfc3720sCheckValuesOnEveryPathAndLengthAndCopiesWhatItSums) {
   const std::string digits = "123456789";
   unsigned char zeros[32] = {}, ones[32], up[32];
   for (int i = 0; i < 32; ++i) ones[i] = 0xff, up[i] = static_cast<unsigned char>(i);
@@ -201,6 +211,15 @@ TEST(Crc32c, MatchesRfc3720sCheckValuesOnEveryPathAndLength) {
         EXPECT_EQ(crc32c_on(path, p + n / 3, n - n / 3, crc32c_on(path, p, n / 3)), whole)
             << n << " bytes split at " << n / 3 << ", path " << static_cast<int>(path);
         EXPECT_EQ(crc32c(p, n), whole);
+        // The copy that checksums what it copies: the same value, every byte where it belongs and none past them.
+        std::vector<unsigned char> copy(n + 9, 0xa5);
+        EXPECT_EQ(crc32c_copy_on(path, copy.data() + offset, p, n), whole) << n << " bytes copied at +" << offset;
+        EXPECT_TRUE(std::equal(p, p + n, copy.data() + offset)) << n << " bytes copied at +" << offset;
+        EXPECT_EQ(std::count(copy.begin(), copy.begin() + offset, 0xa5) + std::count(copy.begin() + offset + n,
+                                                                                       copy.end(), 0xa5),
+                  static_cast<long>(copy.size() - n))
+            << n << " bytes copied at +" << offset << ": bytes outside the destination written";
+        EXPECT_EQ(crc32c_copy(copy.data(), p, n), whole);
       }
     }
   }
@@ -237,19 +256,11 @@ TEST_F(Safetensors, EveryTensorCarriesItsChecksumAndAChangedByteIsNamed) {
   EXPECT_TRUE(torch::equal(load_safetensors(path("resaved.safetensors")).tensors[0].second, a + 1));
 
   // One byte of b's data (the file's last) flipped: b is named, with what was written and what was read.
-  {
-    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekg(-1, std::ios::end);
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x10);
-    f.seekp(-1, std::ios::end);
-    f.write(&c, 1);
-  }
+  flip(file, -1, 0x10);
   expect_error(file, {"c.safetensors", "tensor 'b'", "CRC-32C", "another copy"});
 
-  // A file large enough that the checksums run on their own thread while the tensors are written and read
-  // (12 MiB): the same sums, and a byte changed in the middle tensor named.
+  // A file of more chunks than the loader reads ahead (12 MiB): the same sums, and a byte changed in the middle tensor
+  // named.
   const NamedTensors large = {{"x", torch::randn({1 << 20})}, {"y", torch::randn({1 << 20})}, {"z", torch::randn({1 << 20})}};
   const auto big = path("big.safetensors");
   save_safetensors(big, large);
@@ -258,15 +269,32 @@ TEST_F(Safetensors, EveryTensorCarriesItsChecksumAndAChangedByteIsNamed) {
   std::snprintf(expected, sizeof expected, "%08x", crc32c(large[1].second.data_ptr(), 4u << 20));
   EXPECT_EQ(big_sums.at("y"), expected);
   EXPECT_EQ(load_safetensors(big).tensors.size(), 3u);
-  {
-    std::fstream f(big, std::ios::binary | std::ios::in | std::ios::out);
-    const auto at = 8 + static_cast<std::streamoff>(header_of(big).size()) + (4 << 20) + 12345;
-    f.seekg(at);
-    const char c = static_cast<char>(f.get() ^ 0x5a);
-    f.seekp(at);
-    f.put(c);
-  }
+  flip(big, 8 + static_cast<std::streamoff>(header_of(big).size()) + (4 << 20) + 12345, 0x5a);
   expect_error(big, {"big.safetensors", "tensor 'y'", "CRC-32C"});
+}
+
+TEST_F(Safetensors, LargeFilesComeBackBitExactThroughTheReadAhead) {
+  // Tensors whose bytes cross the loader's 1 MiB chunks at odd offsets, an empty one among them, over more chunks
+  // than it reads ahead (about 19 MiB): every byte back where it was, with checksums and without.
+  torch::manual_seed(3);
+  const NamedTensors large = {{"odd", torch::randint(0, 256, {(3 << 20) + 77}, torch::kUInt8)},
+                              {"empty", torch::empty({0})},
+                              {"w", torch::randn({(2 << 20) + 3})},
+                              {"h", torch::randn({1000003}, torch::kFloat64)}};
+  for (const auto checksums : {FileChecksums::Crc32c, FileChecksums::None}) {
+    const auto file = path(checksums == FileChecksums::None ? "plain.safetensors" : "summed.safetensors");
+    save_safetensors(file, large, {}, checksums);
+    const auto back = load_safetensors(file);
+    ASSERT_EQ(back.tensors.size(), large.size()) << file;
+    for (std::size_t i = 0; i < large.size(); ++i) {
+      EXPECT_EQ(back.tensors[i].first, large[i].first) << file;
+      EXPECT_TRUE(torch::equal(back.tensors[i].second, large[i].second)) << file << ", tensor " << large[i].first;
+    }
+  }
+  // A byte of the first tensor changed: the load stops there, while the chunks after it are still being read ahead.
+  const auto summed = path("summed.safetensors");
+  flip(summed, 8 + static_cast<std::streamoff>(header_of(summed).size()) + (1 << 20) + 5, 0x01);
+  expect_error(summed, {"summed.safetensors", "tensor 'odd'", "CRC-32C"});
 }
 
 TEST_F(Safetensors, ChecksumEntriesThatCannotBeTrustedAreRefused) {

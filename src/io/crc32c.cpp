@@ -156,20 +156,41 @@ __attribute__((target("pclmul,sse4.2"))) std::uint32_t finish128(__m128i r, cons
   return raw_sse42(p, n, static_cast<std::uint32_t>(c));
 }
 
-// Four 128-bit lanes, 64 bytes a round.
+// The bytes after a fold's last whole round, copied to `d` when there is one: the CRC reads them from `p`.
+inline void copy_rest(unsigned char* d, const unsigned char* p, std::size_t n) {
+  if (d != nullptr) std::memcpy(d, p, n);
+}
+
+// The block at `at`, stored at the same offset of `d` when there is one.
+__attribute__((target("pclmul,sse4.2"))) inline __m128i load_copy128(const unsigned char* p, unsigned char* d,
+                                                                     std::size_t at) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + at));
+  if (d != nullptr) _mm_storeu_si128(reinterpret_cast<__m128i*>(d + at), v);
+  return v;
+}
+
+// Four 128-bit lanes, 64 bytes a round. With `d`, each block is also stored there once it is in a register: a
+// copy and its checksum in one pass over memory, the folds hidden under the stores.
 __attribute__((target("pclmul,sse4.2"))) std::uint32_t raw_pclmul(const unsigned char* p, std::size_t n,
-                                                                   std::uint32_t c) {
-  if (n < 64) return raw_sse42(p, n, c);
-  const auto load = [](const unsigned char* q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); };
-  __m128i x0 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(c)));
-  __m128i x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
-  const __m128i k = constants128(512);
-  for (p += 64, n -= 64; n >= 64; p += 64, n -= 64) {
-    x0 = _mm_xor_si128(fold128(x0, k), load(p));
-    x1 = _mm_xor_si128(fold128(x1, k), load(p + 16));
-    x2 = _mm_xor_si128(fold128(x2, k), load(p + 32));
-    x3 = _mm_xor_si128(fold128(x3, k), load(p + 48));
+                                                                   std::uint32_t c, unsigned char* d = nullptr) {
+  if (n < 64) {
+    copy_rest(d, p, n);
+    return raw_sse42(p, n, c);
   }
+  __m128i x0 = _mm_xor_si128(load_copy128(p, d, 0), _mm_cvtsi32_si128(static_cast<int>(c)));
+  __m128i x1 = load_copy128(p, d, 16), x2 = load_copy128(p, d, 32), x3 = load_copy128(p, d, 48);
+  const __m128i k = constants128(512);
+  const auto advance = [&] {
+    p += 64, n -= 64;
+    if (d != nullptr) d += 64;
+  };
+  for (advance(); n >= 64; advance()) {
+    x0 = _mm_xor_si128(fold128(x0, k), load_copy128(p, d, 0));
+    x1 = _mm_xor_si128(fold128(x1, k), load_copy128(p, d, 16));
+    x2 = _mm_xor_si128(fold128(x2, k), load_copy128(p, d, 32));
+    x3 = _mm_xor_si128(fold128(x3, k), load_copy128(p, d, 48));
+  }
+  copy_rest(d, p, n);
   const __m128i k1 = constants128(128);
   x1 = _mm_xor_si128(x1, fold128(x0, k1));
   x2 = _mm_xor_si128(x2, fold128(x1, k1));
@@ -189,20 +210,32 @@ CONVNETS_AVX512_FOLD inline __m512i fold(__m512i v, __m512i k) {
   return _mm512_xor_si512(_mm512_clmulepi64_epi128(v, k, 0x00), _mm512_clmulepi64_epi128(v, k, 0x11));
 }
 
-CONVNETS_AVX512_FOLD inline __m512i load(const unsigned char* q) { return _mm512_loadu_si512(q); }
+CONVNETS_AVX512_FOLD inline __m512i load_copy512(const unsigned char* p, unsigned char* d, std::size_t at) {
+  const __m512i v = _mm512_loadu_si512(p + at);
+  if (d != nullptr) _mm512_storeu_si512(d + at, v);
+  return v;
+}
 
-// The same on four 512-bit registers of four blocks each (AVX-512's VPCLMULQDQ), 256 bytes a round.
-CONVNETS_AVX512_FOLD std::uint32_t raw_vpclmul(const unsigned char* p, std::size_t n, std::uint32_t c) {
-  if (n < 256) return raw_pclmul(p, n, c);
-  __m512i z0 = _mm512_xor_si512(load(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
-  __m512i z1 = load(p + 64), z2 = load(p + 128), z3 = load(p + 192);
+// The same on four 512-bit registers of four blocks each (AVX-512's VPCLMULQDQ), 256 bytes a round, and the same
+// copy to `d`.
+CONVNETS_AVX512_FOLD std::uint32_t raw_vpclmul(const unsigned char* p, std::size_t n, std::uint32_t c,
+                                               unsigned char* d = nullptr) {
+  if (n < 256) return raw_pclmul(p, n, c, d);
+  const __m512i c512 = _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c)));
+  __m512i z0 = _mm512_xor_si512(load_copy512(p, d, 0), c512);
+  __m512i z1 = load_copy512(p, d, 64), z2 = load_copy512(p, d, 128), z3 = load_copy512(p, d, 192);
   const __m512i k = _mm512_broadcast_i32x4(constants128(2048));
-  for (p += 256, n -= 256; n >= 256; p += 256, n -= 256) {
-    z0 = _mm512_xor_si512(fold(z0, k), load(p));
-    z1 = _mm512_xor_si512(fold(z1, k), load(p + 64));
-    z2 = _mm512_xor_si512(fold(z2, k), load(p + 128));
-    z3 = _mm512_xor_si512(fold(z3, k), load(p + 192));
+  const auto advance = [&] {
+    p += 256, n -= 256;
+    if (d != nullptr) d += 256;
+  };
+  for (advance(); n >= 256; advance()) {
+    z0 = _mm512_xor_si512(fold(z0, k), load_copy512(p, d, 0));
+    z1 = _mm512_xor_si512(fold(z1, k), load_copy512(p, d, 64));
+    z2 = _mm512_xor_si512(fold(z2, k), load_copy512(p, d, 128));
+    z3 = _mm512_xor_si512(fold(z3, k), load_copy512(p, d, 192));
   }
+  copy_rest(d, p, n);
   const __m512i k4 = _mm512_broadcast_i32x4(constants128(512));
   z1 = _mm512_xor_si512(z1, fold(z0, k4));
   z2 = _mm512_xor_si512(z2, fold(z1, k4));
@@ -236,16 +269,19 @@ bool available(Crc32cPath path) {
   return path == Crc32cPath::Table;
 }
 
-std::uint32_t raw_on(Crc32cPath path, const unsigned char* p, std::size_t n, std::uint32_t c) {
+// With `d`, the bytes are also copied there: in the same pass where the path folds, before it otherwise.
+std::uint32_t raw_on(Crc32cPath path, const unsigned char* p, std::size_t n, std::uint32_t c,
+                     unsigned char* d = nullptr) {
 #if defined(__x86_64__)
   switch (path) {
-    case Crc32cPath::Vpclmul512: return raw_vpclmul(p, n, c);
-    case Crc32cPath::Pclmul: return raw_pclmul(p, n, c);
-    case Crc32cPath::Sse42: return raw_sse42(p, n, c);
+    case Crc32cPath::Vpclmul512: return raw_vpclmul(p, n, c, d);
+    case Crc32cPath::Pclmul: return raw_pclmul(p, n, c, d);
+    case Crc32cPath::Sse42: copy_rest(d, p, n); return raw_sse42(p, n, c);
     case Crc32cPath::Table: break;
   }
 #endif
   (void)path;
+  if (d != nullptr) std::memcpy(d, p, n);
   return raw_portable(p, n, c);
 }
 
@@ -269,11 +305,22 @@ std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc) {
   return ~raw_on(best_path(), static_cast<const unsigned char*>(data), size, ~crc);
 }
 
+std::uint32_t crc32c_copy(void* destination, const void* source, std::size_t size, std::uint32_t crc) {
+  return ~raw_on(best_path(), static_cast<const unsigned char*>(source), size, ~crc,
+                 static_cast<unsigned char*>(destination));
+}
+
 bool crc32c_available(Crc32cPath path) { return available(path); }
 
 std::uint32_t crc32c_on(Crc32cPath path, const void* data, std::size_t size, std::uint32_t crc) {
-  if (!available(path)) return crc32c_portable(data, size, crc);
+  if (!available(path)) path = Crc32cPath::Table;
   return ~raw_on(path, static_cast<const unsigned char*>(data), size, ~crc);
+}
+
+std::uint32_t crc32c_copy_on(Crc32cPath path, void* destination, const void* source, std::size_t size,
+                             std::uint32_t crc) {
+  if (!available(path)) path = Crc32cPath::Table;
+  return ~raw_on(path, static_cast<const unsigned char*>(source), size, ~crc, static_cast<unsigned char*>(destination));
 }
 
 }  // namespace convnets
