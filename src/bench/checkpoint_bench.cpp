@@ -69,15 +69,22 @@ CheckpointBenchResult bench_checkpoint(const CheckpointBenchOptions& o) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   };
   for (int i = -1; i < o.iterations; ++i) {
-    // Alternated, so that neither kind meets a page cache or disk the other left warmer.
-    const double save = timed([&] { save_safetensors(path, tensors, meta); });
-    const double save_plain = timed([&] { save_safetensors(plain, tensors, meta, FileChecksums::None); });
+    // Alternated, each kind first in every other round, so that neither always meets the page cache, the disk or
+    // the heap as the other left it.
+    const bool summed_first = i % 2 == 0;
+    double save = 0, save_plain = 0, load = 0, load_plain = 0;
+    const auto save_summed = [&] { save = timed([&] { save_safetensors(path, tensors, meta); }); };
+    const auto save_unsummed = [&] {
+      save_plain = timed([&] { save_safetensors(plain, tensors, meta, FileChecksums::None); });
+    };
+    summed_first ? (save_summed(), save_unsummed()) : (save_unsummed(), save_summed());
     if (o.cold) evict(path), evict(plain);
-    TensorFile loaded;
-    const double load = timed([&] { loaded = load_safetensors(path); });
-    const double load_plain = timed([&] { load_safetensors(plain); });
+    // Each load's tensors freed before the next one allocates.
+    const auto load_summed = [&] { load = timed([&] { load_safetensors(path); }); };
+    const auto load_unsummed = [&] { load_plain = timed([&] { load_safetensors(plain); }); };
+    summed_first ? (load_summed(), load_unsummed()) : (load_unsummed(), load_summed());
     const double checksum = timed([&] {
-      for (const auto& [name, t] : loaded.tensors) {
+      for (const auto& [name, t] : tensors) {
         sink = crc32c(t.data_ptr(), static_cast<std::size_t>(t.numel()) * t.element_size());
       }
     });

@@ -67,8 +67,8 @@ SnapshotTiming BackgroundSaver::save(const std::string& path, const NamedTensors
   worker_ = std::thread([this, path, meta = std::move(meta)] {
     // The step's threads first: a parallel op waits for its slowest thread, so a writer that preempts one of them
     // for a moment costs the whole step that moment (measured: the step after a save at twice its time on two
-    // cores). SCHED_IDLE runs the write (and the checksum thread it starts, which inherits the policy) on what
-    // the step leaves idle: all but the loader's cores on a GPU machine, the gaps between ops on a CPU one.
+    // cores). SCHED_IDLE runs the write on what the step leaves idle: all but the loader's cores on a GPU machine,
+    // the gaps between ops on a CPU one.
     sched_param idle{};
     (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
     const auto start = std::chrono::steady_clock::now();
