@@ -367,7 +367,20 @@ TEST(WorldChange, AResumeOnAnotherWorldKeepsTheImagesPerStepAndSaysSo) {
   EXPECT_EQ(given.optimizer_batch_size, 0);
   auto accumulated = c;  // DLE's line: the global batch given, 2 processes of 64 accumulating twice
   accumulated.optimizer_batch_size = 256;
-  EXPECT_EQ(train::keep_images_per_step(accumulated, meta, 2), "");
+  EXPECT_EQ(train::keep_images_per_step(accumulated, meta, 2),
+            "resume: world 4 -> 2: 2 micro-batches of 64 per process instead of 1 of 64, the checkpoint's 256 images "
+            "a step kept (--resume-batch recipe)");
+  EXPECT_EQ(accumulated.batch_size, 64);
+  EXPECT_EQ(accumulated.optimizer_batch_size, 256);
+  auto grown_back = c;  // written at world 4 with 1 micro-batch of 64, resumed at 4 with the flags of 4
+  const nlohmann::json shrunk = {{"world_size", 2},
+                                 {"images_per_step", 256},
+                                 {"config", {{"batch_size", 64}, {"optimizer_batch_size", 256}}}};
+  EXPECT_EQ(train::keep_images_per_step(grown_back, shrunk, 4),
+            "resume: world 2 -> 4: 1 micro-batch of 64 per process instead of 2 of 64, the checkpoint's 256 images a "
+            "step kept (--resume-batch recipe)");
+  EXPECT_EQ(grown_back.batch_size, 64);
+  EXPECT_EQ(grown_back.optimizer_batch_size, 0);
 }
 
 TEST(Config, ShortRunsShrinkTheRecipesWarmup) {

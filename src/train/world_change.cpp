@@ -30,9 +30,11 @@ std::string keep_images_per_step(TrainConfig& c, const nlohmann::json& meta, std
   const std::int64_t per_round = c.batch_size * world;
   const bool kept_already = c.optimizer_batch_size > 0 ? c.optimizer_batch_size == global && global % per_round == 0
                                                        : per_round == global;
-  if (kept_already) return "";
   const std::int64_t old_micro = std::max<std::int64_t>(1, global / (old_batch * old_world));
-  const BatchSplit s = split_global_batch(global, c.batch_size, world);
+  // Said also where the flags keep it already (a world grown back to the one they were written for): the world
+  // change itself is worth a line.
+  const BatchSplit s = kept_already ? BatchSplit{c.batch_size, global / per_round, global, true}
+                                    : split_global_batch(global, c.batch_size, world);
   std::ostringstream line;
   line << "resume: world " << old_world << " -> " << world << ": " << s.micro_batches << " micro-batch"
        << (s.micro_batches == 1 ? "" : "es") << " of " << s.batch << " per process instead of " << old_micro << " of "
@@ -46,8 +48,10 @@ std::string keep_images_per_step(TrainConfig& c, const nlohmann::json& meta, std
     line << (c.lr_reference_batch > 0 ? "; the LR scales with it (--lr-reference-batch)"
                                       : "; the LR stays the checkpoint's (absolute --lr)");
   }
-  c.batch_size = s.batch;
-  c.optimizer_batch_size = s.global;
+  if (!kept_already) {
+    c.batch_size = s.batch;
+    c.optimizer_batch_size = s.global;
+  }
   return line.str();
 }
 

@@ -20,10 +20,10 @@ struct BatchSplit {
 };
 BatchSplit split_global_batch(std::int64_t global, std::int64_t max_batch, std::int64_t world);
 
-// Under --resume-batch recipe, when `world` differs from the world of the checkpoint whose metadata is `meta` and
-// this run's flags would change its images per step: sets c.batch_size and c.optimizer_batch_size to
-// split_global_batch's and returns the start line that says so (what the processes were and are, and where the
-// split is not exact, the images per step and LR it changes to). "" when nothing changes.
+// Under --resume-batch recipe, when `world` differs from the world of the checkpoint whose metadata is `meta`:
+// where this run's flags would change its images per step, sets c.batch_size and c.optimizer_batch_size to
+// split_global_batch's; either way returns the start line that says what the processes were and are (and where the
+// split is not exact, the images per step and LR it changes to). "" on the same world or under as-given.
 std::string keep_images_per_step(TrainConfig& c, const nlohmann::json& meta, std::int64_t world);
 
 }  // namespace convnets::train
