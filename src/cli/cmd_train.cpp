@@ -172,6 +172,13 @@ std::pair<long, std::string> job_restart() {
   return {0, ""};
 }
 
+// torchrun's job id (TORCHELASTIC_RUN_ID, from --rdzv-id); empty outside torchrun and for its default "none", which
+// every job without --rdzv-id shares.
+std::string torchrun_job() {
+  const char* id = std::getenv("TORCHELASTIC_RUN_ID");
+  return id == nullptr || std::string(id) == "none" ? "" : id;
+}
+
 // DLE's launch.py --platform DGXA100: configs.yml's DGXA100 block for the --model, which is what the built-in
 // <arch>-250ep recipes hold (model block: 250 epochs, mixup 0.2; DGXA100: the per-GPU batch). The other
 // platforms' batch sizes and worker counts are not carried.
@@ -206,13 +213,26 @@ int run(TrainArgs& a) {
   auto say = [speak](const std::string& line) {
     if (speak) std::cout << line << '\n';
   };
+  const std::string workspace = a.values.count("workspace") ? a.values.at("workspace") : train::TrainConfig{}.workspace;
+  options.torchrun_job = torchrun_job();
+  std::optional<AutoResume> searched;
   if (const auto [count, who] = job_restart(); a.resume.empty() && count > 0) {
     a.resume = "auto";
     say("resume: " + who + std::to_string(count) + ": --resume auto");
+  } else if (a.resume.empty() && !options.torchrun_job.empty()) {
+    // A restart count is its agent's own: an agent that joins a running job starts its worker at 0, and a world
+    // grown by one is no restart for those already in it. Every worker of the job resumes alike by its checkpoints
+    // instead: the newest that verifies, when this job wrote it. (A job's first start finds none: its workers wait
+    // for each other before anything is saved.)
+    searched = find_resumable(workspace, a.key_layout);
+    const auto& found = searched->found;
+    if (found && found->meta.value("torchrun_job", std::string()) == options.torchrun_job) {
+      a.resume = "auto";
+      say("resume: torchrun job " + options.torchrun_job + " has checkpoints in " + workspace + ": --resume auto");
+    }
   }
   if (a.resume == "auto") {
-    const std::string workspace = a.values.count("workspace") ? a.values.at("workspace") : train::TrainConfig{}.workspace;
-    auto r = find_resumable(workspace, a.key_layout);
+    auto r = searched ? std::move(*searched) : find_resumable(workspace, a.key_layout);
     for (const auto& s : r.skipped) say("resume: auto: skipped " + s);
     if (r.found) {
       options.resume = std::move(r.found);

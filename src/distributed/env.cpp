@@ -100,7 +100,10 @@ Resolved resolve(const LaunchOptions& flags, const Getenv& getenv_in) {
     const auto launched = env("CONVNETS_LAUNCHER");
     w.source = launched ? "convnets launcher" : "torchrun environment";
     w.agent_store = env("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
-    w.attempt = env("TORCHELASTIC_RESTART_COUNT").value_or("0");
+    // The agent's store outlives its rounds, so a restarted round's keys take its count. A store that rank 0
+    // serves anew each round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which growing a job needs) takes none: an
+    // agent that joined later counts only its own restarts, and one key for two counts would never meet.
+    if (w.agent_store) w.attempt = env("TORCHELASTIC_RESTART_COUNT").value_or("0");
   } else if (slurm) {
     w.world_size = parse_int("SLURM_NTASKS", *slurm_ntasks, 1, 1 << 20);
     w.rank = env_int(env, "SLURM_PROCID", 0, 1 << 20);

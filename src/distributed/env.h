@@ -28,7 +28,7 @@ struct WorkerEnv {
   // torchrun >= 2.x hosts the store itself on MASTER_PORT and says so here;
   // then rank 0 connects as a client instead of serving.
   bool agent_store = false;
-  std::string attempt = "0";  // TORCHELASTIC_RESTART_COUNT: keys of a restarted job do not collide
+  std::string attempt = "0";  // TORCHELASTIC_RESTART_COUNT with the agent's store: keys of a restart do not collide
   std::string source;  // "convnets launcher", "torchrun environment", "Slurm (srun)"
   std::chrono::milliseconds timeout{300000};
 };

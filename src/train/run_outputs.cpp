@@ -60,6 +60,7 @@ nlohmann::json checkpoint_meta(const TrainingRun& run) {
   m["loss_scale"] = run.scaler ? run.scaler->value() : 1.0;
   m["world_size"] = run.world;
   m["images_per_step"] = run.optimizer_batch;
+  if (!run.options.torchrun_job.empty()) m["torchrun_job"] = run.options.torchrun_job;
   if (run.quant) m["quantization"] = quant::to_json(*run.quant);
   return m;
 }

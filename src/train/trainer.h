@@ -25,6 +25,9 @@ struct RunOptions {
   // --optimizer-batch-size on this command line: a resume on another world size takes it as given rather than
   // keeping the checkpoint's images per step (train/world_change.h).
   bool optimizer_batch_given = false;
+  // torchrun's job (TORCHELASTIC_RUN_ID, its --rdzv-id), recorded in each checkpoint: a worker of an agent that joins
+  // the job later knows by it that the workspace's checkpoints are its job's to resume.
+  std::string torchrun_job;
 };
 
 // Exit code: 0 finished, 128 + signal when SIGINT/SIGTERM interrupted it

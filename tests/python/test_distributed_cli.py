@@ -279,8 +279,9 @@ class ElasticRestarts(unittest.TestCase):
     """torchrun's elastic agent, the real one from the project's .venv, running the docs' line as written but for the
     machine's names and a short run. A worker killed with SIGKILL mid-epoch: the agent restarts both, they resume by
     themselves from the last checkpoint saved in the background, and the run ends bit-identical to one never killed.
-    One of two agents killed with its worker: the other re-forms the group alone and keeps the recipe. Either way
-    each step trains the images the uninterrupted run's step trains (log.json's train.image_digest)."""
+    One of two agents killed with its worker: the other re-forms the group alone and keeps the recipe, and a third
+    agent joining later grows the world back. Each way each step trains the images the uninterrupted run's step
+    trains (log.json's train.image_digest)."""
 
     STEPS = 64  # 4,096 images an epoch in steps of 2 x 32
 
@@ -296,7 +297,7 @@ class ElasticRestarts(unittest.TestCase):
         cls.tmp.cleanup()
 
     @classmethod
-    def torchrun(cls, workspace, nproc, endpoint=None, last_call_s=1, host=None):
+    def torchrun(cls, workspace, nproc, endpoint=None, last_call_s=1, host=None, misses=2):
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         line = documented_torchrun_line()
         fill = {"NODE0:29400": endpoint or f"127.0.0.1:{free_port()}", "8": str(nproc), "$(which": BIN,
@@ -306,9 +307,9 @@ class ElasticRestarts(unittest.TestCase):
         words = [fill.get(w, w) for w in line]
         words = [torchrun] + [w for w in words[1:] if w is not None]
         # The rendezvous closes `last_call_s` after its last arrival, not torchrun's 30 s wait for a node that may
-        # come, and takes a node for lost after 2 missed heartbeats 1 s apart, not 3 of 5 s. A checkpoint every 4
-        # steps: the line's 10 minutes would not come in this run.
-        conf = f"last_call_timeout={last_call_s},keep_alive_interval=1,keep_alive_max_attempt=2"
+        # come, and takes a node for lost after `misses` missed heartbeats 1 s apart, not 3 of 5 s. A checkpoint
+        # every 4 steps: the line's 10 minutes would not come in this run.
+        conf = f"last_call_timeout={last_call_s},keep_alive_interval=1,keep_alive_max_attempt={misses}"
         words[1:1] = ["--rdzv-conf", conf + ("" if host is None else f",is_host={str(host).lower()}")]
         return words + ["--recipe", "fashion-mnist-resnet8", "--max-train-images", str(64 * cls.STEPS), "--epochs",
                         "1", "--warmup", "0", "--batch-size", "32", "--print-freq", "1", "--training-only",
@@ -366,35 +367,78 @@ class ElasticRestarts(unittest.TestCase):
         epochs = [r["data"] for r in records if r.get("step") == [1]]
         self.assertEqual(epochs[-1]["train.images"], (self.STEPS - int(m.group(1))) * 64)
 
-    def test_one_of_two_agents_lost_the_other_goes_on_alone_with_the_recipe(self):
+    def test_an_agent_lost_and_another_joining_later_keep_the_recipe(self):
         # Two agents of one worker each (--nnodes 1:2), the first hosting the rendezvous. The second is killed with
         # its worker; the first's worker fails on the lost peer, its agent re-forms the group alone, and the worker
-        # resumes by itself with the checkpoint's 64 images a step as 2 micro-batches of 32.
-        port = free_port()
-        agents = []
-        for name in ("first", "second"):
+        # resumes by itself with the checkpoint's 64 images a step as 2 micro-batches of 32. Then a third agent joins
+        # the one left: that agent restarts its worker for the larger world, and both workers resume by themselves,
+        # the newcomer's though its restart count is 0 (the checkpoints name torchrun's job, --rdzv-id), 1 -> 2
+        # processes with the checkpoint's 64 images a step. torch 2.14.1 grows a
+        # group only with a store that each round's rank 0 serves anew (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; with
+        # the agent's, both agents wait out the rank assignment: pytorch/pytorch#147064) and with 3 or more missed
+        # heartbeats allowed (with 2 the newcomer takes the others for lost before its first heartbeat and forms a
+        # group alone). LOGLEVEL=INFO prints the agent's "new nodes" decision.
+        port, env = free_port(), env1(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", LOGLEVEL="INFO")
+
+        def agent(name, host):
             out = open(os.path.join(self.work.name, name + ".out"), "w+")
             self.addCleanup(out.close)
-            # The first hosts the rendezvous's store whichever binds first (is_host); both arrive within the round's
-            # 5 s last call, so they start as one group of 2 (growing a group is not what this tests).
-            agents.append((subprocess.Popen(self.torchrun(self.ws, 1, f"127.0.0.1:{port}", last_call_s=5,
-                                                          host=name == "first"),
-                                            env=env1(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True),
-                           out))
-        (first, first_out), (second, _) = agents
-        reached = self.wait_for_step(random.randint(10, self.STEPS // 2), first, second)
+            p = subprocess.Popen(self.torchrun(self.ws, 1, f"127.0.0.1:{port}", last_call_s=5, host=host, misses=5),
+                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.addCleanup(stop, p)
+            return p, out
+
+        def stop(p):  # the agent and its worker, which it starts in a session of its own
+            if p.poll() is None:
+                workers = rank_pids(p.pid)
+                os.killpg(p.pid, signal.SIGKILL)
+                for pid in workers.values():
+                    os.kill(pid, signal.SIGKILL)
+                p.wait()
+
+        def wait_for_text(out, pattern, *agents):
+            """The last match of `pattern` in an agent's output so far, once there is one; None if it ends first."""
+            deadline = time.time() + 120
+            while all(a.poll() is None for a in agents) and time.time() < deadline:
+                out.seek(0)
+                found = re.findall(pattern, out.read(), re.M)
+                if found:
+                    return found[-1]
+                time.sleep(0.05)
+            return None
+
+        # Both arrive within the round's 5 s last call, so they start as one group of 2.
+        (first, first_out), (second, _) = agent("first", True), agent("second", False)
+        reached = self.wait_for_step(random.randint(8, 16), first, second)
         workers = rank_pids(second.pid)
         self.assertEqual(len(workers), 1, f"the second agent's worker at step {reached}")
         os.killpg(second.pid, signal.SIGKILL)
-        for pid in workers.values():  # the agent starts it in a process group of its own
+        for pid in workers.values():
             os.kill(pid, signal.SIGKILL)
         second.wait()
-        self.assertEqual(first.wait(timeout=300), 0)
+        shrunk = re.escape("resume: world 2 -> 1: 2 micro-batches of 32 per process instead of 1 of 32, the "
+                           "checkpoint's 64 images a step kept (--resume-batch recipe)\n")
+        self.assertIsNotNone(wait_for_text(first_out, shrunk, first), "the first agent did not go on alone")
         first_out.seek(0)
-        out = first_out.read()
-        self.assertIn("resume: torchrun's restart 1: --resume auto", out)
-        self.assertIn("resume: world 2 -> 1: 2 micro-batches of 32 per process instead of 1 of 32, the checkpoint's "
-                      "64 images a step kept (--resume-batch recipe)", out)
+        self.assertIn("resume: torchrun's restart 1: --resume auto", first_out.read())
+        # Alone past a checkpoint of its own (every 4 steps), then held still while the newcomer arrives, so that the
+        # epoch is not over before it has: the agent stops a held worker as it stops a running one.
+        alone_from = wait_for_text(first_out, r"^resume: \S+ at epoch 1, step (\d+)/64$", first)
+        self.assertIsNotNone(alone_from, "the first agent's worker did not resume")
+        self.wait_for_step(int(alone_from) + 5, first)
+        (worker,) = rank_pids(first.pid).values()
+        os.kill(worker, signal.SIGSTOP)
+        third, third_out = agent("third", False)
+        arrived = wait_for_text(first_out, "new nodes from group_rank", first, third)
+        os.kill(worker, signal.SIGCONT)
+        self.assertIsNotNone(arrived, "the first agent never saw the third")
+        self.assertEqual(first.wait(timeout=120), 0)  # about 30 s with the rendezvous rounds
+        self.assertEqual(third.wait(timeout=60), 0)
+        first_out.seek(0)
+        third_out.seek(0)
+        out = first_out.read() + third_out.read()  # rank 0 speaks, whichever agent holds it
+        self.assertIn("resume: world 1 -> 2: 1 micro-batch of 32 per process instead of 2 of 32, the checkpoint's 64 "
+                      "images a step kept (--resume-batch recipe)", out)
         self.assertIn(f"done: {self.STEPS} steps", out)
         self.assert_each_step_trained_the_references_images()
 
