@@ -276,6 +276,17 @@ TEST(LaunchEnv, TorchrunAndSlurmVariablesGiveTheWorkerItsPlace) {
   distributed::LaunchOptions f;
   f.nproc_per_node = 2;
   EXPECT_EQ(resolve_with({}, f).role, distributed::Role::Launcher);
+  // The restart count keeps a restarted round's keys apart in torchrun's agent store, which outlives the rounds;
+  // in a store rank 0 serves anew each round it would part the ranks of a grown round, whose counts differ.
+  const Env restarted = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  auto in_agent_store = restarted;
+  in_agent_store["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  EXPECT_EQ(resolve_with(in_agent_store).worker.attempt, "2");
+  EXPECT_TRUE(resolve_with(in_agent_store).worker.agent_store);
+  auto served_anew = restarted;
+  served_anew["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_EQ(resolve_with(served_anew).worker.attempt, "0");
+  EXPECT_FALSE(resolve_with(served_anew).worker.agent_store);
 }
 
 TEST(LaunchEnv, InconsistentLaunchesAreRefusedNamingTheVariable) {

@@ -108,8 +108,9 @@ class ChunkReader {
     if (fd_ < 0) throw SystemError("cannot open weights file", path);
     struct stat st {};
     if (::fstat(fd_, &st) != 0) {
+      const int err = errno;
       ::close(fd_);
-      throw SystemError("cannot stat weights file", path);
+      throw SystemError("cannot stat weights file", path, err);
     }
     size_ = static_cast<std::uint64_t>(st.st_size);
   }

@@ -346,7 +346,7 @@ class ElasticRestarts(unittest.TestCase):
         out = p.communicate(timeout=300)[0]
         self.assertEqual(p.returncode, 0, out)
         self.assertIn("failed (exitcode: -9) local_rank: 1", out)  # torchrun saw the kill
-        self.assertIn("resume: torchrun's restart 1: --resume auto", out)
+        self.assertIn("resume: torchrun job rn50, torchrun's restart 1: --resume auto", out)
         m = re.search(r"^resume: \S+ at epoch 1, step (\d+)/64$", out, re.M)
         self.assertIsNotNone(m, out)
         # Killed at step `reached` or soon after: the resume is from a save of the 4-step interval before it.
@@ -381,27 +381,35 @@ class ElasticRestarts(unittest.TestCase):
         port, env = free_port(), env1(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", LOGLEVEL="INFO")
 
         def agent(name, host):
-            out = open(os.path.join(self.work.name, name + ".out"), "w+")
-            self.addCleanup(out.close)
-            p = subprocess.Popen(self.torchrun(self.ws, 1, f"127.0.0.1:{port}", last_call_s=5, host=host, misses=5),
-                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            """An agent writing to NAME.out (appending: the test reads the file while it grows); (agent, path)."""
+            path = os.path.join(self.work.name, name + ".out")
+            with open(path, "ab") as out:
+                p = subprocess.Popen(self.torchrun(self.ws, 1, f"127.0.0.1:{port}", last_call_s=5, host=host,
+                                                   misses=5),
+                                     env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             self.addCleanup(stop, p)
-            return p, out
+            return p, path
 
-        def stop(p):  # the agent and its worker, which it starts in a session of its own
+        def stop(p):  # the agent and the worker it starts in a process group of its own, whatever state they are in
+            workers = rank_pids(p.pid) if p.poll() is None else {}
             if p.poll() is None:
-                workers = rank_pids(p.pid)
                 os.killpg(p.pid, signal.SIGKILL)
-                for pid in workers.values():
-                    os.kill(pid, signal.SIGKILL)
                 p.wait()
+            for pid in workers.values():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
-        def wait_for_text(out, pattern, *agents):
+        def text_of(path):
+            with open(path, errors="replace") as f:
+                return f.read()
+
+        def wait_for_text(path, pattern, *agents):
             """The last match of `pattern` in an agent's output so far, once there is one; None if it ends first."""
             deadline = time.time() + 120
             while all(a.poll() is None for a in agents) and time.time() < deadline:
-                out.seek(0)
-                found = re.findall(pattern, out.read(), re.M)
+                found = re.findall(pattern, text_of(path), re.M)
                 if found:
                     return found[-1]
                 time.sleep(0.05)
@@ -416,16 +424,19 @@ class ElasticRestarts(unittest.TestCase):
         for pid in workers.values():
             os.kill(pid, signal.SIGKILL)
         second.wait()
+        # The furthest step log.json holds from the group of 2.
+        trained = max((step for _, step in step_records(os.path.join(self.ws, "log.json"))), default=0)
         shrunk = re.escape("resume: world 2 -> 1: 2 micro-batches of 32 per process instead of 1 of 32, the "
                            "checkpoint's 64 images a step kept (--resume-batch recipe)\n")
         self.assertIsNotNone(wait_for_text(first_out, shrunk, first), "the first agent did not go on alone")
-        first_out.seek(0)
-        self.assertIn("resume: torchrun's restart 1: --resume auto", first_out.read())
-        # Alone past a checkpoint of its own (every 4 steps), then held still while the newcomer arrives, so that the
-        # epoch is not over before it has: the agent stops a held worker as it stops a running one.
+        self.assertIn("resume: torchrun job rn50, torchrun's restart 1: --resume auto", text_of(first_out))
+        # Alone past a checkpoint of its own (every 4 steps) and past the steps the group of 2 logged, then held still
+        # while the newcomer arrives, so that the epoch is not over before it has: the agent stops a held worker as
+        # it stops a running one.
         alone_from = wait_for_text(first_out, r"^resume: \S+ at epoch 1, step (\d+)/64$", first)
         self.assertIsNotNone(alone_from, "the first agent's worker did not resume")
-        self.wait_for_step(int(alone_from) + 5, first)
+        target = max(int(alone_from), trained) + 5
+        self.assertGreaterEqual(self.wait_for_step(target, first), target, "the first agent alone stopped")
         (worker,) = rank_pids(first.pid).values()
         os.kill(worker, signal.SIGSTOP)
         third, third_out = agent("third", False)
@@ -434,9 +445,7 @@ class ElasticRestarts(unittest.TestCase):
         self.assertIsNotNone(arrived, "the first agent never saw the third")
         self.assertEqual(first.wait(timeout=120), 0)  # about 30 s with the rendezvous rounds
         self.assertEqual(third.wait(timeout=60), 0)
-        first_out.seek(0)
-        third_out.seek(0)
-        out = first_out.read() + third_out.read()  # rank 0 speaks, whichever agent holds it
+        out = text_of(first_out) + text_of(third_out)  # rank 0 speaks, whichever agent holds it
         self.assertIn("resume: world 1 -> 2: 1 micro-batch of 32 per process instead of 2 of 32, the checkpoint's 64 "
                       "images a step kept (--resume-batch recipe)", out)
         self.assertIn(f"done: {self.STEPS} steps", out)

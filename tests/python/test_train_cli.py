@@ -235,6 +235,16 @@ class TrainEvalReport(unittest.TestCase):
             self.assertIn("resume: torchrun's restart 1: --resume auto", r.stdout)
             self.assertIn(f"resume: auto: {last}, the newest", r.stdout)
             self.assertEqual(json.loads(pth2safetensors.read_safetensors(last)[1]["convnets"])["step"], 128)
+            # A torchrun job with a name resumes only its own checkpoints: these are no job's, so it stops, naming
+            # the file, before anything is written.
+            before = os.path.getmtime(last)
+            r = runner.run([BIN, "train", "--workspace", ws, "--epochs", "5"], capture_output=True, text=True,
+                           env=dict(os.environ, TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_RUN_ID="rn50"))
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn(f"torchrun job rn50: the newest checkpoint in {ws} that verifies, {last}, is no torchrun "
+                          "job's", r.stderr)
+            self.assertIn("--resume that checkpoint by name", r.stderr)
+            self.assertEqual(os.path.getmtime(last), before)
 
     def test_resume_auto_starts_anew_where_only_a_stopped_runs_log_is_left(self):
         with tempfile.TemporaryDirectory() as tmp:
