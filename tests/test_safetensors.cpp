@@ -211,14 +211,15 @@ TEST(Crc32c, MatchesRfc3720sCheckValuesOnEveryPathAndLengthAndCopiesWhatItSums) 
         EXPECT_EQ(crc32c_on(path, p + n / 3, n - n / 3, crc32c_on(path, p, n / 3)), whole)
             << n << " bytes split at " << n / 3 << ", path " << static_cast<int>(path);
         EXPECT_EQ(crc32c(p, n), whole);
-        // The copy that checksums what it copies: the same value, every byte where it belongs and none past them.
+        // The copy that checksums what it copies: the same value, every byte where it belongs and none past them,
+        // the destination misaligned differently from the source.
+        const std::size_t to = 7 - offset;
         std::vector<unsigned char> copy(n + 9, 0xa5);
-        EXPECT_EQ(crc32c_copy_on(path, copy.data() + offset, p, n), whole) << n << " bytes copied at +" << offset;
-        EXPECT_TRUE(std::equal(p, p + n, copy.data() + offset)) << n << " bytes copied at +" << offset;
-        EXPECT_EQ(std::count(copy.begin(), copy.begin() + offset, 0xa5) + std::count(copy.begin() + offset + n,
-                                                                                       copy.end(), 0xa5),
+        EXPECT_EQ(crc32c_copy_on(path, copy.data() + to, p, n), whole) << n << " bytes copied to +" << to;
+        EXPECT_TRUE(std::equal(p, p + n, copy.data() + to)) << n << " bytes copied to +" << to;
+        EXPECT_EQ(std::count(copy.begin(), copy.begin() + to, 0xa5) + std::count(copy.begin() + to + n, copy.end(), 0xa5),
                   static_cast<long>(copy.size() - n))
-            << n << " bytes copied at +" << offset << ": bytes outside the destination written";
+            << n << " bytes copied to +" << to << ": bytes outside the destination written";
         EXPECT_EQ(crc32c_copy(copy.data(), p, n), whole);
       }
     }
