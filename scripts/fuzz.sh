@@ -5,7 +5,6 @@
 # libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer.
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]   fuzz each target for SECONDS (default 60)
 #   scripts/fuzz.sh regress                  run every committed corpus input once (CI)
-#   scripts/fuzz.sh build                    build the targets only (scripts/test.sh, while CTest runs)
 # FUZZ_RUNS=N stops a target after N executions instead (whichever comes first).
 # New coverage goes to build-fuzz/corpus/TARGET, a crash to
 # build-fuzz/artifacts/TARGET/; a fixed crash's input belongs in fuzz/corpus/TARGET.
@@ -23,7 +22,6 @@ cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_
 # Quiet when it builds; its errors when it does not (set -e alone would end the script without a word).
 cmake --build build-fuzz >build-fuzz/build.log 2>&1 ||
   { grep -m 5 -B 2 -A 6 -E 'error|FAILED' build-fuzz/build.log || true; echo "fuzz: the fuzz targets did not build (build-fuzz/build.log)"; exit 1; }
-[[ $what != build ]] || exit 0
 
 # LibTorch is not instrumented: scripts/lsan.supp (shared with sanitize.sh) names its allocations.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}

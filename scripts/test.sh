@@ -14,22 +14,9 @@ fi
 ./scripts/setup.sh
 select=() what=CTest
 if ((quick)); then select=(--label-exclude accuracy) what="CTest (quick: no accuracy label, no fuzz replay)"; fi
-# The fuzz targets (about three minutes of compiling on two cores) build while CTest runs, on the CPU time its tests
-# leave idle: at SCHED_IDLE they never take a core a test's thread wants. A failed build is built again, errors
-# shown, by the replay below; a failed CTest stops it.
-fuzz_build=
-if ((!quick)); then
-  FUZZ_SETUP=0 setsid chrt --idle 0 ./scripts/fuzz.sh build >/dev/null 2>&1 &
-  fuzz_build=$!
-  trap 'kill -- -$fuzz_build 2>/dev/null || true' EXIT
-fi
 started=$SECONDS
 ctest --test-dir build --output-on-failure -j "$(nproc)" "${select[@]}" "$@"
 echo "test: $what in $((SECONDS - started)) s"
 if ((quick)); then exit 0; fi
-started=$SECONDS
-wait "$fuzz_build" || true
-trap - EXIT
-echo "test: the fuzz targets built $((SECONDS - started)) s after CTest"
 # Every fuzz corpus input (seeds and past findings) once, under ASan + UBSan.
 FUZZ_SETUP=0 ./scripts/fuzz.sh regress
