@@ -217,27 +217,28 @@ int run(TrainArgs& a) {
   options.torchrun_job = torchrun_job();
   std::optional<AutoResume> searched;
   const auto [count, who] = job_restart();
-  if (a.resume.empty() && !options.torchrun_job.empty()) {
-    // A restart count is its agent's own: an agent that joins a running job starts its worker at 0, and a world
-    // grown by one is no restart for those already in it. So every worker of a job with a name decides by the
-    // workspace alike: --resume auto, the newest checkpoint that verifies being this job's (its workers wait for
-    // each other before anything is saved, so a first start finds none of its own).
-    searched = find_resumable(workspace, a.key_layout);
-    if (const auto& found = searched->found) {
-      const std::string job = found->meta.value("torchrun_job", std::string());
-      if (job != options.torchrun_job) {
-        throw Error("torchrun job " + options.torchrun_job + ": the newest checkpoint in " + workspace +
-                        " that verifies, " + found->path + ", is " +
-                        (job.empty() ? "no torchrun job's" : "torchrun job " + job + "'s"),
-                    "give the job its own --workspace, or --resume that checkpoint by name to continue it");
+  const std::string& job = options.torchrun_job;
+  if (a.resume.empty() && (!job.empty() || count > 0)) {
+    if (!job.empty()) {
+      // A restart count is its agent's own: an agent that joins a running job starts its worker at 0, and a world
+      // grown by one is no restart for those already in it. So every worker of a job with a name decides by the
+      // workspace alike: --resume auto, the newest checkpoint that verifies being this job's (its workers wait for
+      // each other before anything is saved, so a first start finds none of its own).
+      searched = find_resumable(workspace, a.key_layout);
+      if (const auto& found = searched->found) {
+        const std::string written_by = found->meta.value("torchrun_job", std::string());
+        if (written_by != job) {
+          throw Error("torchrun job " + job + ": the newest checkpoint in " + workspace + " that verifies, " +
+                          found->path + ", is " +
+                          (written_by.empty() ? "no torchrun job's" : "torchrun job " + written_by + "'s"),
+                      "give the job its own --workspace, or --resume that checkpoint by name to continue it");
+        }
       }
     }
     a.resume = "auto";
-    say("resume: torchrun job " + options.torchrun_job + (count > 0 ? ", " + who + std::to_string(count) : "") +
+    const std::string restart = count > 0 ? who + std::to_string(count) : "";
+    say("resume: " + (job.empty() ? restart : "torchrun job " + job + (restart.empty() ? "" : ", " + restart)) +
         ": --resume auto");
-  } else if (a.resume.empty() && count > 0) {
-    a.resume = "auto";
-    say("resume: " + who + std::to_string(count) + ": --resume auto");
   }
   if (a.resume == "auto") {
     auto r = searched ? std::move(*searched) : find_resumable(workspace, a.key_layout);

@@ -120,12 +120,12 @@ struct StepTotals {
 
   explicit StepTotals(const c10::Device& device)
       : loss(torch::zeros({}, torch::dtype(torch::kDouble).device(device))) {}
-  void add(const at::Tensor& step_loss, double data, double compute, const StepImages& seen) {
+  void add(const at::Tensor& step_loss, double data, double compute, const StepImages& step_images) {
     loss += step_loss;
     data_s += data;
     compute_s += compute;
     ++steps;
-    this->seen.add(seen);
+    seen.add(step_images);
   }
   // The images and their digest over every rank (a collective in data-parallel runs; unsigned sums wrap alike).
   StepImages global_images(const TrainingRun& run) const {
