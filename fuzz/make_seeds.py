@@ -145,6 +145,35 @@ def torch_save_seeds():
         put("torch_save", name, buffer.getvalue())
 
 
+def weights_format_seeds():
+    # fuzz_weights_format.cpp: any bytes. Each format as it begins, and the look-alikes: safetensors headers whose
+    # length begins 0x80 0x02 (a pickle's PROTO) or "PK", the pre-1.6 pickle (protocol 2, and 4 with a FRAME), a zip
+    # without data.pkl, and bytes that are none of them.
+    import torch
+    import zipfile
+    tensors = {"w": torch.arange(6, dtype=torch.float32), "n": torch.tensor(3)}
+    from pth2safetensors import write_safetensors
+    for length in (640, 0x4b50):  # 0x80 0x02 ..., and "PK" ...
+        path = os.path.join(HERE, "corpus", "weights_format", "header-%d.safetensors" % length)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_safetensors(path, tensors, {"pad": ""})
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+        write_safetensors(path, tensors, {"pad": "p" * (length - n)})
+        with open(path, "rb") as f:
+            assert struct.unpack("<Q", f.read(8))[0] == length, path
+    for name, kwargs in (("zip.pth", {}), ("legacy2.pth", {"_use_new_zipfile_serialization": False}),
+                         ("legacy4.pth", {"_use_new_zipfile_serialization": False, "pickle_protocol": 4})):
+        buffer = io.BytesIO()
+        torch.save(tensors, buffer, **kwargs)
+        put("weights_format", name, buffer.getvalue())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("archive/version", "3\n")
+    put("weights_format", "zip-without-data-pkl", buffer.getvalue())
+    put("weights_format", "pickle-like", b"\x80\x02" + b"x" * 30)
+
+
 def tar_seeds(rng):
     # fuzz_tar.cpp: byte 0 picks the mode (0 header scan, 1 DALI index, 2 shard as a dataset; the latter with
     # a world-size and a shuffle byte); the rest is the tar or index. Small PNG members keep inputs short.
@@ -222,5 +251,6 @@ if __name__ == "__main__":
     gpunet_build_seeds()
     safetensors_seeds()
     torch_save_seeds()
+    weights_format_seeds()
     tar_seeds(rng)
     kserve_seeds()

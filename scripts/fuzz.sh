@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz the parsers of untrusted input (fuzz/*.cpp: images and the transforms,
 # dataset index files, WebDataset tar shards and their DALI indexes, JSON definitions and recipes,
-# safetensors, GPUNet definitions built into networks, inference request bodies) with
+# safetensors, torch.save archives, which format a weights file is, GPUNet definitions built into networks, inference request bodies) with
 # libFuzzer under AddressSanitizer + UndefinedBehaviorSanitizer.
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]   fuzz each target for SECONDS (default 60)
 #   scripts/fuzz.sh regress                  run every committed corpus input once (CI)
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 seconds=${2:-60}
-targets=(image dataset json safetensors torch_save gpunet_build tar kserve)
+targets=(image dataset json safetensors torch_save weights_format gpunet_build tar kserve)
 
 # Debian packages (clang among them) and .venv's torch; FUZZ_SETUP=0 skips it when done already.
 [[ ${FUZZ_SETUP:-1} == 0 ]] || ./scripts/setup.sh >/dev/null

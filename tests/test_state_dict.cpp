@@ -123,6 +123,31 @@ TEST(StateDict, HalfPrecisionWeightsAreConvertedOnLoad) {
   EXPECT_TRUE(torch::equal(w, half.tensors.front().second.to(torch::kFloat32)));
 }
 
+TEST(StateDict, ADtypeOfAnotherClassIsRefusedNamingTheTensorAndBothDtypes) {
+  // A header relabelled F32 -> I32 reads a float's bits as an integer: converted silently, the weights would be
+  // numbers of 1e9. Integer or bool into float, float into integer or bool: each refused, the model untouched.
+  const auto reference = state_dict(*make("resnet18"));
+  for (const auto dtype : {torch::kInt32, torch::kInt64, torch::kBool}) {
+    TensorFile file;
+    for (const auto& [k, t] : reference) file.tensors.emplace_back(k, t.clone());
+    file.tensors[0].second = file.tensors[0].second.to(dtype);
+    auto net = make("resnet18");
+    const auto before = state_dict(*net).front().second.clone();
+    const auto msg = load_error(net, file, "resnet18");
+    EXPECT_NE(msg.find("weights file 'file.safetensors': tensor 'conv1.weight' is " +
+                       std::string(c10::toString(dtype)) + " in the file but Float in the model"),
+              std::string::npos)
+        << msg;
+    EXPECT_TRUE(torch::equal(state_dict(*net).front().second, before)) << "the model was changed";
+  }
+  // num_batches_tracked (int64 in the model) from a float: refused the other way round.
+  TensorFile floats;
+  for (const auto& [k, t] : reference) floats.tensors.emplace_back(k, t.to(torch::kFloat32));
+  auto net = make("resnet18");
+  EXPECT_NE(load_error(net, floats, "resnet18").find("is Float in the file but Long in the model"), std::string::npos)
+      << load_error(net, floats, "resnet18");
+}
+
 TEST(StateDict, WrongClassCountNamesTheTensorAndBothShapes) {
   TensorFile file;
   file.tensors = state_dict(*make("resnet50", 10));

@@ -44,16 +44,18 @@ def _tensor_bytes(t):
 
 
 CHECKSUM_KEY = "convnets.crc32c"  # io/safetensors.h: each tensor's CRC-32C, checked by every convnets load
+HEADER_CHECKSUM_KEY = "convnets.crc32c.header"  # and each tensor's header entry's
 
 
 def write_safetensors(path, tensors, metadata=None, checksums=None):
     """Write name->tensor (in the given order) to `path` in safetensors format.
 
-    A convnets file's checksums in `metadata` describe the bytes it was read with, not necessarily these: they are
-    dropped (convnets then loads the file unverified) unless `checksums` ({name: 8 hex digits}) gives them anew.
+    A convnets file's checksums in `metadata` describe the bytes and header entries it was read with, not
+    necessarily these: they are dropped (convnets then loads the file unverified, unless its checkpoint record says
+    it was written with them) unless `checksums` ({name: 8 hex digits of its bytes}) gives the bytes' anew.
     """
     header = collections.OrderedDict()
-    metadata = {k: v for k, v in (metadata or {}).items() if k != CHECKSUM_KEY}
+    metadata = {k: v for k, v in (metadata or {}).items() if k not in (CHECKSUM_KEY, HEADER_CHECKSUM_KEY)}
     if checksums is not None:
         metadata[CHECKSUM_KEY] = json.dumps(checksums)
     if metadata:

@@ -13,12 +13,14 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -43,9 +45,7 @@ constexpr DtypeName kDtypes[] = {
 };
 
 std::string dtype_to_name(torch::Dtype dtype, const std::string& tensor) {
-  for (const auto& d : kDtypes) {
-    if (d.dtype == dtype) return d.name;
-  }
+  if (const char* name = safetensors_dtype_name(dtype)) return name;
   throw Error("cannot store tensor '" + tensor + "' of dtype " + std::string(c10::toString(dtype)) +
               " in safetensors");
 }
@@ -253,9 +253,10 @@ class ChunkWriter {
   std::uint64_t start_, pos_;
 };
 
-// __metadata__'s kChecksumKey: {tensor name: its bytes' CRC-32C as 8 hex digits}. Every name must be the file's.
-std::map<std::string, std::uint32_t> read_checksums(const std::string& text, const std::string& where) {
-  const std::string key = where + ": __metadata__ " + kChecksumKey;
+// A __metadata__ checksum map (kChecksumKey, kHeaderChecksumKey): {tensor name: CRC-32C as 8 hex digits}.
+std::map<std::string, std::uint32_t> read_checksums(const std::string& text, const std::string& where,
+                                                    const std::string& which) {
+  const std::string key = where + ": __metadata__ " + which;
   const nlohmann::json j = parse_json(text, key);
   if (!j.is_object()) throw Error(key + " must be a JSON object of tensor names and 8-hex-digit CRC-32C values");
   std::map<std::string, std::uint32_t> sums;
@@ -269,6 +270,21 @@ std::map<std::string, std::uint32_t> read_checksums(const std::string& text, con
   return sums;
 }
 
+// What kHeaderChecksumKey sums for a tensor: its header entry, every field, in one canonical spelling (the JSON's
+// own spelling can change with spaces and key order without changing what it says).
+std::string entry_text(const std::string& name, const std::string& dtype, const std::vector<std::int64_t>& shape,
+                       std::uint64_t begin, std::uint64_t end) {
+  std::string text = name;
+  text += '\0';
+  text += dtype;
+  text += '\0';
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+  text += '\0';
+  return text + std::to_string(begin) + "," + std::to_string(end);
+}
+
+std::uint32_t entry_checksum(const std::string& text) { return crc32c(text.data(), text.size()); }
+
 std::vector<std::string> dtype_names() {
   std::vector<std::string> names;
   for (const auto& d : kDtypes) names.emplace_back(d.name);
@@ -277,6 +293,20 @@ std::vector<std::string> dtype_names() {
 
 }  // namespace
 
+const char* safetensors_dtype_name(torch::Dtype dtype) {
+  for (const auto& d : kDtypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return nullptr;
+}
+
+std::optional<torch::Dtype> safetensors_dtype(const std::string& name) {
+  for (const auto& d : kDtypes) {
+    if (name == d.name) return d.dtype;
+  }
+  return std::nullopt;
+}
+
 const torch::Tensor* TensorFile::find(const std::string& name) const {
   for (const auto& [n, t] : tensors) {
     if (n == name) return &t;
@@ -284,25 +314,50 @@ const torch::Tensor* TensorFile::find(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// The length prefix and the JSON object after it, or the Error naming `where` and what is wrong.
+nlohmann::json parse_header(std::uint64_t file_size, const ReadAt& read, const std::string& where,
+                            std::uint64_t* header_len) {
+  if (file_size < 8) {
+    throw Error(where + " is " + std::to_string(file_size) + " bytes: too short for the 8-byte header length");
+  }
+  std::uint64_t len = 0;
+  read(reinterpret_cast<char*>(&len), 8, 0);
+  if (len > kMaxHeader || len > file_size - 8) {
+    throw Error(where + ": header length " + std::to_string(len) + " exceeds the file (" +
+                    std::to_string(file_size) + " bytes)",
+                "the file is truncated or not a safetensors file");
+  }
+  std::string header(len, '\0');
+  read(header.data(), len, 8);
+  nlohmann::json j = parse_json(header, where + ": header");
+  if (!j.is_object()) throw Error(where + ": header must be a JSON object");
+  *header_len = len;
+  return j;
+}
+
+}  // namespace
+
+std::optional<Error> safetensors_structure_problem(std::uint64_t file_size, const ReadAt& read,
+                                                   const std::string& name) {
+  std::uint64_t header_len = 0;
+  try {
+    parse_header(file_size, read, "safetensors file '" + name + "'", &header_len);
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
 TensorFile load_safetensors(const std::string& path) {
   ChunkReader in(path);
   const uint64_t file_size = in.size();
   const std::string where = "safetensors file '" + path + "'";
-  if (file_size < 8) {
-    throw Error(where + " is " + std::to_string(file_size) + " bytes: too short for the 8-byte header length");
-  }
   uint64_t header_len = 0;
-  in.read_exactly(reinterpret_cast<char*>(&header_len), 8, 0);
-  if (header_len > kMaxHeader || header_len > file_size - 8) {
-    throw Error(where + ": header length " + std::to_string(header_len) + " exceeds the file (" +
-                    std::to_string(file_size) + " bytes)",
-                "the file is truncated or not a safetensors file");
-  }
-  std::string header(header_len, '\0');
-  in.read_exactly(header.data(), header_len, 8);
-
-  const nlohmann::json j = parse_json(header, where + ": header");
-  if (!j.is_object()) throw Error(where + ": header must be a JSON object");
+  const nlohmann::json j = parse_header(
+      file_size, [&](char* to, std::uint64_t n, std::uint64_t at) { in.read_exactly(to, n, at); }, where,
+      &header_len);
 
   const uint64_t data_size = file_size - 8 - header_len;
   struct Entry {
@@ -313,18 +368,39 @@ TensorFile load_safetensors(const std::string& path) {
   };
   std::vector<Entry> entries;
   TensorFile result;
-  std::map<std::string, std::uint32_t> checksums;
-  for (const auto& [name, info] : j.items()) {
-    if (name == "__metadata__") {
-      if (!info.is_object()) throw Error(where + ": __metadata__ must be an object of strings");
-      for (const auto& [k, v] : info.items()) {
-        if (!v.is_string()) throw Error(where + ": __metadata__ value '" + k + "' is not a string");
-        // Consumed here: a caller that saves what it loaded gets checksums of what it saves, never stale ones.
-        if (k == kChecksumKey) checksums = read_checksums(v.get<std::string>(), where);
-        else result.metadata[k] = v.get<std::string>();
+  std::map<std::string, std::uint32_t> checksums, header_checksums;
+  bool has_checksums = false, has_header_checksums = false;
+  if (const auto meta = j.find("__metadata__"); meta != j.end()) {
+    if (!meta->is_object()) throw Error(where + ": __metadata__ must be an object of strings");
+    for (const auto& [k, v] : meta->items()) {
+      if (!v.is_string()) throw Error(where + ": __metadata__ value '" + k + "' is not a string");
+      // Consumed here: a caller that saves what it loaded gets checksums of what it saves, never stale ones.
+      if (k == kChecksumKey) {
+        checksums = read_checksums(v.get<std::string>(), where, k);
+        has_checksums = true;
+      } else if (k == kHeaderChecksumKey) {
+        header_checksums = read_checksums(v.get<std::string>(), where, k);
+        has_header_checksums = true;
+      } else {
+        result.metadata[k] = v.get<std::string>();
       }
-      continue;
     }
+  }
+  if (has_header_checksums && !has_checksums) {
+    throw Error(where + ": __metadata__ holds " + kHeaderChecksumKey + " but not " + kChecksumKey +
+                    ": the checksums of its tensors' bytes were removed",
+                "the file was edited after it was written: use another copy of it");
+  }
+  for (const auto* map : {&checksums, &header_checksums}) {
+    for (const auto& [name, sum] : *map) {
+      if (!j.contains(name) || name == "__metadata__") {
+        throw Error(where + ": __metadata__ " + (map == &checksums ? kChecksumKey : kHeaderChecksumKey) +
+                    " names tensor '" + name + "', which the file does not hold");
+      }
+    }
+  }
+  for (const auto& [name, info] : j.items()) {
+    if (name == "__metadata__") continue;
     const std::string t = where + ", tensor '" + name + "'";
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
       throw Error(t + ": expected an object with dtype, shape and data_offsets");
@@ -364,8 +440,31 @@ TensorFile load_safetensors(const std::string& path) {
       throw Error(t + ": shape " + shape.dump() + " of " + match->name + " needs " + std::to_string(bytes) +
                   " bytes but data_offsets span " + std::to_string(e.end - e.begin));
     }
+    // A file written with checksums has them for every tensor: one without is one whose entry was removed.
+    for (const auto& [map, has, key] : {std::tuple{&checksums, has_checksums, kChecksumKey},
+                                        std::tuple{&header_checksums, has_header_checksums, kHeaderChecksumKey}}) {
+      if (has && !map->count(name)) {
+        throw Error(t + ": no checksum in __metadata__ " + key + ", which holds one for every tensor of a file "
+                        "written with checksums",
+                    "the file was edited after it was written: use another copy of it");
+      }
+    }
+    if (has_header_checksums) {
+      const std::uint32_t written = header_checksums.at(name);
+      const std::uint32_t now = entry_checksum(entry_text(name, match->name, e.shape, e.begin, e.end));
+      if (now != written) {
+        throw Error(t + ": its header entry (dtype " + match->name + ", shape " + shape.dump() + ", data_offsets [" +
+                        std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                        "]) does not match the CRC-32C written with it (" + hex32(written) + ", now " + hex32(now) +
+                        "): its dtype, shape or offsets changed after it was written",
+                    "the file was edited after it was written: use another copy of it");
+      }
+    }
     entries.push_back(std::move(e));
   }
+  result.verified = has_header_checksums ? TensorFile::Verified::BytesAndHeader
+                    : has_checksums      ? TensorFile::Verified::Bytes
+                                         : TensorFile::Verified::Nothing;
 
   // The data section must be tiled exactly: no overlap (two tensors aliasing
   // bytes) and no hole (bytes nobody owns), as the reference reader demands.
@@ -385,11 +484,6 @@ TensorFile load_safetensors(const std::string& path) {
                 " data bytes");
   }
 
-  for (const auto& [name, sum] : checksums) {
-    if (!j.contains(name) || name == "__metadata__") {
-      throw Error(where + ": __metadata__ " + kChecksumKey + " names tensor '" + name + "', which the file does not hold");
-    }
-  }
   // The entries tile the data section in order, so the reads run straight through it.
   in.stream(8 + header_len, file_size);
   for (auto& e : entries) {
@@ -413,6 +507,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = nullptr;  // first, as the reference writer puts it; filled once the checksums are known
   std::vector<torch::Tensor> payload;
+  std::vector<std::uint32_t> entry_sums;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     if (name == "__metadata__" || header.contains(name)) {
@@ -420,9 +515,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     }
     auto c = t.detach().to(torch::kCPU).contiguous();
     const uint64_t bytes = static_cast<uint64_t>(c.numel()) * c.element_size();
-    header[name] = {{"dtype", dtype_to_name(c.scalar_type(), name)},
-                    {"shape", c.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
+    const std::string dtype = dtype_to_name(c.scalar_type(), name);
+    header[name] = {{"dtype", dtype}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    entry_sums.push_back(entry_checksum(entry_text(name, dtype, c.sizes().vec(), offset, offset + bytes)));
     offset += bytes;
     payload.push_back(std::move(c));
   }
@@ -433,10 +528,15 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   auto header_with = [&](const std::vector<std::uint32_t>& values) {
     auto meta = metadata;
     meta.erase(kChecksumKey);
+    meta.erase(kHeaderChecksumKey);
     if (summed) {
-      nlohmann::ordered_json sums = nlohmann::ordered_json::object();
-      for (std::size_t i = 0; i < payload.size(); ++i) sums[tensors[i].first] = hex32(values[i]);
+      nlohmann::ordered_json sums = nlohmann::ordered_json::object(), entries = nlohmann::ordered_json::object();
+      for (std::size_t i = 0; i < payload.size(); ++i) {
+        sums[tensors[i].first] = hex32(values[i]);
+        entries[tensors[i].first] = hex32(entry_sums[i]);
+      }
       meta[kChecksumKey] = dump_json(sums);
+      meta[kHeaderChecksumKey] = dump_json(entries);
     }
     header["__metadata__"] = meta;
     std::string h = dump_json(header);

@@ -4,7 +4,10 @@
 
 #include <torch/torch.h>
 
+#include <iostream>
+#include <map>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -25,7 +28,25 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return os.str();
 }
 
+enum class DtypeClass { Floating, Integer, Bool };
+
+DtypeClass class_of(const torch::Tensor& t) {
+  if (t.scalar_type() == torch::kBool) return DtypeClass::Bool;
+  return t.is_floating_point() ? DtypeClass::Floating : DtypeClass::Integer;
+}
+
 }  // namespace
+
+bool check_dtype_fills(const torch::Tensor& target, const torch::Tensor& file, const std::string& name,
+                       const std::string& source) {
+  if (class_of(target) != class_of(file)) {
+    throw Error("weights file '" + source + "': tensor '" + name + "' is " + c10::toString(file.scalar_type()) +
+                    " in the file but " + c10::toString(target.scalar_type()) +
+                    " in the model; convnets converts between floating-point dtypes only",
+                "the file's header may have been edited (its dtype relabelled): use another copy of it");
+  }
+  return class_of(target) == DtypeClass::Floating && target.scalar_type() != file.scalar_type();
+}
 
 NamedTensors state_dict(const torch::nn::Module& module) {
   NamedTensors out;
@@ -64,7 +85,7 @@ LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights,
 
   LoadReport report;
   auto own = state_dict(module);
-  std::vector<std::pair<torch::Tensor, const torch::Tensor*>> copies;
+  std::vector<std::tuple<std::string, torch::Tensor, const torch::Tensor*>> copies;
   std::unordered_set<std::string> seen;
   for (auto& [name, target] : own) {
     seen.insert(name);
@@ -74,7 +95,7 @@ LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights,
     } else if (it->second->sizes() != target.sizes()) {
       report.mismatched.push_back({name, target.sizes().vec(), it->second->sizes().vec()});
     } else {
-      copies.emplace_back(target, it->second);
+      copies.emplace_back(name, target, it->second);
     }
   }
   for (const auto& key : file_order) {
@@ -95,8 +116,20 @@ LoadReport load_state_dict(torch::nn::Module& module, const TensorFile& weights,
     throw Error("weights file '" + source + "' does not fit the model: " + first + "\n" + report.describe(),
                 "check --arch and --num-classes match the model the weights were saved from");
   }
+  std::map<std::string, std::size_t> converted;  // "float16 -> float32": how many
+  for (const auto& [name, target, src] : copies) {
+    if (check_dtype_fills(target, *src, name, source)) {
+      ++converted[std::string(c10::toString(src->scalar_type())) + " into " + c10::toString(target.scalar_type())];
+    }
+  }
+  if (!converted.empty()) {
+    std::string what;
+    for (const auto& [kind, n] : converted) what += (what.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
+    std::cerr << "convnets: note: weights file '" << source << "': tensors converted to the model's dtype (" << what
+              << ")\n";
+  }
   torch::NoGradGuard no_grad;
-  for (auto& [target, src] : copies) target.copy_(*src);
+  for (auto& [name, target, src] : copies) target.copy_(*src);
   return report;
 }
 

@@ -34,7 +34,15 @@ struct LoadReport {
 // dropped, then `import_key` (if given) applied.
 std::string imported_name(const std::string& raw, const std::function<std::string(const std::string&)>& import_key);
 
-// Copies `weights` into the module's parameters and buffers (converting dtype).
+// Whether `file` can fill `target` (the tensor `name`, read from `source`) without changing what its numbers mean:
+// throws Error naming `source`, the tensor and both dtypes where one is floating-point and the other an integer or
+// bool (a header whose dtype was relabelled reads one as the other), or one bool and the other an integer. Returns
+// whether the copy converts between floating-point dtypes (fp16 or bf16 into fp32), which fills.
+bool check_dtype_fills(const torch::Tensor& target, const torch::Tensor& file, const std::string& name,
+                       const std::string& source);
+
+// Copies `weights` into the module's parameters and buffers (converting between floating-point dtypes, said once
+// on stderr; any other dtype change is refused as check_dtype_fills says).
 // Keys are normalised first: a DataParallel `module.` prefix is dropped and
 // `import_key` (if given) maps foreign names, e.g. DLE's `layers.0.` -> `layer1.`.
 // With `strict`, any problem throws convnets::Error naming the first mismatched

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 namespace convnets {
@@ -313,11 +314,21 @@ class Unpickler {
       const std::int64_t numel = a[0]->tensor.numel(), offset = a[1]->i;
       std::int64_t last = offset, count = 1;
       for (std::size_t k = 0; k < size.size(); ++k) {
-        if (size[k] < 0 || stride[k] < 0 || size[k] > numel + 1) fail("a tensor of negative or impossible size");
-        std::int64_t reach = 0;
+        if (size[k] < 0 || stride[k] < 0) fail("a tensor of negative size or stride");
         if (size[k] == 0) count = 0;
-        else if (__builtin_mul_overflow(size[k] - 1, stride[k], &reach) || __builtin_add_overflow(last, reach, &last))
+      }
+      // An empty view (torch.zeros(0, 2)) reads nothing, whatever its other sizes: they need only leave its shape
+      // countable. A view that reads must reach no further than its storage.
+      std::int64_t cells = 1;
+      for (std::size_t k = 0; k < size.size(); ++k) {
+        std::int64_t reach = 0;
+        if (count == 0) {
+          if (size[k] > 0 && (__builtin_mul_overflow(cells, size[k], &cells) || cells > (std::int64_t{1} << 40)))
+            fail("a tensor of impossible size");
+        } else if (size[k] > numel + 1 || __builtin_mul_overflow(size[k] - 1, stride[k], &reach) ||
+                   __builtin_add_overflow(last, reach, &last)) {
           fail("a tensor view reaches past its storage");
+        }
       }
       if (offset < 0 || (count > 0 && last >= numel)) fail("a tensor view reaches past its storage");
       auto v = make(Value::Kind::Tensor);
@@ -430,13 +441,17 @@ void read_optimizer(const Value& opt, TorchSaveContents& out, const std::string&
   out.has_optimizer = true;
 }
 
+Error no_data_pkl(const std::string& name) {
+  return Error(name + ": a zip archive without data.pkl is not a torch.save file");
+}
+
 TorchSaveContents read(caffe2::serialize::PyTorchStreamReader& zip, const std::string& name) {
   if (zip.hasRecord("byteorder")) {
     const auto [data, size] = zip.getRecord("byteorder");
     const std::string order(static_cast<const char*>(data.get()), size);
     if (order != "little") throw Error(name + ": its tensors are stored " + order + "-endian; convnets reads little-endian files");
   }
-  if (!zip.hasRecord("data.pkl")) throw Error(name + ": a zip archive without data.pkl is not a torch.save file");
+  if (!zip.hasRecord("data.pkl")) throw no_data_pkl(name);
   const auto [pkl_ptr, pkl_size] = zip.getRecord("data.pkl");
   const std::string pkl(static_cast<const char*>(pkl_ptr.get()), pkl_size);
 
@@ -519,13 +534,18 @@ TorchSaveContents read(caffe2::serialize::PyTorchStreamReader& zip, const std::s
   return contents;
 }
 
-TorchSaveContents open_zip(const std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>& open,
-                    const std::string& name) {
+using OpenZip = std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>;
+
+Error unreadable(const std::string& name, const c10::Error& e) {
+  return Error(name + ": not a readable torch.save archive (" + e.what_without_backtrace() + ")");
+}
+
+TorchSaveContents open_zip(const OpenZip& open, const std::string& name) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
   try {
     zip = open();
   } catch (const c10::Error& e) {
-    throw Error(name + ": not a readable torch.save archive (" + e.what_without_backtrace() + ")");
+    throw unreadable(name, e);
   }
   try {
     return read(*zip, name);
@@ -534,22 +554,59 @@ TorchSaveContents open_zip(const std::function<std::unique_ptr<caffe2::serialize
   }
 }
 
+// The bytes a legacy file needs for legacy_magic to tell: PROTO, a protocol 4 FRAME, and the pickled long.
+constexpr std::size_t kLegacyHead = 2 + 9 + 12;
+
+// Whether `head` begins as torch.save's pre-1.6 pickle does: the magic number 0x1950a86a20f9469cfc6c pickled
+// first (PROTO 2..5, a FRAME from protocol 4 on, then LONG1 of its 10 little-endian bytes). Two bytes alone are
+// not enough: a safetensors file whose header length is 640 begins 0x80 0x02 too.
+bool legacy_magic(const unsigned char* head, std::size_t n) {
+  static constexpr unsigned char kLong[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+  if (n < 2 || head[0] != 0x80 || head[1] < 2 || head[1] > 5) return false;
+  std::size_t at = 2;
+  if (head[1] >= 4 && n > at && head[at] == 0x95) at += 9;  // FRAME and its 8-byte length
+  return n >= at + sizeof kLong && std::memcmp(head + at, kLong, sizeof kLong) == 0;
+}
+
 void refuse_legacy(const unsigned char* head, std::size_t n, const std::string& name) {
-  // Before PyTorch 1.6, torch.save wrote a bare pickle (protocol 2: 0x80 0x02).
-  if (n >= 2 && head[0] == 0x80 && head[1] <= 5) {
+  if (legacy_magic(head, n)) {
     throw Error(name + ": a torch.save file in the legacy format (before PyTorch 1.6), which convnets does not read",
                 "re-save it with a current PyTorch: torch.save(torch.load(f, weights_only=True), f)");
   }
 }
 
+std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_file(const std::string& path) {
+  return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+}
+
+std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_bytes(const void* data, std::size_t size) {
+  return std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(data, size));
+}
+
+// The Error read_torch_save would throw before unpickling: an archive PyTorch's own reader cannot open, or one
+// without data.pkl.
+std::optional<Error> archive_problem(const OpenZip& open, const std::string& name) {
+  try {
+    if (!open()->hasRecord("data.pkl")) return no_data_pkl(name);
+  } catch (const c10::Error& e) {
+    return unreadable(name, e);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-bool looks_like_torch_save(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  unsigned char head[4] = {};
-  in.read(reinterpret_cast<char*>(head), 4);
-  if (in.gcount() < 2) return false;
-  return (head[0] == 'P' && head[1] == 'K') || (head[0] == 0x80 && head[1] <= 5);
+bool is_legacy_torch_save(const void* head, std::size_t n) {
+  return legacy_magic(static_cast<const unsigned char*>(head), n);
+}
+
+std::optional<Error> torch_save_archive_problem(const std::string& path) {
+  return archive_problem([&] { return open_file(path); }, path);
+}
+
+std::optional<Error> torch_save_archive_problem(const void* data, std::size_t size, const std::string& name) {
+  return archive_problem([&] { return open_bytes(data, size); }, name);
 }
 
 TensorFile load_torch_save(const std::string& path) { return read_torch_save(path).weights; }
@@ -557,20 +614,15 @@ TensorFile load_torch_save(const std::string& path) { return read_torch_save(pat
 TorchSaveContents read_torch_save(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SystemError("cannot open", path);
-  unsigned char head[4] = {};
-  in.read(reinterpret_cast<char*>(head), 4);
+  unsigned char head[kLegacyHead] = {};
+  in.read(reinterpret_cast<char*>(head), sizeof head);
   refuse_legacy(head, static_cast<std::size_t>(in.gcount()), path);
-  return open_zip([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }, path);
+  return open_zip([&] { return open_file(path); }, path);
 }
 
 TorchSaveContents read_torch_save_bytes(const void* data, std::size_t size, const std::string& name) {
   refuse_legacy(static_cast<const unsigned char*>(data), size, name);
-  return open_zip(
-      [&] {
-        return std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-            std::make_shared<caffe2::serialize::MemoryReadAdapter>(data, size));
-      },
-      name);
+  return open_zip([&] { return open_bytes(data, size); }, name);
 }
 
 }  // namespace convnets

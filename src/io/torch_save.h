@@ -6,14 +6,20 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace convnets {
 
-// Whether `path` starts like a torch.save file: a zip archive (PyTorch 1.6
-// and later) or a bare pickle (the legacy format, refused by name).
-bool looks_like_torch_save(const std::string& path);
+// Whether `head` (a file's first bytes; 23 are enough) begins as torch.save's pre-1.6 format does: a pickle whose
+// first object is torch's magic number. read_torch_save refuses such a file by name.
+bool is_legacy_torch_save(const void* head, std::size_t n);
+
+// The Error read_torch_save would throw for a file that is not a torch.save zip archive (one that PyTorch's own
+// reader opens and that holds data.pkl), else nothing; what data.pkl holds is not looked at.
+std::optional<Error> torch_save_archive_problem(const std::string& path);
+std::optional<Error> torch_save_archive_problem(const void* data, std::size_t size, const std::string& name);
 
 // The weights in a torch.save file, as a plain weights file: the tensors of
 // the state dict, found as the whole object (torchvision's resnet50-*.pth),

@@ -5,6 +5,7 @@
 #include "core/options.h"
 #include "io/state_dict.h"
 #include "io/torch_save.h"
+#include "io/weights_format.h"
 #include "models/registry.h"
 
 #include <unordered_set>
@@ -35,7 +36,7 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& key_layou
   c.path = path;
   c.key_layout = key_layout;
   // PyTorch's own files (torchvision, timm, DLE, NGC) are plain weights files here.
-  if (looks_like_torch_save(path)) {
+  if (weights_format(path) == WeightsFormat::TorchSave) {
     auto contents = std::make_shared<TorchSaveContents>(read_torch_save(path));
     c.file = std::move(contents->weights);  // the rest of the file stays in torch_save
     c.torch_save = std::move(contents);
@@ -62,6 +63,14 @@ Checkpoint load_checkpoint(const std::string& path, const std::string& key_layou
   }
   for (const char* key : {"arch", "num_classes", "epoch", "step", "config", "preprocessing"}) {
     if (!c.meta.contains(key)) throw Error(path + ": checkpoint metadata lacks '" + std::string(key) + "'");
+  }
+  // The record says what save_checkpoint summed, so that removing every checksum key is caught as removing one is.
+  if (c.meta.value("checksums", "") == kCheckpointChecksums &&
+      c.file.verified != TensorFile::Verified::BytesAndHeader) {
+    throw Error(path + ": its metadata says every tensor's bytes and header entry were summed (" +
+                    kCheckpointChecksums + "), but the file holds no " + kChecksumKey + " and " +
+                    kHeaderChecksumKey + " to check them against",
+                "the file was edited after it was written: use another checkpoint (e.g. epoch-N or best)");
   }
   return c;
 }
@@ -257,7 +266,9 @@ LoadReport load_fitting_weights(torch::nn::Module& model, const Checkpoint& ckpt
 }
 
 void save_checkpoint(const std::string& path, const NamedTensors& tensors, const nlohmann::json& meta) {
-  save_safetensors(path, tensors, {{"convnets", dump_json(meta)}, {"format", "pt"}});
+  nlohmann::json record = meta;
+  record["checksums"] = kCheckpointChecksums;
+  save_safetensors(path, tensors, {{"convnets", dump_json(record)}, {"format", "pt"}});
 }
 
 }  // namespace convnets::runtime

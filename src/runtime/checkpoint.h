@@ -26,6 +26,8 @@ namespace convnets::runtime {
 // step, step_in_epoch, best_top1, seed, ...). Every other metadata key is
 // left for tools.
 inline constexpr const char* kCheckpointFormat = "convnets-checkpoint/1";
+// The record's "checksums" value: save_checkpoint summed every tensor's bytes and header entry (io/safetensors.h).
+inline constexpr const char* kCheckpointChecksums = "crc32c bytes and header";
 
 struct Checkpoint {
   TensorFile file;

@@ -1,6 +1,7 @@
 #include "train/loss_scale.h"
 
 #include "core/error.h"
+#include "io/state_dict.h"
 
 #include <torch/torch.h>
 
@@ -43,6 +44,8 @@ void LossScaler::load_state(const TensorFile& file, const std::string& source) {
   const auto* s = file.find("loss_scale.scale");
   const auto* t = file.find("loss_scale.growth_tracker");
   if (!s || !t) throw Error(source + ": no loss-scale state (loss_scale.scale, loss_scale.growth_tracker)");
+  check_dtype_fills(scale_, *s, "loss_scale.scale", source);
+  check_dtype_fills(tracker_, *t, "loss_scale.growth_tracker", source);
   torch::NoGradGuard no_grad;
   scale_.copy_(s->reshape({1}));
   tracker_.copy_(t->reshape({1}));

@@ -1,6 +1,7 @@
 #include "train/rmsprop.h"
 
 #include "core/error.h"
+#include "io/state_dict.h"
 
 #include <torch/torch.h>
 
@@ -67,6 +68,7 @@ void RmsProp::load_state(const TensorFile& file, const std::string& source) {
       throw Error(source + ": '" + name + "' has shape " + c10::str(f->sizes()) + ", the model's parameter " +
                   c10::str(t.sizes()));
     }
+    check_dtype_fills(t, *f, name, source);
     loaded.push_back(*f);
   }
   torch::NoGradGuard no_grad;

@@ -1,6 +1,7 @@
 #include "train/sgd.h"
 
 #include "core/error.h"
+#include "io/state_dict.h"
 
 #include <torch/torch.h>
 
@@ -72,6 +73,7 @@ void Sgd::load_state(const TensorFile& file, const std::string& source) {
       throw Error(source + ": momentum buffer '" + p.name + "' has shape " + c10::str(t->sizes()) +
                   ", the model's parameter " + c10::str(p.momentum.sizes()));
     }
+    check_dtype_fills(p.momentum, *t, "optimizer.momentum." + p.name, source);
     loaded.push_back(*t);
   }
   torch::NoGradGuard no_grad;

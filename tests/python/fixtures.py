@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,31 @@ def random_weights(arch, folder, num_classes=None, seed=5, bn_seed=12):
     path = os.path.join(folder, arch + ".safetensors")
     pth2safetensors.write_safetensors(path, tensors, meta)
     return path
+
+
+def rewrite_safetensors(path, out, edit_header=lambda header: None, pad_to=None):
+    """`path` written again as `out` with the same data section, its header edited in place (a dict) and, with
+    `pad_to`, a metadata entry sized so that the header is exactly that many bytes: a writer that keeps every tensor's
+    entry as it was, so convnets' checksums still hold where the edit leaves them. `out`."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    edit_header(header)
+
+    def spelled():
+        return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+
+    if pad_to is not None:
+        header.setdefault("__metadata__", {})["pad"] = ""
+        bare = len(spelled())
+        assert pad_to >= bare, (pad_to, bare)
+        header["__metadata__"]["pad"] = "p" * (pad_to - bare)
+    text = spelled()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(out, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+    return out
 
 
 def imagenet_like_jpegs(n):
