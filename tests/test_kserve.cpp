@@ -1,10 +1,16 @@
 // The KServe v2 / Triton HTTP bodies (serve/kserve.h): requests as tritonclient writes them, refusals with their
-// statuses, and responses a client reads back.
+// statuses, and responses a client reads back; and the inputs they name in shared memory.
 #include "serve/kserve.h"
+#include "serve/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -213,4 +219,39 @@ TEST(KServe, ResponsesReadBackAsJsonOrBinary) {
   EXPECT_EQ(*header, bare.size());
   EXPECT_EQ(nlohmann::json::parse(bare)["outputs"][0]["parameters"]["binary_data_size"], 0);
   EXPECT_EQ(nlohmann::json::parse(error_body("model 'x' is not served"))["error"], "model 'x' is not served");
+}
+
+// Triton's system shared memory (serve/shared_memory.h): a request is bound to its regions when it comes, and reads
+// them when a worker takes it up. The client may unregister the region and unlink its object in between (it has
+// its answer coming, as far as it knows): the bytes the request was sent with are what it reads.
+TEST(SharedMemory, ARequestWaitingForAWorkerReadsTheRegionItWasSentWithThroughAnUnregisterAndUnlink) {
+  const std::string key = "/convnets-unit-" + std::to_string(::getpid());
+  const std::string values = floats({1.5f, -2.0f, 3.25f, 4.0f});
+  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(::pwrite(fd, values.data(), values.size(), 16), static_cast<ssize_t>(values.size()));
+  SharedMemoryRegions regions;
+  regions.add("in", key, 16, values.size());
+  auto request = parse_infer_request(R"({"inputs":[{"name":"input","shape":[4],"datatype":"FP32",
+      "parameters":{"shared_memory_region":"in","shared_memory_byte_size":16}}]})",
+                                     std::nullopt);
+  const auto bound = regions.bind(request);
+  regions.remove("in");
+  ASSERT_EQ(shm_unlink(key.c_str()), 0);
+  ::close(fd);
+  EXPECT_EQ(regions.status("").size(), 0u);
+  regions.read(request, bound);
+  EXPECT_EQ(request.inputs.at(0).data, values);
+  // A request that comes after the unregister is refused, naming the region.
+  auto later = request;
+  later.inputs.at(0).shared_memory = SharedMemoryRef{"in", 0, 16};
+  try {
+    (void)regions.bind(later);
+    ADD_FAILURE() << "a request bound to an unregistered region";
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("input 'input': shared memory region 'in' is not registered"),
+              std::string::npos)
+        << e.what();
+  }
 }

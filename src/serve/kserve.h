@@ -19,7 +19,7 @@ const char* datatype_name(DataType t);
 std::size_t element_size(DataType t);  // bytes per element; 0 for BYTES
 
 // Where an input's bytes wait instead (Triton's system shared-memory extension): `byte_size` bytes at `offset`
-// into the region a client registered under `region` (SharedMemoryRegions resolves it into the tensor's data).
+// into the region a client registered under `region` (SharedMemoryRegions binds and reads it into the tensor's data).
 struct SharedMemoryRef {
   std::string region;
   std::uint64_t offset = 0;
@@ -107,7 +107,7 @@ void read_binary_data(Tensor& t, std::string_view bytes, std::int64_t expected, 
 
 // An input's shared-memory parameters as either protocol names them (shared_memory_region, _byte_size, _offset):
 // none without a region, else checked (ProtocolError 400 naming `where`: a size or offset without a region, no
-// size, a negative one). The region itself is looked up when the request runs (SharedMemoryRegions::resolve).
+// size, a negative one). The region itself is looked up when the request is admitted (SharedMemoryRegions::bind).
 std::optional<SharedMemoryRef> shared_memory_ref(std::optional<std::string> region, std::optional<std::int64_t> byte_size,
                                                  std::optional<std::int64_t> offset, const Limits& limits,
                                                  const std::string& where);

@@ -140,7 +140,8 @@ struct ServingCore::Impl {
   // from its logits and handed to `done` with the time it took counted (Triton's metrics). The instance thread
   // answers when nothing else waits, else a worker does: a hop to a worker cost a lone request more than its answer
   // takes to write (c1 0.89x httplib's, 2 vCPUs), and a queue needs the instance back.
-  void run(const std::shared_ptr<Admission::State>& admitted, InferRequest parsed, const InferDone& done);
+  void run(const std::shared_ptr<Admission::State>& admitted, InferRequest parsed,
+           const SharedMemoryRegions::Bound& bound, const InferDone& done);
 
   const ServerOptions& options;
   std::map<std::string, std::unique_ptr<ServedModel>> models;
@@ -229,22 +230,31 @@ void ServingCore::infer(const Admission& admission, Read read, InferDone done) {
     return done(http_status_of(e), e.what(), {});
   }
   // A request of a few hundred bytes can name megabytes in shared memory: those are copied out on a worker, not on
-  // the front's thread (the event loop every HTTP connection shares, or gRPC's).
+  // the front's thread (the event loop every HTTP connection shares, or gRPC's). Its regions are bound here, as it
+  // comes: an unregister while it waits for the worker does not take its bytes away.
   const bool shared = std::any_of(parsed.inputs.begin(), parsed.inputs.end(),
                                   [](const Tensor& t) { return t.shared_memory.has_value(); });
-  if (!shared) return impl_->run(admitted, std::move(parsed), done);
-  impl_->workers.submit([impl = impl_.get(), admitted, r = std::make_shared<InferRequest>(std::move(parsed)), done] {
-    impl->run(admitted, std::move(*r), done);
-  });
+  if (!shared) return impl_->run(admitted, std::move(parsed), {}, done);
+  auto bound = std::make_shared<SharedMemoryRegions::Bound>();
+  try {
+    *bound = impl_->shared_memory.bind(parsed);
+  } catch (const Error& e) {
+    ++admitted->model->counters().failure;
+    return done(http_status_of(e), e.what(), {});
+  }
+  impl_->workers.submit(
+      [impl = impl_.get(), admitted, r = std::make_shared<InferRequest>(std::move(parsed)), bound, done] {
+        impl->run(admitted, std::move(*r), *bound, done);
+      });
 }
 
 void ServingCore::Impl::run(const std::shared_ptr<Admission::State>& admitted, InferRequest parsed,
-                            const InferDone& done) {
+                            const SharedMemoryRegions::Bound& bound, const InferDone& done) {
   auto& m = *admitted->model;
   auto& c = m.counters();
   at::Tensor rows;
   try {
-    shared_memory.resolve(parsed);
+    shared_memory.read(parsed, bound);
     rows = m.rows_of(parsed);
   } catch (const Error& e) {
     ++c.failure;

@@ -90,13 +90,15 @@ std::vector<SharedMemoryRegions::Status> SharedMemoryRegions::status(const std::
   return out;
 }
 
-void SharedMemoryRegions::resolve(InferRequest& request) const {
-  for (auto& t : request.inputs) {
+SharedMemoryRegions::Bound SharedMemoryRegions::bind(const InferRequest& request) const {
+  Bound bound;
+  bound.regions_.resize(request.inputs.size());
+  for (std::size_t i = 0; i < request.inputs.size(); ++i) {
+    const auto& t = request.inputs[i];
     if (!t.shared_memory) continue;
-    const SharedMemoryRef ref = *t.shared_memory;
+    const SharedMemoryRef& ref = *t.shared_memory;
     const std::string where = "input " + in_quotes(t.name);
-    std::shared_ptr<const Descriptor> descriptor;
-    Status region;
+    auto& [region, descriptor] = bound.regions_[i];
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const auto it = regions_.find(ref.region);
@@ -104,12 +106,23 @@ void SharedMemoryRegions::resolve(InferRequest& request) const {
       descriptor = it->second.descriptor;
       region = it->second.status;
     }
-    const std::uint64_t region_size = region.byte_size;
-    if (ref.offset > region_size || ref.byte_size > region_size - ref.offset) {
+    if (ref.offset > region.byte_size || ref.byte_size > region.byte_size - ref.offset) {
       bad(400, where + ": shared_memory_offset " + std::to_string(ref.offset) + " + shared_memory_byte_size " +
                    std::to_string(ref.byte_size) + " is past the end of " + region_text(ref.region) + " (" +
-                   std::to_string(region_size) + " bytes)");
+                   std::to_string(region.byte_size) + " bytes)");
     }
+  }
+  return bound;
+}
+
+void SharedMemoryRegions::read(InferRequest& request, const Bound& bound) const {
+  for (std::size_t i = 0; i < request.inputs.size(); ++i) {
+    auto& t = request.inputs[i];
+    if (!t.shared_memory) continue;
+    const SharedMemoryRef ref = *t.shared_memory;
+    const std::string where = "input " + in_quotes(t.name);
+    const auto& [region, descriptor] = bound.regions_.at(i);
+    if (!descriptor) bad(400, where + ": " + region_text(ref.region) + " was not looked up when the request came");
     const auto at = static_cast<off_t>(region.offset + ref.offset);
     auto read_into = [&](char* dst, std::size_t n) {
       for (std::size_t got = 0; got < n;) {

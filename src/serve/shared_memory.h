@@ -38,16 +38,29 @@ class SharedMemoryRegions {
   // Every region ("") or the one named; ProtocolError 404 for a name not registered.
   std::vector<Status> status(const std::string& name) const;
 
-  // Each of the request's inputs that names a region gets its elements from there, checked as binary data is
-  // (ProtocolError 400 naming the input and the region: not registered, a range outside it, or an object shrunk
-  // below the range since it was registered).
-  void resolve(InferRequest& request) const;
-
  private:
   struct Descriptor;
+
+ public:
+  // The regions a request's inputs name, looked up when it came: it reads them through the descriptors held here,
+  // so that an unregister (and the object's unlink) while it waits for a worker leaves its bytes readable, as
+  // they were when it was sent.
+  class Bound {
+   private:
+    friend class SharedMemoryRegions;
+    std::vector<std::pair<Status, std::shared_ptr<const Descriptor>>> regions_;  // per input; none for a body's
+  };
+  // Looks up the region of each of the request's inputs that names one (ProtocolError 400 naming the input and
+  // the region: not registered, or a range outside it).
+  Bound bind(const InferRequest& request) const;
+  // Each of those inputs gets its elements from its region through `bound`, checked as binary data is
+  // (ProtocolError 400 naming the input and the region: an object shrunk below the range since it was registered).
+  void read(InferRequest& request, const Bound& bound) const;
+
+ private:
   struct Region {
     Status status;
-    std::shared_ptr<const Descriptor> descriptor;  // a request reading it keeps it open through an unregister
+    std::shared_ptr<const Descriptor> descriptor;  // a request bound to it keeps it open through an unregister
   };
   // ProtocolError 400 for a name already registered or no room for another region; with mutex_ held.
   void check_room(const std::string& name) const;
