@@ -9,8 +9,9 @@ one, while the steps go on). After every kill:
 
   * every checkpoint left (last, best, epoch-N) is a whole safetensors file holding a convnets record;
   * last.safetensors never goes back: its step is at least that of every save seen completed;
-  * the run lost at most the steps since the last whole save: fewer than twice the 3 steps between saves, as one
-    write may still be running when the steps reach the next save, which waits for it;
+  * the run lost at most the steps since the last whole save: it reached no further than the second save point
+    after the step last.safetensors holds (a save every 3 steps, in the background, and one at each epoch's end),
+    as one write may still be running when the steps reach the next save, which waits for it;
   * the next --resume starts exactly where last.safetensors says, and clears the temporary files a kill left.
 
 After the trials the run goes on for one epoch without a kill, and its checkpoint must equal bit for bit that of
@@ -88,6 +89,17 @@ def log_records(path, start=0):
             raise ValueError(f"{path}: not a DLLogger line: {line[:80]!r}")
         records.append(json.loads(line[5:]))
     return records, unfinished
+
+
+def save_points_after(step, count=2):
+    """The first `count` global steps after `step` at which the killed runs save: every SAVE_STEPS steps (in the
+    background) and at each epoch's end (after waiting for the write in flight)."""
+    points = []
+    while len(points) < count:
+        step += 1
+        if step % SAVE_STEPS == 0 or step % STEPS_PER_EPOCH == 0:
+            points.append(step)
+    return points
 
 
 def reached_step(records):
@@ -232,7 +244,12 @@ class Loop:
         reached = reached_step(records)
         lost = 0 if reached is None else reached - after["step"]
         result.update({"saved_step": after["step"], "reached_step": reached, "lost_steps": lost})
-        self.check(lost < 2 * SAVE_STEPS, f"trial {number}: reached step {reached} but last holds {after['step']}")
+        # The save at the point after last's started its write only once last's was done (it waits for it), and the
+        # steps reach the save point after that one before its save waits in turn: no further.
+        bound = save_points_after(after["step"])[1]
+        self.check(reached is None or reached <= bound,
+                   f"trial {number}: reached step {reached} but last holds {after['step']}: a save completed after "
+                   f"step {bound} was lost")
         self.trials.append(result)
 
     def finish(self):

@@ -77,6 +77,21 @@ class FashionServer(unittest.TestCase):
         self.assertIn("| Concurrency | Inferences/s | p50 ms |", text)
         self.assertIn("server CPU from " + self.server.metrics_url, text)
 
+    def test_its_inferences_per_second_are_the_servers_own_count(self):
+        # The server's nv_inference_count around a run with no warm-up: each request bench serve counts in its
+        # window the server counted too, and besides them at most one answer a client that was in flight when the
+        # window closed (answered after it, so not counted by bench serve).
+        key = 'nv_inference_count{model="fashion",version="1"}'
+        for concurrency in (1, 4):
+            with self.subTest(concurrency=concurrency):
+                before = self.server.metrics()[key]
+                _, j = self.run_json("--concurrency", str(concurrency), "--seconds", "1", "--warmup-seconds", "0")
+                served = self.server.metrics()[key] - before
+                counted = j["rows"][0]["inferences_per_s"] * 1.0  # over the 1-second window
+                self.assertGreater(counted, 10)
+                self.assertLessEqual(counted, served)
+                self.assertLessEqual(served, counted + concurrency)
+
     def answers(self, *args):
         out = os.path.join(self.tmp.name, "answers.json")
         r = bench_serve("http://" + self.server.url, "--input", "jpeg", "--images", self.images, "--concurrency", "3",

@@ -189,6 +189,38 @@ class DataParallelTraining(unittest.TestCase):
         self.assertNotEqual(given.returncode, 0)
         self.assertIn("--optimizer-batch-size 64 is not a multiple of --batch-size 32 x 4 processes", given.stderr)
 
+    def test_an_uneven_world_change_scales_the_lr_as_the_images_a_step_change(self):
+        # 4 processes of 16 (64 images a step) for the first of 2 epochs of 4 steps, resumed on 3: 64 does not
+        # split evenly, so 3 x 21 = 63 images a step. The recipe's LR is per --lr-reference-batch images: each step
+        # of epoch 2 has 63/64 of the uninterrupted run's LR. With an absolute --lr (the uninterrupted run's own),
+        # each step's LR is the uninterrupted run's.
+        short = ["--max-train-images", "256", "--epochs", "2", "--print-freq", "1", "--training-only"]
+        ws4, reference = self.ws("uneven-4"), self.ws("uneven-reference")
+        r = train(*short, "--batch-size", "16", "--run-epochs", "1", "--nproc-per-node", "4", "--master-port",
+                  str(free_port()), "--workspace", ws4)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = train(*short, "--optimizer-batch-size", "64", "--workspace", reference)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = step_lrs(os.path.join(reference, "log.json"))
+        epoch2 = sorted(k for k in expected if k[0] == 2)
+        self.assertEqual(len(epoch2), 4)
+        for name, extra, branch, scale in (
+                ("uneven-3", [], "so 63 (-1.6 %); the LR scales with it (--lr-reference-batch)", 63 / 64),
+                ("uneven-3-absolute", ["--lr", repr(expected[(1, 1)])],
+                 "so 63 (-1.6 %); the LR stays the checkpoint's (absolute --lr)", 1.0)):
+            with self.subTest(branch=name):
+                ws3 = self.ws(name)
+                r = train(*short, "--resume", os.path.join(ws4, "last.safetensors"), *extra, "--nproc-per-node", "3",
+                          "--master-port", str(free_port()), "--workspace", ws3)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("resume: world 4 -> 3: 1 micro-batch of 21 per process instead of 1 of 16: no equal "
+                              "split of the checkpoint's 64 images a step over 3 processes, " + branch, r.stdout)
+                self.assertIn("4 steps/epoch of 63 images (3 processes x 21)", r.stdout)
+                lrs = step_lrs(os.path.join(ws3, "log.json"))
+                self.assertEqual(sorted(lrs), epoch2)
+                for step in epoch2:
+                    self.assertAlmostEqual(lrs[step], expected[step] * scale, places=12, msg=step)
+
     def test_sharded_evaluation_counts_every_image_exactly_once(self):
         ckpt = self.ws("single/last.safetensors")
         one = train("--evaluate", "--no-training-only", "--resume", ckpt)
@@ -264,7 +296,6 @@ class DataParallelTraining(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
 
 
-@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
 def documented_torchrun_line():
     """docs/MULTINODE.md's elastic torchrun line ("Restarts"), its continuation lines joined, as words."""
     with open(os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "docs", "MULTINODE.md")) as f:
@@ -349,10 +380,13 @@ class ElasticRestarts(unittest.TestCase):
         self.assertIn("resume: torchrun job rn50, torchrun's restart 1: --resume auto", out)
         m = re.search(r"^resume: \S+ at epoch 1, step (\d+)/64$", out, re.M)
         self.assertIsNotNone(m, out)
-        # Killed at step `reached` or soon after: the resume is from a save of the 4-step interval before it.
+        # Killed at step `reached` or soon after: the resume is from a save of the 4-step interval before it. No
+        # further back than two intervals: the save at the point before the kill may still have been written when
+        # it came (the next save waits for it), but the one before that was done before the steps went on.
         self.assertGreater(int(m.group(1)), 0, out)
         self.assertEqual(int(m.group(1)) % 4, 0, out)
         self.assertLessEqual(int(m.group(1)), reached + 4, out)
+        self.assertGreaterEqual(int(m.group(1)), reached - 8, out)
         self.assertIn(f"done: {self.STEPS} steps", out)
         a = kill_resume.read_checkpoint(os.path.join(self.ws, "last.safetensors"))[0]
         b = kill_resume.read_checkpoint(os.path.join(self.reference, "last.safetensors"))[0]
@@ -450,8 +484,13 @@ class ElasticRestarts(unittest.TestCase):
                       "images a step kept (--resume-batch recipe)", out)
         self.assertIn(f"done: {self.STEPS} steps", out)
         self.assert_each_step_trained_the_references_images()
+        # The recipe kept through both changes: each step's LR, the last logged for it, is the uninterrupted run's.
+        lrs, expected = (step_lrs(os.path.join(ws, "log.json")) for ws in (self.ws, self.reference))
+        self.assertEqual(len(expected), self.STEPS)
+        self.assertEqual(lrs, expected)
 
 
+@unittest.skipUnless(os.path.isdir(FASHION), "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh)")
 class BadLaunches(unittest.TestCase):
     def run_fast(self, args, expect, env=None, within=10):
         with tempfile.TemporaryDirectory() as tmp:

@@ -223,7 +223,9 @@ class KillNine(unittest.TestCase):
         self.assertEqual(s["failures"], [])
         self.assertEqual(s["trials"], 3)
         self.assertTrue(s["bit_exact_with_uninterrupted_run"])
-        self.assertLess(s["max_lost_steps"], 2 * s["steps_between_saves"])
+        # Each trial's exact bound is kill_resume's (the second save point after the step last holds); over all
+        # trials that is at most twice the steps between saves.
+        self.assertLessEqual(s["max_lost_steps"], 2 * s["steps_between_saves"])
 
     def test_a_checkpoint_written_in_the_background_resumes_bit_exactly(self):
         # Each last.safetensors the background saves rename into place is caught as it lands; the first from the

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
@@ -245,6 +246,76 @@ class TrainEvalReport(unittest.TestCase):
                           "job's", r.stderr)
             self.assertIn("--resume that checkpoint by name", r.stderr)
             self.assertEqual(os.path.getmtime(last), before)
+
+    def test_resume_auto_reads_a_workspace_of_epoch_checkpoints_newest_first(self):
+        # A workspace as --save-every leaves it: last, epoch-2 (a copy of it), best and epoch-1, newest first by
+        # their times. The run is over (2 of 2 epochs), so each resume below only loads and ends.
+        def workspace(name):
+            ws = os.path.join(tmp, name)
+            shutil.copytree(self.ws, ws)
+            shutil.copy(os.path.join(ws, "last.safetensors"), os.path.join(ws, "epoch-2.safetensors"))
+            shutil.copy(os.path.join(ws, "best.safetensors"), os.path.join(ws, "epoch-1.safetensors"))
+            files = [os.path.join(ws, n + ".safetensors") for n in ("last", "epoch-2", "best", "epoch-1")]
+            now = time.time()
+            for age, path in enumerate(files):
+                os.utime(path, (now - 10 * age, now - 10 * age))
+            return ws, files
+
+        def damage(path):  # the file's last byte: its last tensor's checksum names it
+            with open(path, "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                byte = f.read(1)[0]
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([byte ^ 0x10]))
+
+        def train_in(ws, *args, **env):
+            return runner.run([BIN, "train", "--workspace", ws, *args], capture_output=True, text=True,
+                              env=dict(os.environ, **env))
+
+        with tempfile.TemporaryDirectory() as tmp:
+            ws, (last, epoch2, best, epoch1) = workspace("newest-damaged")
+            damage(last)
+            damage(epoch2)
+            r = train_in(ws, "--resume", "auto")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = [f"resume: auto: skipped {last}: ", f"resume: auto: skipped {epoch2}: ",
+                     f"resume: auto: {best}, the newest checkpoint in {ws} that verifies"]
+            at = [r.stdout.find(line) for line in lines]
+            self.assertNotIn(-1, at, r.stdout)
+            self.assertEqual(at, sorted(at), "not newest first:\n" + r.stdout)
+            self.assertNotIn(epoch1, r.stdout)  # never reached: best verified first
+
+            # None loads: refused, every file as it was.
+            damage(best)
+            damage(epoch1)
+            before = digest(ws)
+            r = train_in(ws, "--resume", "auto")
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn(f"--resume auto: none of the 4 checkpoints in {ws} loads (first: {last}: ", r.stderr)
+            self.assertEqual(digest(ws), before)
+
+            # Slurm's --requeue restarts the job with SLURM_RESTART_COUNT set: it resumes by itself.
+            ws, (last, _, _, _) = workspace("requeued")
+            r = train_in(ws, SLURM_RESTART_COUNT="2")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("resume: Slurm's requeue 2: --resume auto", r.stdout)
+            self.assertIn(f"resume: auto: {last}, the newest checkpoint in {ws} that verifies", r.stdout)
+
+            # The newest checkpoint is another torchrun job's: a job with its own name stops before writing.
+            ws, (last, _, _, _) = workspace("other-job")
+
+            def other_job(header):
+                record = json.loads(header["__metadata__"]["convnets"])
+                record["torchrun_job"] = "rn18"
+                header["__metadata__"]["convnets"] = json.dumps(record)
+
+            fixtures.rewrite_safetensors(last, last, edit_header=other_job)
+            before = digest(ws)
+            r = train_in(ws, TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_RUN_ID="rn50")
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn(f"torchrun job rn50: the newest checkpoint in {ws} that verifies, {last}, is torchrun job "
+                          "rn18's", r.stderr)
+            self.assertEqual(digest(ws), before)
 
     def test_resume_auto_starts_anew_where_only_a_stopped_runs_log_is_left(self):
         with tempfile.TemporaryDirectory() as tmp:
