@@ -249,6 +249,40 @@ void validate(const TrainConfig& c) {
         "--training-only");
 }
 
+nlohmann::json parse_field(const std::string& field, const std::string& text) {
+  static const auto defaults = to_json(TrainConfig{});
+  const auto it = defaults.find(field);
+  if (it == defaults.end()) throw Error("no field '" + field + "' in the training configuration");
+  const auto& like = *it;
+  try {
+    std::size_t used = 0;
+    if (like.is_number_integer()) {
+      const long long v = std::stoll(text, &used);
+      if (used == text.size()) return v;
+    } else if (like.is_number()) {
+      const double v = std::stod(text, &used);
+      if (used == text.size()) return v;
+    } else if (like.is_array()) {
+      nlohmann::json out = nlohmann::json::array();
+      std::stringstream in(text);
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        if (item.empty()) continue;
+        const double v = std::stod(item, &used);
+        if (used != item.size()) throw std::invalid_argument(item);
+        out.push_back(v);
+      }
+      return out;
+    } else {
+      return text;
+    }
+  } catch (const std::exception&) {
+  }
+  throw Error(flag_for(field) + " expects " +
+              (like.is_number_integer() ? "an integer" : like.is_array() ? "numbers separated by commas" : "a number") +
+              ", got '" + text + "'");
+}
+
 std::string flag_for(const std::string& field) {
   std::string f = "--" + field;
   for (auto& ch : f) {

@@ -141,6 +141,10 @@ void validate(const TrainConfig& c);
 // or "" when the warm-up already fits. Callers skip it when --warmup was given.
 std::string fit_warmup(TrainConfig& c, double planned_epochs);
 
+// A flag's text as its field's value, of the field's type (that of its default): an integer, a number, numbers
+// separated by commas, or text. Throws Error naming the flag and what it expects.
+nlohmann::json parse_field(const std::string& field, const std::string& text);
+
 // The flag of a field: "batch_size" -> "--batch-size".
 std::string flag_for(const std::string& field);
 

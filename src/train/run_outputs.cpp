@@ -6,6 +6,7 @@
 #include "io/atomic_file.h"
 #include "io/state_dict.h"
 #include "train/asp.h"
+#include "train/workspace.h"
 
 #include <torch/torch.h>
 
@@ -82,10 +83,6 @@ NamedTensors run_state(const TrainingRun& run) {
 }
 
 }  // namespace
-
-std::string last_checkpoint_path(const std::string& workspace) {
-  return (fs::path(workspace) / "last.safetensors").string();
-}
 
 void open_workspace(TrainingRun& run, LogLock log_lock) {
   const auto& c = run.config;

@@ -11,6 +11,7 @@
 #include "train/run.h"
 #include "train/run_outputs.h"
 #include "train/step.h"
+#include "train/workspace.h"
 #include "train/world_change.h"
 
 #include <torch/torch.h>
@@ -308,23 +309,7 @@ Validation validate_epoch(TrainingRun& run, std::int64_t epoch, nlohmann::ordere
   return v;
 }
 
-// ---- end of an epoch: log, `last`, `best`, `epoch-N` and their pruning
-
-void prune_epoch_checkpoints(const std::string& workspace, std::int64_t keep) {
-  if (keep <= 0) return;
-  std::vector<std::pair<std::int64_t, fs::path>> found;
-  for (const auto& e : fs::directory_iterator(workspace)) {
-    const auto name = e.path().filename().string();
-    if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".safetensors") {
-      try {
-        found.emplace_back(std::stoll(name.substr(6)), e.path());
-      } catch (const std::exception&) {
-      }
-    }
-  }
-  std::sort(found.begin(), found.end());
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < found.size(); ++i) fs::remove(found[i].second);
-}
+// ---- end of an epoch: log, `last`, `best`, `epoch-N` and their pruning (train/workspace.h)
 
 // `last` always; `best` when validation improved on a whole epoch; every
 // --save-every epochs a kept copy, the oldest beyond --keep removed.

@@ -40,7 +40,4 @@ int run_training(const TrainConfig& config, const RunOptions& options);
 // config.json and the report show is the value the network is built with.
 TrainConfig with_arch_defaults(TrainConfig config);
 
-// The workspace files a run writes.
-std::string last_checkpoint_path(const std::string& workspace);
-
 }  // namespace convnets::train
