@@ -1,6 +1,6 @@
 // safetensors reader/writer: bit-exact round trips, a clear error for every malformed file, and the background writer.
 #include "core/error.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/safetensors.h"
 #include "runtime/background_save.h"
 #include "runtime/checkpoint.h"  // kCheckpointFormat

@@ -1,7 +1,7 @@
 #include "bench/checkpoint_bench.h"
 
 #include "core/error.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/safetensors.h"
 #include "io/state_dict.h"
 #include "models/registry.h"

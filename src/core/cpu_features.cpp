@@ -56,6 +56,21 @@ std::string cpu_bf16_instructions() {
   return "none";
 }
 
+const CpuVectorFeatures& cpu_vector_features() {
+  static const CpuVectorFeatures f = [] {
+    CpuVectorFeatures v;
+#if defined(__x86_64__)
+    v.sse42 = __builtin_cpu_supports("sse4.2");
+    v.pclmul = v.sse42 && __builtin_cpu_supports("pclmul");
+    v.avx2 = __builtin_cpu_supports("avx2");
+    v.avx512_vpclmul = v.pclmul && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("vpclmulqdq");
+#endif
+    return v;
+  }();
+  return f;
+}
+
 void require_cpu_bf16(const std::string& flag) {
   if (cpu_has_native_bf16()) return;
   throw Error(flag + " bf16 on the CPU needs native bf16 instructions (AVX512_BF16 or AMX-BF16), and this CPU has "

@@ -1,4 +1,4 @@
-// What the host CPU can execute natively that a precision choice depends on (bf16 today).
+// What the host CPU can execute natively: the bf16 a precision choice depends on, and the vector instructions the hand-written paths choose by.
 #pragma once
 
 #include <string>
@@ -18,5 +18,15 @@ std::string cpu_bf16_instructions();
 // Throws Error naming `flag` and the missing instruction sets when the CPU
 // has no native bf16.
 void require_cpu_bf16(const std::string& flag);
+
+// The instruction sets the hand-written CPU paths choose by: CRC-32C's folds (core/crc32c.h) and the image
+// resamplers' AVX2 loops (data/resample.h, data/pil_ops.h). All false off x86-64.
+struct CpuVectorFeatures {
+  bool sse42 = false;
+  bool pclmul = false;          // carry-less multiplication, with SSE4.2
+  bool avx2 = false;
+  bool avx512_vpclmul = false;  // AVX-512 F and VL with VPCLMULQDQ, with PCLMUL
+};
+const CpuVectorFeatures& cpu_vector_features();
 
 }  // namespace convnets

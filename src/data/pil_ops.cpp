@@ -1,5 +1,7 @@
 #include "data/pil_ops.h"
 
+#include "core/cpu_features.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -141,7 +143,7 @@ void affine_filtered(const std::uint8_t* src, ImageRef out, const std::array<dou
   const int w = out.width, h = out.height, C = out.channels;
   auto px = [&](int y, int x, int b) -> int { return src[(std::size_t(y) * w + x) * C + b]; };
 #ifdef CONVNETS_X86_SIMD
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx2 = cpu_vector_features().avx2;
   const bool simd = avx2 && C == 3;
 #else
   const bool simd = false;

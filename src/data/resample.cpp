@@ -1,5 +1,6 @@
 #include "data/resample.h"
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -205,7 +206,7 @@ void horizontal_pass(const codec::ImageView& src, const AxisPlan& h, std::uint8_
   const int* first = h.first_padded.data();
   const std::int32_t* w = h.weights_padded.data();
 #ifdef CONVNETS_X86_SIMD
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx2 = cpu_vector_features().avx2;
   if (C == 3 && src_has_slack && avx2) {
     offsets.resize(out_w);
     for (int x = 0; x < out_w; ++x) offsets[x] = (first[x] - h.src_begin) * 3;

@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "io/atomic_file.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>

@@ -52,7 +52,7 @@ using ReadAt = std::function<void(char* to, std::uint64_t n, std::uint64_t at)>;
 std::optional<Error> safetensors_structure_problem(std::uint64_t file_size, const ReadAt& read,
                                                    const std::string& name);
 
-// The __metadata__ keys under which save_safetensors records each tensor's CRC-32C (io/crc32c.h) as a JSON object
+// The __metadata__ keys under which save_safetensors records each tensor's CRC-32C (core/crc32c.h) as a JSON object
 // {name: "8 hex digits"}: kChecksumKey of its bytes, kHeaderChecksumKey of its header entry (name, dtype, shape and
 // data_offsets), so that a relabelled dtype or a changed shape is caught as a changed byte is. Other readers ignore
 // them. load_safetensors checks every tensor against both and throws Error naming the file and the first tensor

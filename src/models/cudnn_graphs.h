@@ -24,6 +24,16 @@ struct ConvGeometry {
   std::int64_t stride = 1, pad = 0;
   at::ScalarType dtype = at::kHalf;
 
+  // An input of sizes n, c, h, w and filters of sizes k, c, r, s: how every caller fills one.
+  static ConvGeometry of(at::IntArrayRef input, at::IntArrayRef weight, std::int64_t stride, std::int64_t pad,
+                         at::ScalarType dtype) {
+    ConvGeometry g;
+    g.n = input[0], g.c = input[1], g.h = input[2], g.w = input[3];
+    g.k = weight[0], g.r = weight[2], g.s = weight[3];
+    g.stride = stride, g.pad = pad, g.dtype = dtype;
+    return g;
+  }
+
   std::int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
   std::int64_t out_w() const { return (w + 2 * pad - s) / stride + 1; }
   std::string str() const;  // "3x3/2 256->256 at 28x28, batch 64, fp16"
@@ -48,7 +58,7 @@ void wgrad_prologue(const ConvGeometry& g, const at::Tensor& dy, const at::Tenso
                     const at::Tensor& bias, const at::Tensor& dw);
 
 // Builds (and caches) the plan of a block's convolution `g`'s forward graph (with or without the prologue): an
-// Error naming it where cuDNN has no engine, and the block keeps part 2's path. Call outside a capture. Its two
+// Error naming it where cuDNN has no engine, and the block keeps the fused BN path. Call outside a capture. Its two
 // backward graphs are built at the first backward, on autograd's thread; their absence is not an error: that step
 // then runs unfused (ATen's convolution and the project's kernels), which fused_dgrad / fused_wgrad say.
 void prepare(const ConvGeometry& g, bool prologue);

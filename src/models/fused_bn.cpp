@@ -189,8 +189,8 @@ std::optional<std::string> cached_probe(at::ScalarType dtype) {
 // The tensors forward_fused is given meet what FusedBnContext promised (a residual of another layout, fp32
 // parameters turned half by hand, a batch of one pixel: the three-op path takes them).
 bool fused_bn_takes(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight) {
-  if (!x.is_cuda() || x.dim() != 4 || !is_half_dtype(x.scalar_type()) ||
-      !x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.size(1) % 4 != 0 ||
+  if (!x.is_cuda() || x.dim() != 4 ||
+      !fused_bn_layout_refusal(x.scalar_type(), x.is_contiguous(at::MemoryFormat::ChannelsLast), x.size(1)).empty() ||
       x.size(0) * x.size(2) * x.size(3) < 2 || weight.scalar_type() != at::kFloat || x.numel() >= INT32_MAX) {
     return false;
   }

@@ -61,13 +61,17 @@ std::string fused_bn_refusal(const FusedBnContext& c, BnFusion fusion, std::int6
   if (!c.training) return "inference (BN is folded or runs as cuDNN's inference BN)";
   if (!c.cuda) return "not on CUDA";
   if (synchronized) return "synchronized BN (--sync-bn) keeps its own path";
-  if (!is_half_dtype(c.dtype)) {
-    return std::string(dtype_name(c.dtype)) +
-           " activations (the fused kernels take fp16 or bfloat16: --precision amp or bf16)";
-  }
-  if (!c.channels_last) return "NCHW activations (the fused kernels take NHWC: --memory-format nhwc)";
-  if (channels % 4 != 0) return std::to_string(channels) + " channels (cuDNN's fused kernels need a multiple of 4)";
+  if (auto why = fused_bn_layout_refusal(c.dtype, c.channels_last, channels); !why.empty()) return why;
   if (!c.cudnn_refusal.empty()) return c.cudnn_refusal;
+  return "";
+}
+
+std::string fused_bn_layout_refusal(at::ScalarType dtype, bool channels_last, std::int64_t channels) {
+  if (!is_half_dtype(dtype)) {
+    return std::string(dtype_name(dtype)) + " activations (the fused kernels take fp16 or bfloat16: --precision amp or bf16)";
+  }
+  if (!channels_last) return "NCHW activations (the fused kernels take NHWC: --memory-format nhwc)";
+  if (channels % 4 != 0) return std::to_string(channels) + " channels (cuDNN's fused kernels need a multiple of 4)";
   return "";
 }
 

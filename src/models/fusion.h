@@ -29,6 +29,10 @@ struct FusedBnContext {
 // forward_fused applies to the tensors it is given.
 std::string fused_bn_refusal(const FusedBnContext& context, BnFusion fusion, std::int64_t channels, bool synchronized);
 
+// What cuDNN's fused BN kernels take, the part of that rule a tensor shows: fp16 or bfloat16 activations, NHWC,
+// channels a multiple of 4. Why `dtype`, `channels_last` and `channels` are not that, or "".
+std::string fused_bn_layout_refusal(at::ScalarType dtype, bool channels_last, std::int64_t channels);
+
 // cuDNN asked once per dtype (cached), with a tiny BN+add+ReLU forward and backward on the current CUDA device:
 // "" if it ran them, else what cuDNN said ("cuDNN 9.19.0 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED"). The
 // kernels exist for fp16 in every cuDNN 9; for bfloat16 only in some. Must not run while a CUDA graph is captured.

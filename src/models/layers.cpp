@@ -296,19 +296,11 @@ torch::Tensor activate(const torch::Tensor& x, Activation act) {
 
 void install_fused_conv_backend(const FusedConvBackend* backend) { conv_backend = backend; }
 
-std::string fused_conv_shape_refusal(const Conv2dImpl& conv, at::IntArrayRef sizes, at::ScalarType dtype,
-                                     Activation act, bool residual, norm_conv::ConvAct& out) {
+std::string conv_shape_refusal(const Conv2dImpl& conv) {
   const auto& o = conv.options;
   const auto& k = *o.kernel_size();
   const auto& s = *o.stride();
   const auto& d = *o.dilation();
-  if (dtype != at::kHalf && dtype != at::kBFloat16) {
-    return std::string(dtype_name(dtype)) + " activations (the fused convolution takes fp16 or bfloat16)";
-  }
-  if (sizes.size() != 4) return "a " + std::to_string(sizes.size()) + "-D input";
-  if (sizes[1] != o.in_channels()) {
-    return std::to_string(sizes[1]) + " input channels for a conv of " + std::to_string(o.in_channels());
-  }
   if (o.groups() != 1) return "a grouped convolution (" + std::to_string(o.groups()) + " groups)";
   if (d[0] != 1 || d[1] != 1) return "a dilated convolution";
   if (k[0] != k[1] || s[0] != s[1]) return "a kernel or stride that is not square";
@@ -317,10 +309,22 @@ std::string fused_conv_shape_refusal(const Conv2dImpl& conv, at::IntArrayRef siz
   const auto* p = std::get_if<torch::ExpandingArray<2>>(&o.padding());
   if (!p || (**p)[0] != (**p)[1]) return "padding that is not one symmetric size";
   if (!std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode())) return "padding that is not zeros";
-  out.g.n = sizes[0], out.g.c = sizes[1], out.g.h = sizes[2], out.g.w = sizes[3];
-  out.g.k = o.out_channels(), out.g.r = k[0], out.g.s = k[1];
-  out.g.stride = s[0], out.g.pad = (**p)[0];
-  out.g.dtype = dtype;
+  return "";
+}
+
+std::string fused_conv_shape_refusal(const Conv2dImpl& conv, at::IntArrayRef sizes, at::ScalarType dtype,
+                                     Activation act, bool residual, norm_conv::ConvAct& out) {
+  const auto& o = conv.options;
+  if (dtype != at::kHalf && dtype != at::kBFloat16) {
+    return std::string(dtype_name(dtype)) + " activations (the fused convolution takes fp16 or bfloat16)";
+  }
+  if (sizes.size() != 4) return "a " + std::to_string(sizes.size()) + "-D input";
+  if (sizes[1] != o.in_channels()) {
+    return std::to_string(sizes[1]) + " input channels for a conv of " + std::to_string(o.in_channels());
+  }
+  if (auto why = conv_shape_refusal(conv); !why.empty()) return why;
+  out.g = norm_conv::ConvGeometry::of(sizes, conv.weight.sizes(), (*o.stride())[0],
+                                      std::get<torch::ExpandingArray<2>>(o.padding())->at(0), dtype);
   out.act = act;
   out.residual = residual;
   return "";

@@ -189,6 +189,10 @@ torch::Tensor conv_bn_act(Conv2dImpl& conv, BatchNorm2dImpl& bn, const torch::Te
 // Its second half, act(bn(y) [+ residual]), for a block that computes the convolution itself.
 torch::Tensor bn_act(BatchNorm2dImpl& bn, const torch::Tensor& y, Activation act, const torch::Tensor& residual = {});
 
+// Why `conv` is not a convolution cuDNN's graphs describe (one group, no dilation, a square kernel and stride, one
+// symmetric zero padding that does not depend on the input's size), or "". Its bias is the caller's to judge.
+std::string conv_shape_refusal(const Conv2dImpl& conv);
+
 // Whether a conv could run fused on an input of `sizes` in `dtype` (fp16 or bf16, NHWC) followed by `act` and
 // maybe a residual add, from its options alone: "" and `out` filled with the cuDNN graph's description, else why
 // not (grouped, dilated, not square, TF "SAME" padding that depends on the input, ...). cuDNN itself is not asked.

@@ -169,12 +169,7 @@ void launched(int code, const char* what) {
 void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 
 ConvGeometry geometry(const at::Tensor& x, const at::Tensor& w, const ConvArgs& c) {
-  ConvGeometry g;
-  g.n = x.size(0), g.c = x.size(1), g.h = x.size(2), g.w = x.size(3);
-  g.k = w.size(0), g.r = w.size(2), g.s = w.size(3);
-  g.stride = c.stride, g.pad = c.pad;
-  g.dtype = x.scalar_type();
-  return g;
+  return ConvGeometry::of(x.sizes(), w.sizes(), c.stride, c.pad, x.scalar_type());
 }
 
 std::int64_t rows(const at::Tensor& t) { return t.size(0) * t.size(2) * t.size(3); }
@@ -459,12 +454,6 @@ struct BlockFunction : public torch::autograd::Function<BlockFunction> {
   }
 };
 
-bool square_plain(const Conv2dImpl& conv) {
-  const auto& o = conv.options;
-  const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
-  return o.groups() == 1 && (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && (*o.stride())[0] == (*o.stride())[1] &&
-         (*o.kernel_size())[0] == (*o.kernel_size())[1] && pad && (**pad)[0] == (**pad)[1] && !o.bias();
-}
 
 }  // namespace
 
@@ -494,7 +483,8 @@ std::string refusal(const FusedBnContext& context, const Block& block) {
   const auto& last = *block.branch.back().bn;
   if (last.fusion() != BnFusion::AddRelu) return "its last BN is not followed by the residual add (an SE gate)";
   if (context.mode == FusionMode::Bn) return "--fusion bn";
-  // Part 2's rules, but not its probe: these blocks run cuDNN's graph API, not the BN kernels the probe asked for.
+  // The fused BN path's rules, but not its probe: these blocks run cuDNN's graph API, not the BN kernels the probe
+  // asked for.
   FusedBnContext c = context;
   c.cudnn_refusal.clear();
   if (const auto why = fused_bn_refusal(c, BnFusion::AddRelu, last.options.num_features(), last.synchronized());
@@ -511,10 +501,9 @@ std::string refusal(const FusedBnContext& context, const Block& block) {
   if (block.downsample.conv) all.push_back(&block.downsample);
   for (const auto* cb : all) {
     const auto& o = cb->conv->options;
-    if (!square_plain(*cb->conv)) {
-      return o.groups() != 1 ? "a grouped convolution (ResNeXt): cuDNN's fused convolution graphs take groups = 1"
-                             : "a convolution with dilation, bias or unequal strides, padding or kernel sides";
-    }
+    if (o.groups() != 1) return "a grouped convolution (ResNeXt): cuDNN's fused convolution graphs take groups = 1";
+    if (auto why = conv_shape_refusal(*cb->conv); !why.empty()) return why;
+    if (o.bias()) return "a convolution with a bias (its BN follows it)";
     if (o.in_channels() % 8 != 0 || o.out_channels() % 8 != 0) {
       return std::to_string(o.in_channels()) + "->" + std::to_string(o.out_channels()) +
              " channels (cuDNN's fused graphs need multiples of 8)";
@@ -528,13 +517,9 @@ std::vector<ConvGeometry> geometries(const Block& block, const at::Tensor& x) {
   std::vector<ConvGeometry> out;
   std::int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   auto add = [&](const Conv2dImpl& conv, std::int64_t in_c, std::int64_t in_h, std::int64_t in_w) {
-    ConvGeometry g;
-    g.n = n, g.c = in_c, g.h = in_h, g.w = in_w;
-    g.k = conv.options.out_channels(), g.r = (*conv.options.kernel_size())[0], g.s = (*conv.options.kernel_size())[1];
     const ConvArgs a = conv_args(conv);
-    g.stride = a.stride, g.pad = a.pad, g.dtype = x.scalar_type();
-    out.push_back(g);
-    return g;
+    out.push_back(ConvGeometry::of({n, in_c, in_h, in_w}, conv.weight.sizes(), a.stride, a.pad, x.scalar_type()));
+    return out.back();
   };
   for (const auto& cb : block.branch) {
     const auto g = add(*cb.conv, c, h, w);

@@ -44,7 +44,7 @@ std::string refusal(const FusedBnContext& context, const Block& block);
 bool takes(const at::Tensor& x, const Block& block);
 
 // Builds every cuDNN plan the block will run on input x (cudnn_graphs.h's prepare for each convolution):
-// "" when all built, else why not (the block then keeps part 2's path). Call outside a CUDA graph capture.
+// "" when all built, else why not (the block then keeps the fused BN path). Call outside a CUDA graph capture.
 std::string prepare(const Block& block, const at::Tensor& x);
 
 // The geometry of each convolution of the block on input x: the branch's, then the downsample's.

@@ -1,5 +1,6 @@
 #include "report/tensorboard.h"
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
 #include <unistd.h>
@@ -13,16 +14,6 @@ namespace convnets::report {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::array<std::uint32_t, 256> make_table() {
-  std::array<std::uint32_t, 256> t{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // the reflected Castagnoli polynomial
-    t[i] = c;
-  }
-  return t;
-}
 
 // Protocol buffers' wire format (developers.google.com/protocol-buffers/docs/encoding),
 // only what the Event, Summary and TensorProto messages used here need.
@@ -79,13 +70,6 @@ double wall_time() {
 }
 
 }  // namespace
-
-std::uint32_t crc32c(const std::uint8_t* data, std::size_t size, std::uint32_t crc) {
-  static const auto table = make_table();
-  crc = ~crc;
-  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
 
 std::uint32_t masked_crc32c(const std::uint8_t* data, std::size_t size) {
   const std::uint32_t c = crc32c(data, size);

@@ -7,9 +7,8 @@
 
 namespace convnets::report {
 
-// CRC-32C (Castagnoli), and TFRecord's masked form of it (tensorflow/core/lib/hash/crc32c.h:
-// rotate right by 15, add 0xa282ead8), which a reader checks on every length and payload.
-std::uint32_t crc32c(const std::uint8_t* data, std::size_t size, std::uint32_t crc = 0);
+// TFRecord's masked form of CRC-32C (core/crc32c.h; tensorflow/core/lib/hash/crc32c.h: rotate right by 15, add
+// 0xa282ead8), which a reader checks on every length and payload.
 std::uint32_t masked_crc32c(const std::uint8_t* data, std::size_t size);
 
 // One event file, written the way tf.summary / tensorboardX write theirs, so

@@ -8,6 +8,7 @@
 #include "runtime/evaluate.h"
 #include "runtime/fusion_setup.h"
 #include "train/asp.h"
+#include "train/world_change.h"
 
 #include <torch/torch.h>
 
@@ -487,12 +488,8 @@ void plan_steps(TrainingRun& run) {
   // A different world size (or batch, or accumulation) changes the images
   // per step; the checkpoint's position is converted through the images
   // consumed, which the batch-dealing sampler orders the same for any split.
-  const auto& m = run.resume->meta;
-  const auto& old = m.at("config");
-  const std::int64_t old_batch = old.value("batch_size", std::int64_t{0});
-  const std::int64_t old_obs = old.value("optimizer_batch_size", std::int64_t{0});
-  const std::int64_t old_world = m.value("world_size", std::int64_t{1});
-  const std::int64_t old_step_images = m.value("images_per_step", old_obs > 0 ? old_obs : old_batch * old_world);
+  const std::int64_t old_world = run.resume->meta.value("world_size", std::int64_t{1});
+  const std::int64_t old_step_images = checkpoint_images_per_step(run.resume->meta);
   if (old_step_images != run.optimizer_batch) {
     const std::int64_t consumed = pos.step_in_epoch * old_step_images;
     if (consumed % run.optimizer_batch != 0) {

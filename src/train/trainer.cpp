@@ -183,24 +183,31 @@ std::vector<MicroBatch> next_step_batches(TrainingRun& run, data::Batch& batch, 
   return micro;
 }
 
+// The log entry of the steps `totals` counts, over `wall_s` seconds: their mean loss (summed over the ranks, so
+// every rank asks), speed, the LR they ended at and the images they trained.
+nlohmann::ordered_json train_entry(TrainingRun& run, StepTotals& totals, double wall_s, double lr) {
+  const double steps = static_cast<double>(totals.steps);
+  const double images = steps * static_cast<double>(run.optimizer_batch);
+  nlohmann::ordered_json entry{{"train.loss", totals.mean_loss(run)},
+                               {"train.total_ips", images / wall_s},
+                               {"train.compute_ips", images / totals.compute_s},
+                               {"train.data_time", totals.data_s / steps},
+                               {"train.compute_time", totals.compute_s / steps},
+                               {"train.lr", lr}};
+  if (run.scaler) entry["train.loss_scale"] = run.scaler->value();
+  log_images_seen(entry, totals.global_images(run));
+  return entry;
+}
+
 // A log line every --print-freq steps: the window's mean loss and speed.
 void log_window(TrainingRun& run, StepTotals& window, Progress& progress, std::int64_t epoch, std::int64_t done,
                 double lr) {
-  const double loss = window.mean_loss(run);
-  const double steps = static_cast<double>(window.steps);
-  const double images = steps * static_cast<double>(run.optimizer_batch);
-  nlohmann::ordered_json entry{{"train.loss", loss},
-                               {"train.total_ips", images / (window.data_s + window.compute_s)},
-                               {"train.compute_ips", images / window.compute_s},
-                               {"train.data_time", window.data_s / steps},
-                               {"train.compute_time", window.compute_s / steps},
-                               {"train.lr", lr}};
-  if (run.scaler) entry["train.loss_scale"] = run.scaler->value();
-  log_images_seen(entry, window.global_images(run));
+  const auto entry = train_entry(run, window, window.data_s + window.compute_s, lr);
+  const double loss = entry.at("train.loss").get<double>();
   log_metrics(run, {epoch + 1, done}, entry);
   window.reset();
   if (run.writer) {
-    progress.update(done, entry["train.total_ips"].get<double>(), "loss " + fmt("%.4f", loss) + "  lr " + fmt("%.4g", lr));
+    progress.update(done, entry.at("train.total_ips").get<double>(), "loss " + fmt("%.4f", loss) + "  lr " + fmt("%.4g", lr));
   }
 }
 
@@ -254,20 +261,12 @@ EpochOutcome train_one_epoch(TrainingRun& run, StepRunner& stepper, std::int64_t
     if (s + 1 < run.steps_per_epoch && checkpoint_due(run)) save_run_in_background(run);
   }
   out.complete = pos.step_in_epoch == run.steps_per_epoch;
-  const double epoch_s = seconds_between(epoch_start, Clock::now());
-  const double images = static_cast<double>(total.steps * run.optimizer_batch);
-  const double steps = static_cast<double>(total.steps);
-  const double mean_loss = total.mean_loss(run);
-  if (run.writer) progress.finish("loss " + fmt("%.4f", mean_loss) + "  " + fmt("%.0f", images / epoch_s) + " img/s");
-  out.log = {{"train.loss", mean_loss},
-             {"train.total_ips", images / epoch_s},
-             {"train.compute_ips", images / total.compute_s},
-             {"train.data_time", total.data_s / steps},
-             {"train.compute_time", total.compute_s / steps},
-             {"train.lr", lr},
-             {"train.bad_images", run.train_loader->stats().bad_images}};
-  if (run.scaler) out.log["train.loss_scale"] = run.scaler->value();
-  log_images_seen(out.log, total.global_images(run));
+  out.log = train_entry(run, total, seconds_between(epoch_start, Clock::now()), lr);
+  out.log["train.bad_images"] = run.train_loader->stats().bad_images;
+  if (run.writer) {
+    progress.finish("loss " + fmt("%.4f", out.log["train.loss"].get<double>()) + "  " +
+                    fmt("%.0f", out.log["train.total_ips"].get<double>()) + " img/s");
+  }
   // The files skipped for the first time this epoch, by name, so the log says
   // which files to fix and not only how many there were.
   const auto bad = run.train_loader->bad_files();

@@ -19,14 +19,21 @@ BatchSplit split_global_batch(std::int64_t global, std::int64_t max_batch, std::
   return s;
 }
 
+std::int64_t checkpoint_images_per_step(const nlohmann::json& meta) {
+  const auto& old = meta.at("config");
+  const std::int64_t old_obs = old.value("optimizer_batch_size", std::int64_t{0});
+  return meta.value("images_per_step", old_obs > 0 ? old_obs
+                                                   : old.value("batch_size", std::int64_t{0}) *
+                                                         meta.value("world_size", std::int64_t{1}));
+}
+
 std::string keep_images_per_step(TrainConfig& c, const nlohmann::json& meta, std::int64_t world) {
   if (c.resume_batch != "recipe" || !meta.contains("config")) return "";
   const auto& old = meta.at("config");
   const std::int64_t old_world = meta.value("world_size", std::int64_t{1});
   if (old_world == world) return "";
   const std::int64_t old_batch = old.value("batch_size", c.batch_size);
-  const std::int64_t old_obs = old.value("optimizer_batch_size", std::int64_t{0});
-  const std::int64_t global = meta.value("images_per_step", old_obs > 0 ? old_obs : old_batch * old_world);
+  const std::int64_t global = checkpoint_images_per_step(meta);
   const std::int64_t per_round = c.batch_size * world;
   const bool kept_already = c.optimizer_batch_size > 0 ? c.optimizer_batch_size == global && global % per_round == 0
                                                        : per_round == global;

@@ -20,6 +20,10 @@ struct BatchSplit {
 };
 BatchSplit split_global_batch(std::int64_t global, std::int64_t max_batch, std::int64_t world);
 
+// The images a step of the checkpoint whose metadata is `meta` trained: its record's images_per_step, or for a
+// checkpoint written before it was recorded, its --optimizer-batch-size, else its batch times its world size.
+std::int64_t checkpoint_images_per_step(const nlohmann::json& meta);
+
 // Under --resume-batch recipe, when `world` differs from the world of the checkpoint whose metadata is `meta`:
 // where this run's flags would change its images per step, sets c.batch_size and c.optimizer_batch_size to
 // split_global_batch's; either way returns the start line that says what the processes were and are (and where the

@@ -1,4 +1,6 @@
-#include "io/crc32c.h"
+#include "core/crc32c.h"
+
+#include "core/cpu_features.h"
 
 #include <cstring>
 #include <initializer_list>
@@ -254,19 +256,14 @@ CONVNETS_AVX512_FOLD std::uint32_t raw_vpclmul(const unsigned char* p, std::size
 #endif
 
 bool available(Crc32cPath path) {
-#if defined(__x86_64__)
-  static const bool sse42 = __builtin_cpu_supports("sse4.2");
-  static const bool pclmul = sse42 && __builtin_cpu_supports("pclmul");
-  static const bool vpclmul = pclmul && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                              __builtin_cpu_supports("vpclmulqdq");
+  const auto& cpu = cpu_vector_features();
   switch (path) {
-    case Crc32cPath::Vpclmul512: return vpclmul;
-    case Crc32cPath::Pclmul: return pclmul;
-    case Crc32cPath::Sse42: return sse42;
+    case Crc32cPath::Vpclmul512: return cpu.avx512_vpclmul;
+    case Crc32cPath::Pclmul: return cpu.pclmul;
+    case Crc32cPath::Sse42: return cpu.sse42;
     case Crc32cPath::Table: return true;
   }
-#endif
-  return path == Crc32cPath::Table;
+  return false;
 }
 
 // With `d`, the bytes are also copied there: in the same pass where the path folds, before it otherwise.
