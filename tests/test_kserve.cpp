@@ -1,6 +1,6 @@
-// The KServe v2 / Triton HTTP bodies (serve/kserve.h): requests as tritonclient writes them, refusals with their
+// The KServe v2 / Triton HTTP bodies (kserve/messages.h): requests as tritonclient writes them, refusals with their
 // statuses, and responses a client reads back; and the inputs they name in shared memory.
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 #include "serve/shared_memory.h"
 
 #include <fcntl.h>
@@ -11,10 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <string>
 
-using namespace convnets::serve;
+using namespace convnets::kserve;
+using convnets::serve::SharedMemoryRegions;
 
 namespace {
 
@@ -219,6 +221,83 @@ TEST(KServe, ResponsesReadBackAsJsonOrBinary) {
   EXPECT_EQ(*header, bare.size());
   EXPECT_EQ(nlohmann::json::parse(bare)["outputs"][0]["parameters"]["binary_data_size"], 0);
   EXPECT_EQ(nlohmann::json::parse(error_body("model 'x' is not served"))["error"], "model 'x' is not served");
+}
+
+// The client's direction (bench serve's): what write_infer_request writes, parse_infer_request reads back as it
+// was; what write_infer_response writes, read_infer_response reads back, binary or JSON, FP16 among them.
+TEST(KServe, TheClientsRequestsAndResponsesReadBackAsWritten) {
+  InferRequest q;
+  q.id = "q7";
+  q.timeout_us = 2500;
+  Tensor image;
+  image.name = "input";
+  image.datatype = DataType::Fp32;
+  image.shape = {1, 2};
+  image.data = floats({1.5f, -2.0f});
+  Tensor jpeg;
+  jpeg.name = "INPUT";
+  jpeg.datatype = DataType::Bytes;
+  jpeg.shape = {1, 1};
+  jpeg.elements = {std::string("\xff\xd8\x00 bytes", 9)};
+  Tensor shm;
+  shm.name = "pixels";
+  shm.datatype = DataType::UInt8;
+  shm.shape = {1, 4};
+  shm.shared_memory = SharedMemoryRef{"in", 64, 4};
+  q.inputs = {image, jpeg, shm};
+  q.outputs = {{"logits", true, 0}, {"classes", false, 3}};
+  std::optional<std::size_t> header;
+  const auto body = write_infer_request(q, header);
+  ASSERT_TRUE(header);
+  const auto back = parse_infer_request(body, header);
+  EXPECT_EQ(back.id, "q7");
+  EXPECT_EQ(back.timeout_us, 2500);
+  ASSERT_EQ(back.inputs.size(), 3u);
+  EXPECT_EQ(back.inputs[0].data, image.data);
+  EXPECT_EQ(back.inputs[0].shape, image.shape);
+  EXPECT_EQ(back.inputs[1].elements, jpeg.elements);
+  ASSERT_TRUE(back.inputs[2].shared_memory);
+  EXPECT_EQ((back.inputs[2].shared_memory->region), "in");
+  EXPECT_EQ(back.inputs[2].shared_memory->offset, 64u);
+  EXPECT_EQ(back.inputs[2].shared_memory->byte_size, 4u);
+  ASSERT_EQ(back.outputs.size(), 2u);
+  EXPECT_TRUE(back.outputs[0].binary);
+  EXPECT_FALSE(back.outputs[1].binary);
+  EXPECT_EQ(back.outputs[1].classification, 3);
+
+  InferResponse r;
+  r.model_name = "m";
+  r.model_version = "1";
+  Tensor half;  // 1.0, -2.5, 65504, 2^-24 (the least subnormal)
+  half.name = "h";
+  half.datatype = DataType::Fp16;
+  half.shape = {4};
+  half.data = std::string("\x00\x3c\x00\xc1\xff\x7b\x01\x00", 8);
+  Tensor counts;
+  counts.name = "n";
+  counts.datatype = DataType::Int64;
+  counts.shape = {2};
+  counts.data = std::string("\x05\0\0\0\0\0\0\0\xff\xff\xff\xff\xff\xff\xff\xff", 16);
+  r.outputs = {half, counts, image};
+  for (const std::vector<bool>& binary : {std::vector<bool>{false, false, false}, std::vector<bool>{true, false, true}}) {
+    r.binary = binary;
+    const auto text = write_infer_response(r, header);
+    const auto read = read_infer_response(text, header);
+    EXPECT_EQ(read.model_name, "m");
+    ASSERT_EQ(read.outputs.size(), 3u);
+    EXPECT_EQ(read.binary, binary);
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(read.outputs[i].data, r.outputs[i].data) << "output " << i << (binary[i] ? " binary" : " JSON");
+    }
+    EXPECT_EQ(tensor_values(read.outputs[0]), (std::vector<double>{1.0, -2.5, 65504.0, std::ldexp(1.0, -24)}));
+    EXPECT_EQ(tensor_values(read.outputs[1]), (std::vector<double>{5.0, -1.0}));
+  }
+  // What a server answers on failure, and bodies that do not add up, are refused by name.
+  EXPECT_THROW(read_infer_response(error_body("model 'x' is not found"), std::nullopt), ProtocolError);
+  EXPECT_THROW(read_infer_response(R"({"outputs":[{"name":"a","datatype":"FP32","shape":[2],)"
+                                   R"("parameters":{"binary_data_size":8}}]})",
+                                   std::nullopt),
+               ProtocolError);
 }
 
 // Triton's system shared memory (serve/shared_memory.h): a request is bound to its regions when it comes, and reads

@@ -3,6 +3,7 @@
 #include "io/state_dict.h"
 #include "models/registry.h"
 #include "report/report.h"
+#include "core/stats.h"
 #include "runtime/evaluate.h"
 #include "train/config.h"
 #include "train/ema.h"
@@ -24,7 +25,7 @@ namespace convnets::train {
 namespace {
 
 using runtime::FlatParameters;
-using runtime::percentile;
+using convnets::percentile;
 
 ScheduleOptions schedule(const std::string& kind) {
   ScheduleOptions o;

@@ -1,6 +1,7 @@
 #include "bench/model_bench.h"
 
 #include "core/autocast.h"
+#include "core/stats.h"
 #include "core/compat.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -280,17 +281,17 @@ BenchRow measure(const ModelBenchOptions& o, std::int64_t batch, int warmup, int
     // Latency: each batch from input to logits, synchronised.
     seconds = timed(iteration, true);
     row.mean_ms = seconds * 1e3 / iterations;
-    row.p50_ms = runtime::percentile(times_ms, 50);
-    row.p90_ms = runtime::percentile(times_ms, 90);
-    row.p95_ms = runtime::percentile(times_ms, 95);
-    row.p99_ms = runtime::percentile(times_ms, 99);
+    row.p50_ms = percentile(times_ms, 50);
+    row.p90_ms = percentile(times_ms, 90);
+    row.p95_ms = percentile(times_ms, 95);
+    row.p99_ms = percentile(times_ms, 99);
     if (!gpu_ms.empty()) {
       // The timed iterations only: the warm-up's (captures among them) come first.
       gpu_ms.erase(gpu_ms.begin(), gpu_ms.begin() + std::min<std::size_t>(gpu_ms.size(), warmup));
       row.gpu_mean_ms = std::accumulate(gpu_ms.begin(), gpu_ms.end(), 0.0) / static_cast<double>(gpu_ms.size());
-      row.gpu_p50_ms = runtime::percentile(gpu_ms, 50);
-      row.gpu_p90_ms = runtime::percentile(gpu_ms, 90);
-      row.gpu_p99_ms = runtime::percentile(gpu_ms, 99);
+      row.gpu_p50_ms = percentile(gpu_ms, 50);
+      row.gpu_p90_ms = percentile(gpu_ms, 90);
+      row.gpu_p99_ms = percentile(gpu_ms, 99);
     }
     row.graphs = deploy::describe_graphs(engine);
   }

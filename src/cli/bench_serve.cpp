@@ -1,9 +1,9 @@
-// `convnets bench serve URL`: the KServe v2 load generator's flags (serve/load.h), its table and JSON.
+// `convnets bench serve URL`: the KServe v2 load generator's flags (bench/serve_bench.h), its table and JSON.
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "io/atomic_file.h"
-#include "serve/load.h"
+#include "bench/serve_bench.h"
 
 #include <CLI/CLI.hpp>
 
@@ -14,7 +14,7 @@ namespace convnets::cli {
 
 void add_bench_serve(CLI::App& bench) {
   struct Args {
-    serve::load::LoadOptions o;
+    bench::LoadOptions o;
     std::string input = "fp32", json;
   };
   auto a = std::make_shared<Args>();
@@ -60,13 +60,13 @@ void add_bench_serve(CLI::App& bench) {
   cmd->add_option("--json", a->json, "Write the rows as JSON");
   cmd->callback([a, concurrency] {
     if (concurrency->count() == 0 && !a->o.request_rates.empty()) a->o.concurrency.clear();  // the rates' rows alone
-    a->o.input = a->input == "pixels" ? serve::load::InputKind::Pixels
-                 : a->input == "jpeg" ? serve::load::InputKind::Jpeg
-                                      : serve::load::InputKind::Fp32;
+    a->o.input = a->input == "pixels" ? bench::InputKind::Pixels
+                 : a->input == "jpeg" ? bench::InputKind::Jpeg
+                                      : bench::InputKind::Fp32;
 #if CONVNETS_SERVE
-    const auto report = serve::load::run_load(a->o);
-    std::cout << serve::load::format_table(report, a->o);
-    if (!a->json.empty()) write_file_atomically(a->json, dump_json(serve::load::to_json(report, a->o), 2) + "\n");
+    const auto report = bench::run_load(a->o);
+    std::cout << bench::format_table(report, a->o);
+    if (!a->json.empty()) write_file_atomically(a->json, dump_json(bench::to_json(report, a->o), 2) + "\n");
 #else
     throw Error("convnets bench serve is not in this build: Boost's headers (Beast, Asio) were not found when it "
                 "was built", "install Debian's libboost-dev and build again (scripts/setup.sh does)");

@@ -1,6 +1,7 @@
 // `convnets bench data|train|infer`: input-pipeline throughput on a dataset; model training and inference speed on synthetic data.
 #include "bench/checkpoint_bench.h"
 #include "bench/save_bench.h"
+#include "core/stats.h"
 #include "bench/model_bench.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
@@ -256,11 +257,6 @@ void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
   }
   std::cout << std::flush;
   if (!a.json.empty()) write_file_atomically(a.json, dump_json(jn, 2) + "\n");
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v[(v.size() - 1) / 2] + v[v.size() / 2]) / 2;
 }
 
 // bench train --save-every: the three kinds of block side by side, and the JSON of every block.

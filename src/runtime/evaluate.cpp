@@ -1,6 +1,7 @@
 #include "runtime/evaluate.h"
 
 #include "core/autocast.h"
+#include "core/stats.h"
 #include "core/error.h"
 #include "runtime/progress.h"
 
@@ -14,13 +15,6 @@
 #include <optional>
 
 namespace convnets::runtime {
-
-double percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const auto rank = static_cast<std::size_t>(std::ceil(q / 100.0 * static_cast<double>(values.size())));
-  return values[std::min(values.size() - 1, rank > 0 ? rank - 1 : 0)];
-}
 
 std::unique_ptr<data::Loader> make_eval_loader(data::DatasetPtr dataset, const Preprocessing& pre,
                                                data::PipelineOptions options) {

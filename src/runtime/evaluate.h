@@ -74,7 +74,5 @@ EvalResult evaluate(const EvalForward& forward, data::Loader& loader, std::int64
                     std::int64_t print_every, const std::function<void(at::Tensor&)>& sum_over_ranks = {},
                     bool per_class = false);
 
-// Nearest-rank percentile (q in [0, 100]) of unsorted values.
-double percentile(std::vector<double> values, double q);
 
 }  // namespace convnets::runtime

@@ -1,13 +1,16 @@
 // Triton's gRPC infer messages and the server's own request and response (kserve.h): the conversion both ways, with the HTTP protocol's checks, protobuf alone (no gRPC runtime), so the fuzzer reaches it.
 #pragma once
 
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 #include "serve/triton_grpc.pb.h"
 
 #include <string>
 #include <string_view>
 
 namespace convnets::serve {
+
+// The server speaks the protocol kserve/messages.h reads and writes.
+using namespace kserve;
 
 // The request as parse_infer_request gives it from an HTTP body: the same checks, ProtocolError the same way.
 // Typed contents are packed as raw bytes would be; every output comes back as raw contents (binary), as Triton's.

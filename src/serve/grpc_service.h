@@ -1,12 +1,15 @@
 // Triton's gRPC inference service (KServe v2 over gRPC, what tritonclient.grpc speaks), a front on the serving core as the HTTP routes are: its start and its stop.
 #pragma once
 
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 
 #include <memory>
 #include <string>
 
 namespace convnets::serve {
+
+// The server speaks the protocol kserve/messages.h reads and writes.
+using namespace kserve;
 
 class ServingCore;
 

@@ -3,7 +3,7 @@
 
 #include "deploy/inference.h"
 #include "serve/batcher.h"
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 
 #include <atomic>
 #include <cstdint>
@@ -17,6 +17,9 @@ class Transform;
 }
 
 namespace convnets::serve {
+
+// The server speaks the protocol kserve/messages.h reads and writes.
+using namespace kserve;
 
 // Triton's per-model counters (its metrics' names) that the batcher does not keep.
 struct ModelCounters {

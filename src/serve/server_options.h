@@ -3,13 +3,16 @@
 
 #include "deploy/inference_options.h"
 #include "deploy/triton_config.h"
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace convnets::serve {
+
+// The server speaks the protocol kserve/messages.h reads and writes.
+using namespace kserve;
 
 struct ServerOptions {
   // Each NAME=PATH or PATH (named after the file, less its extension). PATH: a checkpoint, a weights file or an

@@ -1,6 +1,7 @@
 #include "serve/serving_core.h"
 
 #include "core/error.h"
+#include "core/stats.h"
 #include "core/json.h"
 #include "serve/served_model.h"
 #include "serve/server_options.h"
@@ -115,13 +116,6 @@ class Drain {
   int in_flight_ = 0;
   bool draining_ = false;
 };
-
-double process_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
 
 std::int64_t resident_bytes() {
   std::ifstream f("/proc/self/statm");

@@ -1,7 +1,7 @@
 // The server behind both protocols: the models and their batchers, the worker threads, the drain, the metrics and the shared-memory registry, and the one path every inference request takes through them (admitted, read, resolved, batched, answered).
 #pragma once
 
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 #include "serve/shared_memory.h"
 
 #include <functional>
@@ -10,6 +10,9 @@
 #include <vector>
 
 namespace convnets::serve {
+
+// The server speaks the protocol kserve/messages.h reads and writes.
+using namespace kserve;
 
 struct ServerOptions;
 

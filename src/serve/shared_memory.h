@@ -1,7 +1,7 @@
 // Triton's system shared-memory extension: the POSIX shared-memory regions clients register by key, read through a descriptor kept open, and the inputs a request reads from them instead of from its body.
 #pragma once
 
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +12,9 @@
 #include <vector>
 
 namespace convnets::serve {
+
+// The server speaks the protocol kserve/messages.h reads and writes.
+using namespace kserve;
 
 // A client that writes its tensors into shared memory sends each request as a few hundred bytes of JSON or
 // protobuf: on one machine the 0.6-1.2 MB image bodies are then not copied through the loopback socket twice

@@ -14,6 +14,7 @@ SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"
 FLOORS = {
     "core": 0,                                   # errors, JSON, compatibility, CPU features: depends on nothing
     "io": 1, "codec": 1, "kernels": 1, "report": 1,
+    "kserve": 1,                                 # the KServe v2 protocol's bodies, both directions: server and client
     "data": 2, "models": 2,
     "runtime": 3,                                # what training and inference share
     "quant": 4, "distributed": 4,

@@ -784,7 +784,7 @@ class GrpcService(unittest.TestCase):
         self.assertGreater(len(set(got)), 1)
 
     def test_the_request_checks_answer_alike_over_both_protocols(self):
-        # Each check of a request's own fields is written once (serve/kserve.h): the same message over HTTP and gRPC,
+        # Each check of a request's own fields is written once (kserve/messages.h): the same message over HTTP and gRPC,
         # HTTP's status and gRPC's code for it. Sent raw (a JSON body; the generated stub), as no client stops them.
         stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(self.server.grpc_url))
         one = {"name": "input", "datatype": "FP32", "shape": [1], "data": [0.5]}

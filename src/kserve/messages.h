@@ -1,4 +1,4 @@
-// The KServe v2 (Triton) inference protocol's HTTP bodies: infer requests parsed under limits, JSON or Triton's binary tensor extension, and responses written back.
+// The KServe v2 (Triton) inference protocol's HTTP bodies, both directions: a server's (requests parsed under limits, JSON or Triton's binary tensor extension; responses written) and a client's (requests written, responses read).
 #pragma once
 
 #include "core/error.h"
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace convnets::serve {
+namespace convnets::kserve {
 
 // The protocol's tensor datatypes (KServe v2 "Tensor Data Types").
 enum class DataType { Bool, UInt8, UInt16, UInt32, UInt64, Int8, Int16, Int32, Int64, Fp16, Fp32, Fp64, Bytes };
@@ -99,6 +99,10 @@ void check_name(const std::string& name, const Limits& limits, const std::string
 // the inputs before it (ProtocolError naming it: 400, or 413 for a size), set into `t`; returns its element count.
 std::int64_t declare_input(Tensor& t, const std::string& name, std::string_view datatype,
                            const std::vector<std::int64_t>& shape, const Limits& limits, const std::vector<Tensor>& earlier);
+// The same for an output of a response (`kind` "output"), or any tensor.
+std::int64_t declare_tensor(Tensor& t, const std::string& kind, const std::string& name, std::string_view datatype,
+                            const std::vector<std::int64_t>& shape, const Limits& limits,
+                            const std::vector<Tensor>& earlier);
 
 // A declared input's elements from the protocol's raw bytes (KServe's binary data, the gRPC raw contents):
 // fixed-size types packed little-endian, BYTES as 4-byte little-endian lengths each followed by its bytes.
@@ -138,4 +142,20 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
 // {"error": MESSAGE}, the protocol's error body.
 std::string error_body(const std::string& message);
 
-}  // namespace convnets::serve
+// The client's direction, as tritonclient's HTTP client writes and reads the same bodies.
+// A request's body: its JSON, then the bytes of each input that carries them (binary_data_size), in input order;
+// an input that names shared memory sends its region, size and offset only. Each output asks binary_data as its
+// RequestedOutput says. `header_length` is set to the JSON's length where bytes follow it (the client then sends
+// Inference-Header-Content-Length), and reset otherwise. parse_infer_request reads back what this writes.
+std::string write_infer_request(const InferRequest& r, std::optional<std::size_t>& header_length);
+
+// A response body as write_infer_response (or Triton) writes it: each output's tensor, from its bytes after the JSON
+// or its JSON "data" (an FP16 output's numbers stored as halves), `binary` saying which. ProtocolError (400, 413
+// over `limits`) naming what is malformed; an {"error": ...} body is one, with the server's message.
+InferResponse read_infer_response(std::string_view body, std::optional<std::size_t> header_length,
+                                  const Limits& limits = {});
+
+// A tensor's elements as numbers, whatever its numeric datatype (FP16's halves widened); Error for BYTES.
+std::vector<double> tensor_values(const Tensor& t);
+
+}  // namespace convnets::kserve

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace convnets::serve::load {
+namespace convnets::bench {
 
 // What a request carries: an FP32 (or FP16) image tensor, UINT8 pixels, or an encoded image file as BYTES, each
 // sent to the model's input of that kind.
@@ -65,4 +65,4 @@ LoadReport run_load(const LoadOptions& options);
 std::string format_table(const LoadReport& report, const LoadOptions& options);
 nlohmann::ordered_json to_json(const LoadReport& report, const LoadOptions& options);
 
-}  // namespace convnets::serve::load
+}  // namespace convnets::bench

@@ -1,21 +1,15 @@
-#include "serve/load.h"
+#include "bench/serve_bench.h"
 
+#include "bench/http_client.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "serve/kserve.h"
+#include "core/stats.h"
+#include "kserve/messages.h"
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/read.hpp>
-#include <boost/beast/http/string_body.hpp>
-#include <boost/beast/http/write.hpp>
 #include <c10/util/Half.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,103 +25,11 @@
 #include <sstream>
 #include <thread>
 
-namespace convnets::serve::load {
+namespace convnets::bench {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
+using namespace kserve;
 using Clock = std::chrono::steady_clock;
-
-struct Endpoint {
-  std::string host, port;
-};
-
-Endpoint endpoint_of(const std::string& url, const std::string& flag) {
-  std::string rest = url;
-  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
-  else if (rest.find("://") != std::string::npos) throw Error(flag + " " + url + ": only http:// is spoken");
-  if (const auto slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
-  const auto colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) {
-    throw Error(flag + " " + url + ": expected http://HOST:PORT");
-  }
-  return {rest.substr(0, colon), rest.substr(colon + 1)};
-}
-
-struct Response {
-  int status = 0;
-  std::string body;
-  std::optional<std::size_t> header_length;  // Inference-Header-Content-Length
-};
-
-// One keep-alive connection, blocking: what each client thread owns.
-class Connection {
- public:
-  explicit Connection(Endpoint e) : e_(std::move(e)) {}
-
-  void connect() {
-    socket_ = std::make_unique<tcp::socket>(io_);
-    tcp::resolver resolver(io_);
-    asio::connect(*socket_, resolver.resolve(e_.host, e_.port));
-    socket_->set_option(tcp::no_delay(true));  // as the server: a request is one write, its answer one read
-    buffer_.clear();
-  }
-  bool connected() const { return socket_ && socket_->is_open(); }
-  void close() {
-    beast::error_code ignored;
-    if (socket_) socket_->close(ignored);
-  }
-
-  // `raw`: a whole HTTP/1.1 request, headers and body, written as it is.
-  Response send(const std::string& raw) {
-    if (!connected()) connect();
-    asio::write(*socket_, asio::buffer(raw));
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(std::uint64_t{1} << 30);
-    http::read(*socket_, buffer_, parser);
-    auto& res = parser.get();
-    Response r;
-    r.status = static_cast<int>(res.result_int());
-    if (auto it = res.find("Inference-Header-Content-Length"); it != res.end()) {
-      r.header_length = parse_header_length(std::string_view(it->value().data(), it->value().size()));
-    }
-    r.body = std::move(res.body());
-    if (!res.keep_alive()) close();
-    return r;
-  }
-
-  Response request(const std::string& method, const std::string& path, const std::string& body = "") {
-    return send(method + " " + path + " HTTP/1.1\r\nHost: " + e_.host + "\r\nContent-Type: application/json\r\n" +
-                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
-  }
-
- private:
-  Endpoint e_;
-  asio::io_context io_;
-  std::unique_ptr<tcp::socket> socket_;
-  beast::flat_buffer buffer_;
-};
-
-nlohmann::json json_of(const Response& r, const std::string& what) {
-  if (r.status != 200) throw Error(what + ": HTTP " + std::to_string(r.status) + " " + r.body);
-  return parse_json(r.body, what);
-}
-
-std::string percent_encoded(const std::string& name) {
-  std::string out;
-  for (const unsigned char c : name) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out;
-}
 
 // The model's input of `kind`: name, datatype and shape (batch 1, a side left open filled from image_size).
 struct Chosen {
@@ -259,7 +161,7 @@ class SharedRegion {
       std::memcpy(static_cast<char*>(map) + offsets_[i], p.bytes[i].data(), p.bytes[i].size());
     }
     ::munmap(map, total);
-    Response r;
+    HttpResponse r;
     try {
       r = control_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name_) + "/register",
                            nlohmann::json{{"key", key_}, {"byte_size", total}, {"offset", 0}}.dump());
@@ -292,28 +194,31 @@ class SharedRegion {
   std::vector<std::size_t> offsets_;
 };
 
-// Each distinct input's whole HTTP request, made once: a client's send is one write.
+// Each distinct input's whole HTTP request, made once: a client's send is one write. The body is the protocol's
+// (kserve/messages.h), as tritonclient writes it.
 std::vector<std::string> make_requests(const Endpoint& e, const std::string& model, const Chosen& in,
                                        const std::string& output, const Payloads& p, const SharedRegion* region,
                                        std::int64_t& largest_body) {
   std::vector<std::string> out;
   for (std::size_t i = 0; i < p.bytes.size(); ++i) {
-    nlohmann::json input{{"name", in.name}, {"datatype", in.datatype}, {"shape", in.shape}};
+    InferRequest request;
+    Tensor t;
+    const auto type = datatype_of(in.datatype);
+    if (!type) throw Error("model " + model + "'s input " + in.name + " has the datatype " + in.datatype);
+    const std::int64_t elements = declare_input(t, in.name, in.datatype, in.shape, Limits{}, {});
     if (region) {
-      input["parameters"] = {{"shared_memory_region", region->name()},
-                             {"shared_memory_byte_size", p.bytes[i].size()},
-                             {"shared_memory_offset", region->offset(i)}};
+      t.shared_memory = SharedMemoryRef{region->name(), region->offset(i), p.bytes[i].size()};
     } else {
-      input["parameters"] = {{"binary_data_size", p.bytes[i].size()}};
+      read_binary_data(t, p.bytes[i], elements, "input " + in.name);
     }
-    const auto header = nlohmann::json{{"inputs", {input}},
-                                       {"outputs", {{{"name", output}, {"parameters", {{"binary_data", true}}}}}}}
-                            .dump();
-    const std::string body = region ? header : header + p.bytes[i];
+    request.inputs.push_back(std::move(t));
+    request.outputs.push_back({output, /*binary=*/true, 0});
+    std::optional<std::size_t> header;
+    const std::string body = write_infer_request(request, header);
     std::string r = "POST /v2/models/" + percent_encoded(model) + "/infer HTTP/1.1\r\nHost: " + e.host + "\r\n";
-    r += region ? "Content-Type: application/json\r\n"
-                : "Content-Type: application/octet-stream\r\nInference-Header-Content-Length: " +
-                      std::to_string(header.size()) + "\r\n";
+    r += header ? "Content-Type: application/octet-stream\r\nInference-Header-Content-Length: " +
+                      std::to_string(*header) + "\r\n"
+                : "Content-Type: application/json\r\n";
     r += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     largest_body = std::max<std::int64_t>(largest_body, static_cast<std::int64_t>(body.size()));
     out.push_back(std::move(r));
@@ -321,76 +226,11 @@ std::vector<std::string> make_requests(const Endpoint& e, const std::string& mod
   return out;
 }
 
-// A response's first output as numbers (FP32, FP16 or an integer type), JSON "data" or binary.
-std::vector<double> output_values(const Response& r) {
-  const std::size_t json_len = r.header_length.value_or(r.body.size());
-  const auto j = parse_json(std::string_view(r.body).substr(0, json_len), "an infer response");
-  const auto& out = j.at("outputs").at(0);
-  const auto dt = out.value("datatype", std::string());
-  std::vector<double> v;
-  if (out.contains("data")) {
-    for (const auto& x : out.at("data").flatten()) v.push_back(x.get<double>());
-    return v;
-  }
-  const std::string_view raw = std::string_view(r.body).substr(json_len);
-  if (dt == "FP32") {
-    for (std::size_t i = 0; i + 4 <= raw.size(); i += 4) {
-      float f;
-      std::memcpy(&f, raw.data() + i, 4);
-      v.push_back(f);
-    }
-  } else if (dt == "FP16") {
-    for (std::size_t i = 0; i + 2 <= raw.size(); i += 2) {
-      c10::Half h;
-      std::memcpy(&h.x, raw.data() + i, 2);
-      v.push_back(static_cast<float>(h));
-    }
-  } else if (dt == "INT64") {
-    for (std::size_t i = 0; i + 8 <= raw.size(); i += 8) {
-      std::int64_t x;
-      std::memcpy(&x, raw.data() + i, 8);
-      v.push_back(static_cast<double>(x));
-    }
-  } else {
-    throw Error("an infer response's output of datatype " + dt + ": bench serve records FP32, FP16 or INT64");
-  }
-  return v;
-}
-
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-// The server's process CPU seconds and its successful requests of `model`, from its Prometheus text.
-struct ServerCounters {
-  double cpu_s = -1;
-  double success = 0;
-};
-
-std::optional<ServerCounters> scrape(const std::string& metrics_url, const std::string& model) {
-  if (metrics_url.empty()) return std::nullopt;
-  try {
-    const auto e = endpoint_of(metrics_url, "--metrics-url");
-    const auto after_scheme = metrics_url.find("://");
-    const auto slash = metrics_url.find('/', after_scheme == std::string::npos ? 0 : after_scheme + 3);
-    const std::string path = slash == std::string::npos ? "/metrics" : metrics_url.substr(slash);
-    Connection c(e);
-    const auto r = c.request("GET", path);
-    if (r.status != 200) return std::nullopt;
-    ServerCounters s;
-    std::istringstream in(r.body);
-    const std::string success = "nv_inference_request_success{model=\"" + model + "\"";
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("process_cpu_seconds_total ", 0) == 0) s.cpu_s = std::stod(line.substr(26));
-      if (line.rfind(success, 0) == 0) s.success += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-    return s;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+// A response's first output as numbers, read as the protocol says (kserve/messages.h).
+std::vector<double> output_values(const HttpResponse& r) {
+  const auto response = read_infer_response(r.body, r.header_length);
+  if (response.outputs.empty()) throw Error("an infer response without outputs");
+  return tensor_values(response.outputs.front());
 }
 
 // Each client's counts and latencies inside the window.
@@ -399,14 +239,6 @@ struct ClientTally {
   std::map<std::string, std::int64_t> errors;
   std::vector<double> ms;
 };
-
-double percentile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  const auto k = static_cast<std::size_t>(std::clamp(std::ceil(q / 100.0 * static_cast<double>(v.size())) - 1.0, 0.0,
-                                                      static_cast<double>(v.size() - 1)));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
 
 class Runner {
  public:
@@ -455,7 +287,7 @@ class Runner {
           const std::size_t which = next % requests_.size();
           next += static_cast<std::size_t>(clients);
           std::string error;
-          Response r;
+          HttpResponse r;
           try {
             r = conn.send(requests_[which]);
             if (r.status != 200) error = std::to_string(r.status);
@@ -478,11 +310,11 @@ class Runner {
     }
     // The window's counters, read as it opens and closes.
     std::this_thread::sleep_until(window_begin);
-    const double cpu0 = cpu_seconds();
+    const double cpu0 = process_cpu_seconds();
     const auto server0 = scrape(metrics_url_, model_);
     const auto wall0 = Clock::now();
     std::this_thread::sleep_until(window_end);
-    const double cpu1 = cpu_seconds();
+    const double cpu1 = process_cpu_seconds();
     const auto server1 = scrape(metrics_url_, model_);
     const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
     for (auto& th : threads) th.join();
@@ -531,7 +363,7 @@ class Runner {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }
 
-  void record_answer(std::size_t which, const Response& r) {
+  void record_answer(std::size_t which, const HttpResponse& r) {
     if (o_.outputs_file.empty()) return;
     std::lock_guard<std::mutex> lock(answers_mutex_);
     if (answers.size() < requests_.size()) answers.resize(requests_.size());
@@ -670,4 +502,4 @@ nlohmann::ordered_json to_json(const LoadReport& r, const LoadOptions& o) {
   return j;
 }
 
-}  // namespace convnets::serve::load
+}  // namespace convnets::bench

@@ -1,4 +1,4 @@
-#include "serve/kserve.h"
+#include "kserve/messages.h"
 
 #include "core/json.h"
 
@@ -8,9 +8,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
-namespace convnets::serve {
+namespace convnets::kserve {
 namespace {
 
 constexpr std::array<std::pair<const char*, DataType>, 13> kTypes{{{"BOOL", DataType::Bool},
@@ -52,6 +53,51 @@ float half_to_float(std::uint16_t h) {
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
+}
+
+// Float to IEEE half, rounded to nearest even, for an FP16 output a response gave as JSON numbers.
+std::uint16_t float_to_half(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const std::uint16_t sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN, infinity
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;                                    // rounds past 65504
+  if (abs < 0x38800000u) {                                                           // a subnormal half, or 0
+    const float scaled = std::fabs(f) * 16777216.0f;                                 // 2^24: units of 2^-24
+    return sign | static_cast<std::uint16_t>(std::nearbyint(scaled));
+  }
+  const std::uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  return sign | static_cast<std::uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+// Calls f(value) for each of a fixed-size tensor's elements, typed as its datatype reads (FP16 as float), or with
+// each string of a BYTES tensor.
+template <typename F>
+void for_each_element(const Tensor& t, F&& f) {
+  if (t.datatype == DataType::Bytes) {
+    for (const auto& e : t.elements) f(e);
+    return;
+  }
+  const std::size_t size = element_size(t.datatype);
+  for (std::size_t k = 0; k + size <= t.data.size(); k += size) {
+    const char* p = t.data.data() + k;
+    switch (t.datatype) {
+      case DataType::Bool: f(p[0] != 0); break;
+      case DataType::UInt8: f(load<std::uint8_t>(p)); break;
+      case DataType::UInt16: f(load<std::uint16_t>(p)); break;
+      case DataType::UInt32: f(load<std::uint32_t>(p)); break;
+      case DataType::UInt64: f(load<std::uint64_t>(p)); break;
+      case DataType::Int8: f(load<std::int8_t>(p)); break;
+      case DataType::Int16: f(load<std::int16_t>(p)); break;
+      case DataType::Int32: f(load<std::int32_t>(p)); break;
+      case DataType::Int64: f(load<std::int64_t>(p)); break;
+      case DataType::Fp16: f(half_to_float(load<std::uint16_t>(p))); break;
+      case DataType::Fp32: f(load<float>(p)); break;
+      case DataType::Fp64: f(load<double>(p)); break;
+      case DataType::Bytes: break;
+    }
+  }
 }
 
 template <typename T>
@@ -312,8 +358,14 @@ void check_name(const std::string& name, const Limits& limits, const std::string
 
 std::int64_t declare_input(Tensor& t, const std::string& name, std::string_view datatype,
                            const std::vector<std::int64_t>& shape, const Limits& limits, const std::vector<Tensor>& earlier) {
-  check_name(name, limits, "an input");
-  const std::string where = "input " + in_quotes(name);
+  return declare_tensor(t, "input", name, datatype, shape, limits, earlier);
+}
+
+std::int64_t declare_tensor(Tensor& t, const std::string& kind, const std::string& name, std::string_view datatype,
+                            const std::vector<std::int64_t>& shape, const Limits& limits,
+                            const std::vector<Tensor>& earlier) {
+  check_name(name, limits, "an " + kind);
+  const std::string where = kind + " " + in_quotes(name);
   for (const auto& other : earlier) {
     if (other.name == name) bad(where + " appears twice");
   }
@@ -445,26 +497,7 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
       any_binary = true;
     } else {
       nlohmann::json data = nlohmann::json::array();
-      const std::size_t size = element_size(t.datatype);
-      const std::size_t n = t.datatype == DataType::Bytes ? t.elements.size() : t.data.size() / size;
-      for (std::size_t k = 0; k < n; ++k) {
-        const char* p = t.data.data() + k * size;
-        switch (t.datatype) {
-          case DataType::Bool: data.push_back(p[0] != 0); break;
-          case DataType::UInt8: data.push_back(load<std::uint8_t>(p)); break;
-          case DataType::UInt16: data.push_back(load<std::uint16_t>(p)); break;
-          case DataType::UInt32: data.push_back(load<std::uint32_t>(p)); break;
-          case DataType::UInt64: data.push_back(load<std::uint64_t>(p)); break;
-          case DataType::Int8: data.push_back(load<std::int8_t>(p)); break;
-          case DataType::Int16: data.push_back(load<std::int16_t>(p)); break;
-          case DataType::Int32: data.push_back(load<std::int32_t>(p)); break;
-          case DataType::Int64: data.push_back(load<std::int64_t>(p)); break;
-          case DataType::Fp16: data.push_back(half_to_float(load<std::uint16_t>(p))); break;
-          case DataType::Fp32: data.push_back(load<float>(p)); break;
-          case DataType::Fp64: data.push_back(load<double>(p)); break;
-          case DataType::Bytes: data.push_back(t.elements[k]); break;
-        }
-      }
+      for_each_element(t, [&data](const auto& v) { data.push_back(v); });
       o["data"] = std::move(data);
     }
     j["outputs"].push_back(std::move(o));
@@ -478,6 +511,127 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
   return text + tail;
 }
 
+std::string write_infer_request(const InferRequest& r, std::optional<std::size_t>& header_length) {
+  nlohmann::json j = nlohmann::json::object();
+  if (!r.id.empty()) j["id"] = r.id;
+  if (r.binary_data_output) j["parameters"]["binary_data_output"] = true;
+  if (r.timeout_us) j["parameters"]["timeout"] = *r.timeout_us;
+  std::string tail;
+  bool any_binary = false;
+  j["inputs"] = nlohmann::json::array();
+  for (const auto& t : r.inputs) {
+    nlohmann::json in{{"name", t.name}, {"datatype", datatype_name(t.datatype)}, {"shape", t.shape}};
+    if (t.shared_memory) {
+      in["parameters"] = {{"shared_memory_region", t.shared_memory->region},
+                          {"shared_memory_byte_size", t.shared_memory->byte_size}};
+      if (t.shared_memory->offset != 0) in["parameters"]["shared_memory_offset"] = t.shared_memory->offset;
+    } else {
+      const std::string bytes = raw_bytes(t);
+      in["parameters"] = {{"binary_data_size", bytes.size()}};
+      tail += bytes;
+      any_binary = true;
+    }
+    j["inputs"].push_back(std::move(in));
+  }
+  if (!r.outputs.empty()) {
+    j["outputs"] = nlohmann::json::array();
+    for (const auto& o : r.outputs) {
+      nlohmann::json out{{"name", o.name}, {"parameters", {{"binary_data", o.binary}}}};
+      if (o.classification > 0) out["parameters"]["classification"] = o.classification;
+      j["outputs"].push_back(std::move(out));
+    }
+  }
+  std::string text = dump_json(j);
+  if (!any_binary) {
+    header_length.reset();
+    return text;
+  }
+  header_length = text.size();
+  return text + tail;
+}
+
+InferResponse read_infer_response(std::string_view body, std::optional<std::size_t> header_length,
+                                  const Limits& limits) {
+  if (header_length && *header_length > body.size()) {
+    bad("Inference-Header-Content-Length " + std::to_string(*header_length) + " is past the body's " +
+        std::to_string(body.size()) + " bytes");
+  }
+  std::string_view binary = header_length ? body.substr(*header_length) : std::string_view{};
+  nlohmann::json j;
+  try {
+    j = parse_json(header_length ? body.substr(0, *header_length) : body, "the response");
+  } catch (const Error& e) {
+    bad(std::string("failed to parse the response JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad("the response must be a JSON object");
+  if (j.contains("error")) bad("the server answered an error: " + j["error"].dump());
+  InferResponse r;
+  for (auto [key, field] : {std::pair{"model_name", &r.model_name}, std::pair{"model_version", &r.model_version},
+                            std::pair{"id", &r.id}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_string()) bad(std::string("\"") + key + "\" must be a string");
+    *field = j[key].get<std::string>();
+  }
+  if (!j.contains("outputs") || !j["outputs"].is_array()) bad("\"outputs\" must be an array");
+  if (j["outputs"].size() > limits.max_outputs) {
+    too_large(std::to_string(j["outputs"].size()) + " outputs, over the limit of " + std::to_string(limits.max_outputs));
+  }
+  for (const auto& out : j["outputs"]) {
+    const std::string name = name_of(out, limits, "an output");
+    const std::string where = "output " + in_quotes(name);
+    if (!out.contains("datatype") || !out["datatype"].is_string()) bad(where + ": no \"datatype\"");
+    if (!out.contains("shape") || !out["shape"].is_array()) bad(where + ": no \"shape\" array");
+    if (static_cast<int>(out["shape"].size()) > limits.max_dims) {
+      too_large(where + ": " + std::to_string(out["shape"].size()) + " dimensions, over the limit of " +
+                std::to_string(limits.max_dims));
+    }
+    std::vector<std::int64_t> shape;
+    for (const auto& d : out["shape"]) {
+      if (!d.is_number_integer()) bad(where + ": shape entries must be integers of 0 or more");
+      shape.push_back(d.get<std::int64_t>());
+    }
+    Tensor t;
+    const std::int64_t elements =
+        declare_tensor(t, "output", name, out["datatype"].get<std::string>(), shape, limits, r.outputs);
+    const auto binary_size = parameter<std::int64_t>(out, "binary_data_size", where);
+    if (binary_size) {
+      if (out.contains("data")) bad(where + ": both \"data\" and binary_data_size");
+      if (*binary_size < 0 || static_cast<std::uint64_t>(*binary_size) > binary.size()) {
+        bad(where + ": binary_data_size " + std::to_string(*binary_size) + " is past the " +
+            std::to_string(binary.size()) + " bytes of binary data left");
+      }
+      read_binary_data(t, binary.substr(0, static_cast<std::size_t>(*binary_size)), elements, where);
+      binary.remove_prefix(static_cast<std::size_t>(*binary_size));
+    } else {
+      if (!out.contains("data")) bad(where + ": no \"data\" and no binary_data_size");
+      if (t.datatype == DataType::Fp16) {
+        // As numbers in the JSON: read as FP32, stored as the halves they were written from.
+        Tensor wide = t;
+        wide.datatype = DataType::Fp32;
+        read_json_data(wide, out["data"], elements, where);
+        for_each_element(wide, [&t](const auto& v) {
+          if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>>) append<std::uint16_t>(t.data, float_to_half(v));
+        });
+      } else {
+        read_json_data(t, out["data"], elements, where);
+      }
+    }
+    r.binary.push_back(binary_size.has_value());
+    r.outputs.push_back(std::move(t));
+  }
+  if (!binary.empty()) bad(std::to_string(binary.size()) + " bytes of binary data after the last output's");
+  return r;
+}
+
+std::vector<double> tensor_values(const Tensor& t) {
+  if (t.datatype == DataType::Bytes) throw Error("tensor " + in_quotes(t.name) + ": BYTES elements are not numbers");
+  std::vector<double> values;
+  for_each_element(t, [&values](const auto& v) {
+    if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>>) values.push_back(static_cast<double>(v));
+  });
+  return values;
+}
+
 int http_status_of(const Error& e) {
   const auto* p = dynamic_cast<const ProtocolError*>(&e);
   return p ? p->status() : 400;
@@ -485,4 +639,4 @@ int http_status_of(const Error& e) {
 
 std::string error_body(const std::string& message) { return dump_json(nlohmann::json{{"error", message}}); }
 
-}  // namespace convnets::serve
+}  // namespace convnets::kserve
