@@ -100,6 +100,19 @@ void for_each_element(const Tensor& t, F&& f) {
   }
 }
 
+// A body of either direction: the JSON, then `tail` where any tensor went binary (even one of no bytes), with
+// `header_length` the JSON's length then and reset otherwise.
+std::string framed(const nlohmann::json& j, const std::string& tail, bool any_binary,
+                   std::optional<std::size_t>& header_length) {
+  std::string text = dump_json(j);
+  if (!any_binary) {
+    header_length.reset();
+    return text;
+  }
+  header_length = text.size();
+  return text + tail;
+}
+
 template <typename T>
 void append_integer(std::string& out, const nlohmann::json& v, const std::string& tensor) {
   if (v.is_number_unsigned()) {
@@ -502,13 +515,7 @@ std::string write_infer_response(const InferResponse& r, std::optional<std::size
     }
     j["outputs"].push_back(std::move(o));
   }
-  std::string text = dump_json(j);
-  if (!any_binary) {
-    header_length.reset();
-    return text;
-  }
-  header_length = text.size();
-  return text + tail;
+  return framed(j, tail, any_binary, header_length);
 }
 
 std::string write_infer_request(const InferRequest& r, std::optional<std::size_t>& header_length) {
@@ -541,13 +548,7 @@ std::string write_infer_request(const InferRequest& r, std::optional<std::size_t
       j["outputs"].push_back(std::move(out));
     }
   }
-  std::string text = dump_json(j);
-  if (!any_binary) {
-    header_length.reset();
-    return text;
-  }
-  header_length = text.size();
-  return text + tail;
+  return framed(j, tail, any_binary, header_length);
 }
 
 InferResponse read_infer_response(std::string_view body, std::optional<std::size_t> header_length,
