@@ -1,5 +1,7 @@
 #include "bench/checkpoint_bench.h"
 
+#include "core/stats.h"
+
 #include "core/error.h"
 #include "core/crc32c.h"
 #include "io/safetensors.h"
@@ -97,6 +99,41 @@ CheckpointBenchResult bench_checkpoint(const CheckpointBenchOptions& o) {
   }
   r.file_bytes = fs::file_size(path);
   return r;
+}
+
+std::string format_checkpoint_bench(const CheckpointBenchOptions& o, const CheckpointBenchResult& r) {
+  const double mb = r.file_bytes / 1e6, save = median(r.save_ms), save_plain = median(r.save_plain_ms),
+               load = median(r.load_ms), load_plain = median(r.load_plain_ms), sum = median(r.checksum_ms);
+  char text[512];
+  std::string out;
+  std::snprintf(text, sizeof text, "%s checkpoint (weights%s, SGD momentum): %lld tensors, %.1f MB, in %s, loaded from %s\n",
+                o.arch.c_str(), o.ema ? ", EMA" : "", static_cast<long long>(r.tensors), mb,
+                o.folder.empty() ? std::filesystem::temp_directory_path().c_str() : o.folder.c_str(),
+                o.cold ? "the disk" : "the page cache");
+  out += text;
+  out += "| Round | Save (ms) | Save, no checksums | Load (ms) | Load, no checksums | One CRC-32C pass |\n"
+         "|---:|---:|---:|---:|---:|---:|\n";
+  for (std::size_t i = 0; i < r.save_ms.size(); ++i) {
+    std::snprintf(text, sizeof text, "| %zu | %.1f | %.1f | %.1f | %.1f | %.1f |\n", i + 1, r.save_ms[i],
+                  r.save_plain_ms[i], r.load_ms[i], r.load_plain_ms[i], r.checksum_ms[i]);
+    out += text;
+  }
+  std::snprintf(text, sizeof text,
+                "medians: save %.1f ms against %.1f (%+.1f %%), load %.1f ms against %.1f (%+.1f %%); one CRC-32C "
+                "pass %.1f ms (%.1f GB/s)\n",
+                save, save_plain, 100 * (save / save_plain - 1), load, load_plain, 100 * (load / load_plain - 1), sum,
+                mb / sum);
+  return out + text;
+}
+
+nlohmann::ordered_json to_json(const CheckpointBenchOptions& o, const CheckpointBenchResult& r) {
+  return {{"tool", "convnets"},          {"mode", "checkpoint"},
+          {"arch", o.arch},              {"num_classes", o.num_classes},
+          {"ema", o.ema},                {"cold", o.cold},
+          {"tensors", r.tensors},
+          {"file_bytes", r.file_bytes},  {"save_ms", r.save_ms},
+          {"save_plain_ms", r.save_plain_ms}, {"load_ms", r.load_ms},
+          {"load_plain_ms", r.load_plain_ms}, {"checksum_ms", r.checksum_ms}};
 }
 
 }  // namespace convnets::bench

@@ -2,6 +2,8 @@
 // without, so that what they cost is measured rather than estimated.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,5 +31,9 @@ struct CheckpointBenchResult {
 
 // Throws Error naming the file when the folder cannot be written; the files are removed after.
 CheckpointBenchResult bench_checkpoint(const CheckpointBenchOptions& options);
+
+// The rounds' table and the medians' line, as `bench checkpoint` prints them; and its JSON record.
+std::string format_checkpoint_bench(const CheckpointBenchOptions& options, const CheckpointBenchResult& result);
+nlohmann::ordered_json to_json(const CheckpointBenchOptions& options, const CheckpointBenchResult& result);
 
 }  // namespace convnets::bench

@@ -1,5 +1,7 @@
 #include "bench/save_bench.h"
 
+#include "core/stats.h"
+
 #include "core/error.h"
 #include "models/registry.h"
 #include "runtime/background_save.h"
@@ -26,6 +28,10 @@ SaveBenchResult bench_saves(const ModelBenchOptions& o) {
   namespace fs = std::filesystem;
   if (!o.train_step) throw Error("bench train --save-every: no training step was given (ModelBenchOptions::train_step)");
   if (o.save_every < 1) throw Error("--save-every must be at least 1, got " + std::to_string(o.save_every));
+  if (o.batch_sizes.size() != 1) {
+    throw Error("--save-every: give one --batch-sizes value, not " + std::to_string(o.batch_sizes.size()));
+  }
+  if (!o.data.empty()) throw Error("--save-every: times synthetic steps; leave --data out");
   const auto& rt = o.runtime;
   const ArchInfo& arch = find_architecture(o.arch);
   Preprocessing pre = arch.preprocessing;
@@ -89,6 +95,47 @@ SaveBenchResult bench_saves(const ModelBenchOptions& o) {
   r.tensors = static_cast<std::int64_t>(state.size());
   r.file_bytes = fs::file_size(path);
   return r;
+}
+
+std::string format_save_bench(const ModelBenchOptions& o, const SaveBenchResult& r) {
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "%s at %d px, batch %lld, %s %s: a checkpoint of %lld tensors, %.1f MB (weights, SGD momentum), saved "
+                "after the first step of each block of %d steps; %d blocks of each kind, in turn\n",
+                o.arch.c_str(), r.image_size, static_cast<long long>(r.batch), o.runtime.device.str().c_str(),
+                o.runtime.precision.c_str(), static_cast<long long>(r.tensors), r.file_bytes / 1e6, o.save_every,
+                o.saves);
+  std::string out = text;
+  out += "| Save | Block (ms, median) | Over the block without a save (ms) | The save's step (ms, median) | "
+         "Other steps (ms, median) | Waited at the block's end (ms, median) |\n|---|---:|---:|---:|---:|---:|\n";
+  const double plain = median(r.kinds.front().block_ms);
+  const auto cell = [](const std::vector<double>& v) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%.1f", median(v));
+    return v.empty() ? std::string("-") : std::string(value);
+  };
+  for (const auto& k : r.kinds) {
+    std::snprintf(text, sizeof text, "| %s | %.1f | %+.1f | %s | %s | %s |\n", k.kind.c_str(), median(k.block_ms),
+                  median(k.block_ms) - plain, cell(k.save_step_ms).c_str(), cell(k.other_ms).c_str(),
+                  cell(k.waited_ms).c_str());
+    out += text;
+  }
+  std::snprintf(text, sizeof text, "the last background write took %.1f ms from its start to its rename\n",
+                r.write_s * 1e3);
+  return out + text;
+}
+
+nlohmann::ordered_json to_json(const ModelBenchOptions& o, const SaveBenchResult& r) {
+  nlohmann::ordered_json j = {{"tool", "convnets"}, {"mode", "train-save-every"}, {"arch", o.arch},
+                              {"device", o.runtime.device.str()}, {"precision", o.runtime.precision},
+                              {"batch", r.batch}, {"image_size", r.image_size}, {"save_every", o.save_every},
+                              {"saves", o.saves}, {"tensors", r.tensors}, {"file_bytes", r.file_bytes},
+                              {"background_write_ms", r.write_s * 1e3}};
+  for (const auto& k : r.kinds) {
+    j["kinds"][k.kind] = {{"block_ms", k.block_ms}, {"save_step_ms", k.save_step_ms}, {"other_ms", k.other_ms},
+                          {"waited_ms", k.waited_ms}};
+  }
+  return j;
 }
 
 }  // namespace convnets::bench

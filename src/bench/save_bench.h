@@ -34,4 +34,8 @@ struct SaveBenchResult {
 // Throws Error naming the folder when it cannot be written; the files are removed after.
 SaveBenchResult bench_saves(const ModelBenchOptions& options);
 
+// The kinds side by side, as `bench train --save-every` prints them; and the JSON of every block.
+std::string format_save_bench(const ModelBenchOptions& options, const SaveBenchResult& result);
+nlohmann::ordered_json to_json(const ModelBenchOptions& options, const SaveBenchResult& result);
+
 }  // namespace convnets::bench
