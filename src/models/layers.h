@@ -1,7 +1,8 @@
-// The layers the networks are built from: Conv2d and Linear that account their multiply-accumulates, BatchNorm2d (synchronized, foldable, fused with its ReLU and residual add on CUDA), and the MAC tracer.
+// The layers the networks are built from: Conv2d and Linear that count their multiply-accumulates (models/mac_count.h), BatchNorm2d (synchronized: models/sync_bn.cpp; foldable; fused with its ReLU and residual add on CUDA) and the conv+BN+activation dispatch (models/conv_bn_act.cpp).
 #pragma once
 
 #include "models/cudnn_graphs.h"
+#include "models/mac_count.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/cloneable.h>
@@ -222,15 +223,11 @@ std::string describe_fused_convs(torch::nn::Module& module);
 // Turns synchronized BatchNorm on for every layers::BatchNorm2d in `module`;
 // returns how many there are.
 int enable_sync_batchnorm(torch::nn::Module& module, const std::shared_ptr<BatchNormSync>& sync);
+// BatchNorm's training forward with every rank's statistics (models/sync_bn.cpp), through its autograd function.
+torch::Tensor sync_batch_norm(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+                              torch::Tensor running_mean, torch::Tensor running_var, double momentum, double eps,
+                              BatchNormSync* sync);
 
 }  // namespace layers
-
-// Multiply-accumulates of conv and linear layers for one image at `input_size`
-// (the convention of torchvision's and timm's published GMACs). The pass runs
-// in shape-only mode: convolutions return zeros of the right shape instead of
-// computing, so counting resnext101_32x8d takes milliseconds, not seconds.
-int64_t count_macs(NetworkImpl& net, int input_size, int in_channels = 3);
-
-int64_t count_parameters(const torch::nn::Module& module);
 
 }  // namespace convnets
