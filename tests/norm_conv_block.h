@@ -17,11 +17,11 @@ namespace convnets::testing_blocks {
 // downsample conv + BN when the shape changes. Parameters and buffers in `options`' dtype and device, BN's gamma,
 // beta and running statistics drawn per channel (seeded), the 4-D weights channels-last.
 struct BlockModules {
-  std::vector<layers::Conv2d> convs;
-  std::vector<layers::BatchNorm2d> bns;
-  layers::Conv2d down_conv{nullptr};
-  layers::BatchNorm2d down_bn{nullptr};
-  layers::norm_conv::Block block;
+  std::vector<models::Conv2d> convs;
+  std::vector<models::BatchNorm2d> bns;
+  models::Conv2d down_conv{nullptr};
+  models::BatchNorm2d down_bn{nullptr};
+  models::norm_conv::Block block;
 
   BlockModules(std::int64_t in, std::vector<std::int64_t> widths, std::int64_t stride, unsigned seed,
                torch::TensorOptions options) {
@@ -36,8 +36,8 @@ struct BlockModules {
       c = widths[i];
     }
     if (stride != 1 || in != c) {
-      down_conv = layers::Conv2d(torch::nn::Conv2dOptions(in, c, 1).stride(stride).bias(false));
-      down_bn = layers::BatchNorm2d(c);
+      down_conv = models::Conv2d(torch::nn::Conv2dOptions(in, c, 1).stride(stride).bias(false));
+      down_bn = models::BatchNorm2d(c);
     }
     torch::NoGradGuard no_grad;
     auto place = [&](torch::nn::Module& m) {
@@ -54,7 +54,7 @@ struct BlockModules {
       bns[i]->bias.uniform_(-0.3, 0.3);
       bns[i]->running_mean.uniform_(-0.1, 0.1);
       bns[i]->running_var.uniform_(0.8, 1.2);
-      bns[i]->set_fusion(i + 1 < bns.size() ? layers::BnFusion::Relu : layers::BnFusion::AddRelu);
+      bns[i]->set_fusion(i + 1 < bns.size() ? models::BnFusion::Relu : models::BnFusion::AddRelu);
       block.branch.push_back({convs[i].get(), bns[i].get()});
     }
     if (down_conv) {

@@ -114,7 +114,7 @@ std::vector<std::map<std::string, at::Tensor>> data_parallel(const Batches& data
       distributed::Group group(worker(r, 2, port), c10::kCPU, "gloo");
       auto& model = models[static_cast<std::size_t>(r)];
       if (sync_bn) {
-        EXPECT_EQ(layers::enable_sync_batchnorm(*model, std::shared_ptr<layers::BatchNormSync>(&group, [](auto*) {})),
+        EXPECT_EQ(models::enable_sync_batchnorm(*model, std::shared_ptr<models::BatchNormSync>(&group, [](auto*) {})),
                   9);  // resnet8: stem, 3 blocks x 2, 2 downsample
       }
       train::Sgd sgd(*model, kSgd);

@@ -23,8 +23,8 @@
 namespace convnets {
 namespace {
 
-using layers::FusionMode;
-using layers::FusionPath;
+using models::FusionMode;
+using models::FusionPath;
 
 Network resnet(const std::string& arch) {
   torch::manual_seed(7);
@@ -57,13 +57,13 @@ std::vector<at::Tensor> step_of(NetworkImpl& model, const at::Tensor& input) {
 TEST(Fusion, FoldedBlocksComputeTheUnfoldedFunctionBitForBit) {
   for (const std::string arch : {"resnet50", "resnet18"}) {
     auto plain = resnet(arch), folded = resnet(arch);
-    const auto blocks = layers::tunable_blocks(*folded).size();
-    layers::set_block_paths(*plain, layers::block_paths(*plain).fill_(static_cast<std::int64_t>(FusionPath::Unfused)));
-    layers::set_block_paths(*folded, layers::block_paths(*folded).fill_(static_cast<std::int64_t>(FusionPath::BnFold)));
+    const auto blocks = models::tunable_blocks(*folded).size();
+    models::set_block_paths(*plain, models::block_paths(*plain).fill_(static_cast<std::int64_t>(FusionPath::Unfused)));
+    models::set_block_paths(*folded, models::block_paths(*folded).fill_(static_cast<std::int64_t>(FusionPath::BnFold)));
     const auto x = torch::randn({2, 3, 32, 32}).contiguous(at::MemoryFormat::ChannelsLast);
-    layers::reset_fold_counts();
+    models::reset_fold_counts();
     const auto want = step_of(*plain, x);
-    EXPECT_EQ(layers::fold_counts().dgrad_then_add, 0) << arch << ": the unfolded network hands nothing over";
+    EXPECT_EQ(models::fold_counts().dgrad_then_add, 0) << arch << ": the unfolded network hands nothing over";
     const auto got = step_of(*folded, x);
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t i = 0; i < got.size(); ++i) {
@@ -72,7 +72,7 @@ TEST(Fusion, FoldedBlocksComputeTheUnfoldedFunctionBitForBit) {
                                                  << (got[i] - want[i]).abs().max().item<double>();
     }
     // Autograd runs the later-made node first: the shortcut's gradient waits, conv1's dgrad comes second.
-    const auto counts = layers::fold_counts();
+    const auto counts = models::fold_counts();
     EXPECT_EQ(counts.dgrad_then_add, static_cast<std::int64_t>(blocks)) << arch;
     EXPECT_EQ(counts.at_tap + counts.epilogue, 0) << arch;
   }
@@ -82,7 +82,7 @@ TEST(Fusion, FoldedBlocksComputeTheUnfoldedFunctionBitForBit) {
 // arrives: at the tap (an add after all) or in the convolution's dgrad.
 TEST(Fusion, EitherOrderOfTheTwoGradientsGivesTheirSum) {
   torch::manual_seed(3);
-  layers::Conv2d conv(torch::nn::Conv2dOptions(4, 4, 1).bias(false));
+  models::Conv2d conv(torch::nn::Conv2dOptions(4, 4, 1).bias(false));
   const auto x0 = torch::randn({2, 4, 5, 5});
   auto reference = [&] {
     auto x = x0.clone().requires_grad_(true);
@@ -91,34 +91,34 @@ TEST(Fusion, EitherOrderOfTheTwoGradientsGivesTheirSum) {
   }();
   for (const bool tap_first : {true, false}) {
     conv->zero_grad();
-    layers::reset_fold_counts();
+    models::reset_fold_counts();
     auto x = x0.clone().requires_grad_(true);
-    const auto slot = layers::make_grad_slot();
+    const auto slot = models::make_grad_slot();
     at::Tensor a, b;
     // The node made later runs first in backward.
     if (tap_first) {
-      b = layers::fold_conv(*conv, x, slot);
-      a = layers::fold_tap(x, slot);
+      b = models::fold_conv(*conv, x, slot);
+      a = models::fold_tap(x, slot);
     } else {
-      a = layers::fold_tap(x, slot);
-      b = layers::fold_conv(*conv, x, slot);
+      a = models::fold_tap(x, slot);
+      b = models::fold_conv(*conv, x, slot);
     }
     ((a * 2).sum() + b.square().sum()).backward();
     EXPECT_TRUE(torch::allclose(x.grad(), reference, 1e-6, 1e-6)) << "tap first: " << tap_first;
-    const auto counts = layers::fold_counts();
+    const auto counts = models::fold_counts();
     EXPECT_EQ(counts.dgrad_then_add, tap_first ? 1 : 0);
     EXPECT_EQ(counts.at_tap, tap_first ? 0 : 1);
   }
 }
 
 // A stand-in residual block for the tuner: its signature, input and refusals are what the test says.
-class FakeBlockImpl : public torch::nn::Module, public layers::FusionTunable, public layers::TunableModule {
+class FakeBlockImpl : public torch::nn::Module, public models::FusionTunable, public models::TunableModule {
  public:
   FakeBlockImpl(std::string signature, std::vector<std::int64_t> input) : signature_(std::move(signature)),
                                                                           input_(std::move(input)) {
     w = register_parameter("w", torch::ones({1}));
   }
-  std::string path_refusal(FusionPath p, const layers::FusedBnContext& c) const override {
+  std::string path_refusal(FusionPath p, const models::FusedBnContext& c) const override {
     if (auto it = refusals.find(p); it != refusals.end()) return it->second;
     if (p != FusionPath::Unfused && !c.cuda) return "not on CUDA";
     return "";
@@ -129,7 +129,7 @@ class FakeBlockImpl : public torch::nn::Module, public layers::FusionTunable, pu
   std::vector<std::int64_t> last_input_sizes() const override { return input_; }
   at::Tensor train_forward(const at::Tensor& x) override { return x * w; }
   torch::nn::Module& module() override { return *this; }
-  layers::FusionTunable& tunable() override { return *this; }
+  models::FusionTunable& tunable() override { return *this; }
   at::Tensor forward(const at::Tensor& x) { return train_forward(x); }
   std::map<FusionPath, std::string> refusals;
   torch::Tensor w;
@@ -160,7 +160,7 @@ class FakeTimer : public runtime::BlockTimer {
   std::map<std::string, std::map<FusionPath, double>> ms;
   std::map<std::string, std::map<FusionPath, bool>> bad_numerics;
   std::vector<std::pair<std::string, std::vector<FusionPath>>> asked;
-  std::vector<runtime::Candidate> time(torch::nn::Module&, layers::FusionTunable& t,
+  std::vector<runtime::Candidate> time(torch::nn::Module&, models::FusionTunable& t,
                                       const std::vector<FusionPath>& paths, const std::vector<std::int64_t>&,
                                       at::ScalarType) override {
     asked.emplace_back(t.signature(), paths);
@@ -177,8 +177,8 @@ class FakeTimer : public runtime::BlockTimer {
   }
 };
 
-layers::FusedBnContext gpu_context(FusionMode mode = FusionMode::Auto) {
-  layers::FusedBnContext c;
+models::FusedBnContext gpu_context(FusionMode mode = FusionMode::Auto) {
+  models::FusedBnContext c;
   c.mode = mode;
   c.cuda = true;
   c.dtype = at::kHalf;
@@ -187,7 +187,7 @@ layers::FusedBnContext gpu_context(FusionMode mode = FusionMode::Auto) {
 
 std::map<std::string, FusionPath> paths_of(torch::nn::Module& m) {
   std::map<std::string, FusionPath> out;
-  for (const auto& [name, b] : layers::tunable_blocks(m)) out[name] = b->path();
+  for (const auto& [name, b] : models::tunable_blocks(m)) out[name] = b->path();
   return out;
 }
 
@@ -297,7 +297,7 @@ TEST(Fusion, TuningCacheIsReadWrittenAndKeyedByDevice) {
   EXPECT_EQ(j["devices"][0]["shapes"].size(), 3u);
 
   // The same device again: nothing timed, the same choices, from a network that starts elsewhere.
-  layers::set_block_paths(net, layers::block_paths(net).fill_(0));
+  models::set_block_paths(net, models::block_paths(net).fill_(0));
   timer.asked.clear();
   {
     runtime::TuningCache cache(path, device("NVIDIA H100 80GB HBM3"));
@@ -354,7 +354,7 @@ TEST(Fusion, BlockTimerChecksEachPathAgainstTheUnfusedOne) {
   auto net = resnet("resnet18");
   runtime::Runtime rt;
   runtime::record_block_inputs(*net, rt, {2, 3, 32, 32});
-  auto [name, block] = layers::tunable_blocks(*net).front();
+  auto [name, block] = models::tunable_blocks(*net).front();
   ASSERT_EQ(name, "layer1.0");
   EXPECT_EQ(block->last_input_sizes(), (std::vector<std::int64_t>{2, 64, 8, 8}));
   auto& module = block->module();
@@ -366,10 +366,10 @@ TEST(Fusion, BlockTimerChecksEachPathAgainstTheUnfusedOne) {
                               block->last_input_sizes(), at::kFloat);
   ASSERT_EQ(got.size(), 3u);
   for (const auto& c : got) {
-    EXPECT_EQ(c.refusal, "") << layers::path_name(c.path);
+    EXPECT_EQ(c.refusal, "") << models::path_name(c.path);
     EXPECT_TRUE(c.numerics_ok) << c.numerics;
     EXPECT_EQ(c.numerics.rfind("0.0e+00 ", 0), 0u) << c.numerics;
-    EXPECT_GT(c.ms, 0) << layers::path_name(c.path);
+    EXPECT_GT(c.ms, 0) << models::path_name(c.path);
   }
   EXPECT_EQ(block->path(), FusionPath::Bn);
   const auto after = module.buffers();
@@ -404,18 +404,18 @@ TEST(Fusion, DgradAddGraphsHaveSm90EnginesForAResNet50Step) {
   const std::vector<Case> cases{{64, 56, 64},   {256, 56, 64},   {256, 56, 128},  {512, 28, 128},
                                 {512, 28, 256}, {1024, 14, 256}, {1024, 14, 512}, {2048, 7, 512}};
   for (const auto& c : cases) {
-    layers::norm_conv::ConvGeometry g;
+    models::norm_conv::ConvGeometry g;
     g.n = 256, g.c = c.c, g.h = c.hw, g.w = c.hw, g.k = c.k, g.r = 1, g.s = 1, g.stride = 1, g.pad = 0;
     g.dtype = at::kHalf;
-    const auto why = layers::norm_conv::check_dgrad_add_plans(g, test::kH100, 90);
+    const auto why = models::norm_conv::check_dgrad_add_plans(g, test::kH100, 90);
     if (why.empty()) continue;  // planned outright (a cuDNN with a precompiled engine for it)
     EXPECT_NE(why.find("RUNTIME_PREREQUISITE_MISSING"), std::string::npos) << g.str() << ": no sm90 engine offered";
     EXPECT_EQ(test::graph_refusals(why), std::vector<std::string>{}) << g.str();
   }
-  layers::norm_conv::ConvGeometry strided;
+  models::norm_conv::ConvGeometry strided;
   strided.n = 256, strided.c = 256, strided.h = 56, strided.w = 56, strided.k = 512, strided.r = 1, strided.s = 1;
   strided.stride = 2, strided.pad = 0, strided.dtype = at::kHalf;
-  const auto refused = test::graph_refusals(layers::norm_conv::check_dgrad_add_plans(strided, test::kH100, 90));
+  const auto refused = test::graph_refusals(models::norm_conv::check_dgrad_add_plans(strided, test::kH100, 90));
   ASSERT_FALSE(refused.empty());
   EXPECT_NE(refused.front().find("NOT_SUPPORTED_SHAPE"), std::string::npos) << refused.front();
 }

@@ -53,7 +53,7 @@ struct Run {
 
 // What a run fuses: nothing (every test but the fused ones), or every residual block on one path the step tuner may
 // choose (models/fusion.h), the stem's BN+ReLU fused with it.
-using layers::FusionPath;
+using models::FusionPath;
 
 Run make_run(const std::string& device, const std::string& precision, const std::string& arch = "resnet18",
              FusionPath path = FusionPath::Unfused) {
@@ -65,10 +65,10 @@ Run make_run(const std::string& device, const std::string& precision, const std:
   r.rt = resolve_runtime(device, precision, "nhwc");
   prepare_model(*r.model, r.rt);
   if (path != FusionPath::Unfused) {
-    const auto mode = path == FusionPath::NormConv ? layers::FusionMode::NormConv : layers::FusionMode::Bn;
+    const auto mode = path == FusionPath::NormConv ? models::FusionMode::NormConv : models::FusionMode::Bn;
     runtime::set_fusion(*r.model, r.rt, mode);
-    layers::set_block_paths(*r.model, layers::block_paths(*r.model).fill_(static_cast<std::int64_t>(path)));
-    std::cout << arch << " " << precision << ", every block " << layers::path_name(path) << ": "
+    models::set_block_paths(*r.model, models::block_paths(*r.model).fill_(static_cast<std::int64_t>(path)));
+    std::cout << arch << " " << precision << ", every block " << models::path_name(path) << ": "
               << runtime::describe_fusion(*r.model, r.rt, mode) << "\n";
   }
   r.sgd = std::make_unique<Sgd>(*r.model, SgdOptions{0.875, false, 3.0517578125e-05, false});
@@ -241,7 +241,7 @@ TEST(Gpu, GraphReplayEqualsTheEagerStep) {
   }
 }
 
-// ---- The fused BN+ReLU and BN+add+ReLU (layers::BatchNorm2dImpl::forward_fused) against ATen's own ops ----------
+// ---- The fused BN+ReLU and BN+add+ReLU (models::BatchNorm2dImpl::forward_fused) against ATen's own ops ----------
 
 // One BN layer's outputs and gradients, on the CPU in fp64, and the autograd node that made its output.
 struct BnResult {
@@ -252,7 +252,7 @@ struct BnResult {
 // The layer in training mode on `x` (and `z`), backward from `dy`. `fused` switches the layer's fused path; off, it
 // is ATen's batch_norm, add and relu (the path every other run takes), whose autograd gives the gradients.
 BnResult run_bn(const at::Tensor& x, const at::Tensor& z, const at::Tensor& dy, bool fused) {
-  layers::BatchNorm2d bn(x.size(1));
+  models::BatchNorm2d bn(x.size(1));
   bn->to(x.device());
   {
     torch::NoGradGuard no_grad;
@@ -261,7 +261,7 @@ BnResult run_bn(const at::Tensor& x, const at::Tensor& z, const at::Tensor& dy, 
     bn->running_mean.fill_(0.1);
     bn->running_var.fill_(2.0);
   }
-  bn->set_fusion(z.defined() ? layers::BnFusion::AddRelu : layers::BnFusion::Relu);
+  bn->set_fusion(z.defined() ? models::BnFusion::AddRelu : models::BnFusion::Relu);
   bn->set_fused(fused);
   bn->train();
   auto xi = x.detach().clone().requires_grad_(true);
@@ -281,9 +281,9 @@ BnResult run_bn(const at::Tensor& x, const at::Tensor& z, const at::Tensor& dy, 
 // simulation of this test: relative L2 0.006-0.017 in fp16). Whole tensors by relative L2 distance.
 TEST(Gpu, FusedBnReluMatchesAtenOps) {
   SKIP_WITHOUT_CUDA();
-  layers::install_fused_bn_backend(&layers::cudnn_fused_bn_backend());
+  models::install_fused_bn_backend(&models::cudnn_fused_bn_backend());
   for (const auto dtype : {torch::kHalf, torch::kBFloat16}) {
-    const std::string refusal = layers::cudnn_fused_bn_refusal(dtype);
+    const std::string refusal = models::cudnn_fused_bn_refusal(dtype);
     std::cout << (dtype == torch::kHalf ? "fp16" : "bf16") << ": cuDNN's fused BN "
               << (refusal.empty() ? "runs" : "refused: " + refusal) << "\n";
     if (dtype == torch::kHalf) ASSERT_EQ(refusal, "") << "cuDNN 9 has the fp16 kernels";
@@ -323,23 +323,23 @@ TEST(Gpu, FusedBnReluMatchesAtenOps) {
 
 // What ran fused in one step of a network, counted as the calls were made.
 struct Ran {
-  layers::FusedRuns runs;
-  layers::FoldCounts fold;
+  models::FusedRuns runs;
+  models::FoldCounts fold;
 };
 
 void reset_ran() {
-  layers::reset_fused_runs();
-  layers::reset_fold_counts();
+  models::reset_fused_runs();
+  models::reset_fold_counts();
 }
 
-Ran ran() { return {layers::fused_runs(), layers::fold_counts()}; }
+Ran ran() { return {models::fused_runs(), models::fold_counts()}; }
 
 // Each path of ResNet-50's one forward and backward runs what it claims, or the comparison below means nothing: 49 of
 // its 53 BNs as cuDNN's fused BN (the downsample BNs have no ReLU), the 16 blocks' input gradients summed through
 // the slots (folded into conv1's dgrad, which arrives second: models/grad_fold.h), or the 16 blocks as NormConv on
 // cuDNN with the stem's BN+ReLU fused.
 void expect_ran(FusionPath path, const Ran& r, int steps = 1) {
-  const std::string what = layers::path_name(path);
+  const std::string what = models::path_name(path);
   switch (path) {
     case FusionPath::Unfused:
       EXPECT_EQ(r.runs.bn + r.runs.normconv, 0) << what;
@@ -408,7 +408,7 @@ TEST(Gpu, FusedResNet50StepMatchesTheUnfusedStep) {
             << " relative L2, cosine " << cosine(unfused.change, fp32.change) << "\n";
   for (const auto path : {FusionPath::Bn, FusionPath::BnFold, FusionPath::NormConv}) {
     const Trace fused = step(path);
-    const std::string what = layers::path_name(path);
+    const std::string what = models::path_name(path);
     expect_ran(path, fused.ran);
     ASSERT_TRUE(torch::equal(fused.start, unfused.start)) << "the same initial weights";
     const double first = std::abs(fused.loss - unfused.loss) / unfused.loss;
@@ -481,7 +481,7 @@ TEST(Gpu, FusedSmallResNetLearnsAsTheUnfusedOne) {
     const auto fused = curve(path);
     double a = 0;
     for (size_t i = 180; i < 200; ++i) a += fused[i];
-    const std::string what = std::string("blocks ") + layers::path_name(path);
+    const std::string what = std::string("blocks ") + models::path_name(path);
     std::cout << "resnet18 amp, 200 graphed steps, " << what << ": last-20 mean loss " << a / 20 << ", unfused "
               << b / 20 << " (first " << fused.front() << " / " << unfused.front() << ")\n";
     EXPECT_LE(std::abs(a - b) / b, 0.02) << what;
@@ -620,7 +620,7 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
   // bfloat16 is refused by the plan (cuDNN has no engines for it here); the block itself still runs it unfused.
   for (const auto& [dtype, fused_backward] : std::vector<std::pair<at::ScalarType, bool>>{
            {torch::kHalf, true}, {torch::kHalf, false}, {torch::kBFloat16, false}}) {
-    layers::norm_conv::set_fused_backward(fused_backward);
+    models::norm_conv::set_fused_backward(fused_backward);
     const double scale = dtype == torch::kHalf ? 1.0 : 8.0;
     for (const Case& c : {Case{"layer2.0 (bottleneck, strided 3x3, downsample)", 256, {128, 128, 512}, 2, 28},
                           Case{"layer1.1 (bottleneck, identity)", 256, {64, 64, 256}, 1, 28},
@@ -636,17 +636,17 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
       const auto dout = torch::randn({8, c.widths.back(), oh, oh}, f32).contiguous(at::MemoryFormat::ChannelsLast);
       auto xr = x0.clone().requires_grad_(true);
       auto xh = x0.to(dtype).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
-      ASSERT_TRUE(layers::norm_conv::takes(xh.detach(), mods.block));
-      const auto prepared = layers::norm_conv::prepare(mods.block, xh.detach());
+      ASSERT_TRUE(models::norm_conv::takes(xh.detach(), mods.block));
+      const auto prepared = models::norm_conv::prepare(mods.block, xh.detach());
       if (dtype == torch::kBFloat16 && !prepared.empty()) {
         std::cout << c.what << ", bf16: " << prepared << "\n";
         continue;  // no forward engine either: what the plan's refusal says
       }
       ASSERT_EQ(prepared, "") << c.what;
-      const auto want = layers::norm_conv::forward(ref.block, xr, layers::norm_conv::Backend::Aten);
-      const auto got = layers::norm_conv::forward(mods.block, xh, layers::norm_conv::Backend::Cudnn);
+      const auto want = models::norm_conv::forward(ref.block, xr, models::norm_conv::Backend::Aten);
+      const auto got = models::norm_conv::forward(mods.block, xh, models::norm_conv::Backend::Cudnn);
       auto xs = x0.to(dtype).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
-      const auto plain = layers::norm_conv::forward(stock.block, xs, layers::norm_conv::Backend::Aten);
+      const auto plain = models::norm_conv::forward(stock.block, xs, models::norm_conv::Backend::Aten);
       // A floor where half precision's own error is tiny, else 1.5x that error.
       auto bound = [&](double stock_error, double floor) { return std::max(floor * scale, 1.5 * stock_error); };
       EXPECT_EQ(got.scalar_type(), dtype);
@@ -676,8 +676,8 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
       std::cout << what << ", each gradient's distance from fp32, fused/half precision alone:" << errors.str() << "\n";
     }
   }
-  layers::norm_conv::set_fused_backward(true);
-  std::cout << "cuDNN's refusals: " << layers::norm_conv::backward_fallbacks() << "\n";
+  models::norm_conv::set_fused_backward(true);
+  std::cout << "cuDNN's refusals: " << models::norm_conv::backward_fallbacks() << "\n";
 }
 
 // ---- Issue 59: inference replaying a CUDA graph per batch size ---------------------------------------------------
@@ -687,15 +687,15 @@ TEST(Gpu, NormConvBlockMatchesItsAtenOps) {
 // weights in fp16 where eager autocast casts them per pass, which rounds the same), and the same top-1 wherever
 // the eager top-2 margin is above fp16's rounding. The graphs' memory is bounded: with a budget of 1 MiB the second
 // size pads or runs eagerly, and the engine says so.
-// cuDNN's conv+bias(+residual)+act graph (layers::conv_bn_act on the graph engine's path) against the same conv,
+// cuDNN's conv+bias(+residual)+act graph (models::conv_bn_act on the graph engine's path) against the same conv,
 // bias, add and activation as ATen's ops in fp32, for the shapes ResNet-50 and GPUNet run; the refusals it must make
 // leave the ops in place.
 TEST(Gpu, InferenceFusedConvMatchesItsAtenOps) {
   SKIP_WITHOUT_CUDA();
-  using layers::Activation;
-  layers::install_fused_conv_backend(&layers::cudnn_fused_conv_backend());
+  using models::Activation;
+  models::install_fused_conv_backend(&models::cudnn_fused_conv_backend());
   struct Uninstall {
-    ~Uninstall() { layers::install_fused_conv_backend(nullptr); }
+    ~Uninstall() { models::install_fused_conv_backend(nullptr); }
   } uninstall;  // whatever an ASSERT ends
   struct Case {
     std::int64_t n, c, hw, k, r, stride, groups;
@@ -714,9 +714,9 @@ TEST(Gpu, InferenceFusedConvMatchesItsAtenOps) {
   torch::NoGradGuard no_grad;
   for (const auto& c : cases) {
     torch::manual_seed(5);
-    layers::Conv2d conv(torch::nn::Conv2dOptions(c.c, c.k, c.r).stride(c.stride).padding(c.r / 2).groups(c.groups)
+    models::Conv2d conv(torch::nn::Conv2dOptions(c.c, c.k, c.r).stride(c.stride).padding(c.r / 2).groups(c.groups)
                             .bias(false));
-    layers::BatchNorm2d bn(c.k);
+    models::BatchNorm2d bn(c.k);
     bn->running_mean.uniform_(-0.5, 0.5), bn->running_var.uniform_(0.5, 2), bn->bias.uniform_(-0.5, 0.5);
     auto [w, b] = fold_conv_bn(*conv, *bn);
     conv->weight.copy_(w);
@@ -733,9 +733,9 @@ TEST(Gpu, InferenceFusedConvMatchesItsAtenOps) {
     auto want = torch::conv2d(x.to(torch::kFloat), conv->weight.to(torch::kFloat), conv->bias.to(torch::kFloat),
                               c.stride, c.r / 2, 1, c.groups);
     if (c.residual) want = want + r.to(torch::kFloat);
-    want = layers::activate(want, c.act);
-    layers::set_fused_inference(*conv, true);
-    const auto got = layers::conv_bn_act(*conv, *bn, x, c.act, r);
+    want = models::activate(want, c.act);
+    models::set_fused_inference(*conv, true);
+    const auto got = models::conv_bn_act(*conv, *bn, x, c.act, r);
     const std::string name = std::to_string(c.r) + "x" + std::to_string(c.r) + " " + std::to_string(c.c) + "->" +
                              std::to_string(c.k) + " act " + std::to_string(static_cast<int>(c.act));
     EXPECT_EQ(conv->fused_ran, c.fuses) << name << ": " << conv->fused_failure;

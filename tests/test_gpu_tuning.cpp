@@ -21,8 +21,8 @@
 namespace convnets {
 namespace {
 
-using layers::FusionMode;
-using layers::FusionPath;
+using models::FusionMode;
+using models::FusionPath;
 
 #define SKIP_WITHOUT_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: this check runs on the GPU machine (scripts/gpu.sh)"
@@ -65,15 +65,15 @@ TEST(Gpu, FusedStepTunerChoosesVerifiedPathsAndCachesThem) {
         EXPECT_NE(c.refusal.find("unverified"), std::string::npos) << c.refusal;
         continue;
       }
-      EXPECT_EQ(c.refusal, "") << shape.key << " " << layers::path_name(c.path);
-      EXPECT_TRUE(c.numerics_ok) << shape.key << " " << layers::path_name(c.path) << ": " << c.numerics;
+      EXPECT_EQ(c.refusal, "") << shape.key << " " << models::path_name(c.path);
+      EXPECT_TRUE(c.numerics_ok) << shape.key << " " << models::path_name(c.path) << ": " << c.numerics;
       EXPECT_GT(c.ms, 0);
     }
   }
   const auto two = start(second, "second");
   EXPECT_EQ(two.timed, 0);
   EXPECT_EQ(two.cached, 8);
-  EXPECT_TRUE(torch::equal(layers::block_paths(*first), layers::block_paths(*second)));
+  EXPECT_TRUE(torch::equal(models::block_paths(*first), models::block_paths(*second)));
   EXPECT_LT(two.seconds, one.seconds);
   std::filesystem::remove(cache);
 
@@ -101,18 +101,18 @@ TEST(Gpu, FusedFoldSumsEachBlockInputInTheEpilogue) {
   runtime::set_fusion(*net, rt, FusionMode::Bn);
   runtime::record_block_inputs(*net, rt, {128, 3, 224, 224});
   runtime::DeviceBlockTimer timer(true, 1, 2);
-  for (const auto& [name, block] : layers::tunable_blocks(*net)) {
+  for (const auto& [name, block] : models::tunable_blocks(*net)) {
     if (name != "layer1.0" && name != "layer1.1" && name != "layer3.0") continue;
-    layers::reset_fold_counts();
+    models::reset_fold_counts();
     const auto got = timer.time(block->module(), *block,
                                 {FusionPath::Bn, FusionPath::BnFold}, block->last_input_sizes(), at::kHalf);
     for (const auto& c : got) {
-      std::cout << name << " " << layers::path_name(c.path) << ": " << c.ms << " ms, " << c.numerics << "\n";
+      std::cout << name << " " << models::path_name(c.path) << ": " << c.ms << " ms, " << c.numerics << "\n";
       EXPECT_EQ(c.refusal, "") << name;
-      EXPECT_TRUE(c.numerics_ok) << name << " " << layers::path_name(c.path) << ": " << c.numerics;
+      EXPECT_TRUE(c.numerics_ok) << name << " " << models::path_name(c.path) << ": " << c.numerics;
     }
     // The fold ran in its check, its warm-up and its 2 timed passes: 4 epilogues, no add.
-    const auto counts = layers::fold_counts();
+    const auto counts = models::fold_counts();
     EXPECT_EQ(counts.epilogue, 4) << name;
     EXPECT_EQ(counts.dgrad_then_add + counts.at_tap, 0) << name;
   }

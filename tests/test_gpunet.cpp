@@ -156,7 +156,7 @@ TEST(Gpunet, BatchNormEpsilonPerBuilder) {
     const double expected = std::string(name) == "gpunet-0" ? 1e-3 : 1e-5;
     int seen = 0;
     for (const auto& m : net->modules(false)) {
-      if (auto* bn = m->as<layers::BatchNorm2d>()) {
+      if (auto* bn = m->as<models::BatchNorm2d>()) {
         EXPECT_EQ(bn->options.eps(), expected) << name;
         ++seen;
       }
@@ -228,7 +228,7 @@ TEST(Gpunet, DropPathRatesFollowTheReferenceRule) {
 TEST(Gpunet, DropPathDropsWholeSamplesAndKeepsTheExpectation) {
   torch::manual_seed(4);
   const auto x = torch::ones({20000, 3, 2, 2});
-  const auto y = blocks::drop_path(x, 0.25, /*training=*/true);
+  const auto y = models::drop_path(x, 0.25, /*training=*/true);
   const auto per_sample = y.flatten(1);
   const auto first = per_sample.select(1, 0);
   EXPECT_TRUE(torch::equal(per_sample, first.unsqueeze(1).expand_as(per_sample))) << "a sample is kept or dropped whole";
@@ -236,8 +236,8 @@ TEST(Gpunet, DropPathDropsWholeSamplesAndKeepsTheExpectation) {
   EXPECT_TRUE(torch::allclose(first.masked_select(kept), torch::full({1}, 1 / 0.75)));
   EXPECT_NEAR(kept.to(torch::kDouble).mean().item<double>(), 0.75, 0.01);
   EXPECT_NEAR(y.mean().item<double>(), 1.0, 0.015);
-  EXPECT_TRUE(torch::equal(blocks::drop_path(x, 0.25, /*training=*/false), x));
-  EXPECT_TRUE(torch::equal(blocks::drop_path(x, 0.0, /*training=*/true), x));
+  EXPECT_TRUE(torch::equal(models::drop_path(x, 0.25, /*training=*/false), x));
+  EXPECT_TRUE(torch::equal(models::drop_path(x, 0.0, /*training=*/true), x));
 }
 
 TEST(Gpunet, EmaAveragesGpunetWeightsAndBatchNormStatistics) {

@@ -114,62 +114,62 @@ TEST(Models, MacCountingLeavesTheModelUsable) {
 
 // `convnets models` builds every network under ShapesOnly: it must give what a normal build gives (parameter names,
 // shapes and order, each conv's options, the MACs), with zeros instead of random numbers, and only in its scope.
-// Which BatchNorm layers a training run fuses with their ReLU and residual add (layers::fused_bn_plan), decided
+// Which BatchNorm layers a training run fuses with their ReLU and residual add (models::fused_bn_plan), decided
 // before the first step from the run's device, dtype and layout: in ResNet-50 the stem's and each bottleneck's
 // first two BNs are BN+ReLU, each bottleneck's last BN+add+ReLU, the four downsample BNs have nothing after them.
 TEST(Models, FusedBnPlanNamesEveryLayerAndWhy) {
-  layers::FusedBnContext gpu;
+  models::FusedBnContext gpu;
   gpu.cuda = true;
   gpu.dtype = torch::kHalf;
-  auto count = [](const std::vector<layers::FusedBnLayer>& plan, layers::BnFusion f, bool fused) {
+  auto count = [](const std::vector<models::FusedBnLayer>& plan, models::BnFusion f, bool fused) {
     return std::count_if(plan.begin(), plan.end(),
                          [&](const auto& l) { return l.fusion == f && l.refusal.empty() == fused; });
   };
   // Only the structure matters here: built as `convnets models` builds its listing.
-  layers::ShapesOnly shapes_only;
+  models::ShapesOnly shapes_only;
   ModelOptions listing;
   listing.initialize = false;
   auto resnet50 = build_model(find_architecture("resnet50"), listing);
-  const auto plan = layers::fused_bn_plan(*resnet50, gpu);
+  const auto plan = models::fused_bn_plan(*resnet50, gpu);
   ASSERT_EQ(plan.size(), 53u);
-  EXPECT_EQ(count(plan, layers::BnFusion::Relu, true), 33);
-  EXPECT_EQ(count(plan, layers::BnFusion::AddRelu, true), 16);
-  EXPECT_EQ(count(plan, layers::BnFusion::None, false), 4);
-  std::map<std::string, layers::BnFusion> by_name;
+  EXPECT_EQ(count(plan, models::BnFusion::Relu, true), 33);
+  EXPECT_EQ(count(plan, models::BnFusion::AddRelu, true), 16);
+  EXPECT_EQ(count(plan, models::BnFusion::None, false), 4);
+  std::map<std::string, models::BnFusion> by_name;
   for (const auto& l : plan) by_name[l.name] = l.fusion;
-  EXPECT_EQ(by_name.at("bn1"), layers::BnFusion::Relu);
-  EXPECT_EQ(by_name.at("layer1.0.bn2"), layers::BnFusion::Relu);
-  EXPECT_EQ(by_name.at("layer4.2.bn3"), layers::BnFusion::AddRelu);
-  EXPECT_EQ(by_name.at("layer3.0.downsample.1"), layers::BnFusion::None);
-  EXPECT_EQ(layers::describe_fused_bn_plan(plan),
+  EXPECT_EQ(by_name.at("bn1"), models::BnFusion::Relu);
+  EXPECT_EQ(by_name.at("layer1.0.bn2"), models::BnFusion::Relu);
+  EXPECT_EQ(by_name.at("layer4.2.bn3"), models::BnFusion::AddRelu);
+  EXPECT_EQ(by_name.at("layer3.0.downsample.1"), models::BnFusion::None);
+  EXPECT_EQ(models::describe_fused_bn_plan(plan),
             "49 of 53 BatchNorm layers fused (33 BN+ReLU, 16 BN+add+ReLU); not fused: 4 for no ReLU after it "
             "(layer1.0.downsample.1, ...)");
 
   // DLE's SE-ResNeXt: the SE gate sits between each block's last BN and the add.
   auto se = build_model(find_architecture("se_resnext101_32x4d"), listing);
-  const auto se_plan = layers::fused_bn_plan(*se, gpu);
-  EXPECT_EQ(count(se_plan, layers::BnFusion::AddRelu, true), 0);
-  EXPECT_EQ(count(se_plan, layers::BnFusion::Relu, true), 1 + 2 * 33);
+  const auto se_plan = models::fused_bn_plan(*se, gpu);
+  EXPECT_EQ(count(se_plan, models::BnFusion::AddRelu, true), 0);
+  EXPECT_EQ(count(se_plan, models::BnFusion::Relu, true), 1 + 2 * 33);
   // A BasicBlock ResNet: bn1 BN+ReLU, bn2 BN+add+ReLU.
   auto resnet18 = build_model(find_architecture("resnet18"), listing);
-  const auto plan18 = layers::fused_bn_plan(*resnet18, gpu);
-  EXPECT_EQ(count(plan18, layers::BnFusion::Relu, true), 9);
-  EXPECT_EQ(count(plan18, layers::BnFusion::AddRelu, true), 8);
+  const auto plan18 = models::fused_bn_plan(*resnet18, gpu);
+  EXPECT_EQ(count(plan18, models::BnFusion::Relu, true), 9);
+  EXPECT_EQ(count(plan18, models::BnFusion::AddRelu, true), 8);
   // Networks whose blocks do not mark their BNs fuse none, and say so.
   auto gpunet = build_model(find_architecture("gpunet-0"), listing);
-  const auto gplan = layers::fused_bn_plan(*gpunet, gpu);
+  const auto gplan = models::fused_bn_plan(*gpunet, gpu);
   EXPECT_FALSE(gplan.empty());
-  EXPECT_EQ(count(gplan, layers::BnFusion::None, false), static_cast<long>(gplan.size()));
+  EXPECT_EQ(count(gplan, models::BnFusion::None, false), static_cast<long>(gplan.size()));
 
   // Every reason a layer of a ResNet-50 run stays unfused, named.
-  auto reason = [&](layers::FusedBnContext c, std::int64_t channels = 64, bool sync = false) {
-    return layers::fused_bn_refusal(c, layers::BnFusion::AddRelu, channels, sync);
+  auto reason = [&](models::FusedBnContext c, std::int64_t channels = 64, bool sync = false) {
+    return models::fused_bn_refusal(c, models::BnFusion::AddRelu, channels, sync);
   };
   EXPECT_EQ(reason(gpu), "");
   auto c = gpu;
   c.dtype = torch::kBFloat16;
   EXPECT_EQ(reason(c), "");
-  c.mode = layers::FusionMode::None;
+  c.mode = models::FusionMode::None;
   EXPECT_EQ(reason(c), "--fusion none");
   c = gpu, c.cuda = false;
   EXPECT_EQ(reason(c), "not on CUDA");
@@ -183,14 +183,14 @@ TEST(Models, FusedBnPlanNamesEveryLayerAndWhy) {
   EXPECT_EQ(reason(gpu, 30), "30 channels (cuDNN's fused kernels need a multiple of 4)");
   c = gpu, c.cudnn_refusal = "cuDNN 91900 refused bfloat16: CUDNN_STATUS_NOT_SUPPORTED";
   EXPECT_EQ(reason(c), c.cudnn_refusal);
-  EXPECT_EQ(layers::fused_bn_refusal(gpu, layers::BnFusion::None, 64, false), "no ReLU after it");
+  EXPECT_EQ(models::fused_bn_refusal(gpu, models::BnFusion::None, 64, false), "no ReLU after it");
   c = gpu, c.dtype = torch::kFloat;
-  EXPECT_EQ(layers::describe_fused_bn_plan(layers::fused_bn_plan(*resnet18, c)),
+  EXPECT_EQ(models::describe_fused_bn_plan(models::fused_bn_plan(*resnet18, c)),
             "0 of 20 BatchNorm layers fused (0 BN+ReLU, 0 BN+add+ReLU); not fused: 17 for fp32 activations (the "
             "fused kernels take fp16 or bfloat16: --precision amp or bf16) (bn1, ...); 3 for no ReLU after it "
             "(layer2.0.downsample.1, ...)");
   // On the CPU the probe never asks cuDNN.
-  EXPECT_NE(layers::cudnn_fused_bn_refusal(torch::kFloat).find("not fp32"), std::string::npos);
+  EXPECT_NE(models::cudnn_fused_bn_refusal(torch::kFloat).find("not fp32"), std::string::npos);
 }
 
 // ResNet-18's training forward with every BN, residual add and ReLU written out as ATen ops (batch_norm, add, relu)
@@ -200,10 +200,10 @@ at::Tensor resnet18_by_ops(torch::nn::Module& m, const at::Tensor& x) {
   std::map<std::string, std::shared_ptr<torch::nn::Module>> by;
   for (const auto& item : m.named_modules("", /*include_self=*/false)) by[item.key()] = item.value();
   auto conv = [&](const std::string& n, const at::Tensor& t) {
-    return by.at(n)->as<layers::Conv2dImpl>()->torch::nn::Conv2dImpl::forward(t);
+    return by.at(n)->as<models::Conv2dImpl>()->torch::nn::Conv2dImpl::forward(t);
   };
   auto bn = [&](const std::string& n, const at::Tensor& t) {
-    auto* b = by.at(n)->as<layers::BatchNorm2dImpl>();
+    auto* b = by.at(n)->as<models::BatchNorm2dImpl>();
     {
       torch::NoGradGuard no_grad;
       b->num_batches_tracked.add_(1);
@@ -233,7 +233,7 @@ TEST(Models, FusedBnFallsBackToTheSameOpsOffCuda) {
     return build_model(find_architecture("resnet18"), classes(10));
   };
   auto written = make(), switched = make();
-  EXPECT_EQ(layers::set_fused_batchnorm(*switched, true), 17);
+  EXPECT_EQ(models::set_fused_batchnorm(*switched, true), 17);
   const auto x = torch::randn({4, 3, 32, 32}).contiguous(at::MemoryFormat::ChannelsLast);
   written->train();
   switched->train();
@@ -252,8 +252,8 @@ TEST(Models, FusedBnFallsBackToTheSameOpsOffCuda) {
   for (std::size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(torch::equal(ba[i].value(), bb[i].value())) << ba[i].key();
 
   // One layer, against relu(batch_norm(x) + z) written out.
-  layers::BatchNorm2d bn(8);
-  bn->set_fusion(layers::BnFusion::AddRelu);
+  models::BatchNorm2d bn(8);
+  bn->set_fusion(models::BnFusion::AddRelu);
   bn->set_fused(true);
   const auto in = torch::randn({2, 8, 3, 3}), z = torch::randn({2, 8, 3, 3});
   auto mean = torch::zeros({8}), var = torch::ones({8});
@@ -289,7 +289,7 @@ TEST(Models, NormConvBlockIsTheBlocksFunctionForwardAndBackward) {
     const auto dout = torch::randn({3, c.widths.back(), (9 - 1) / c.stride + 1, (7 - 1) / c.stride + 1}, torch::kDouble);
     auto xa = x0.clone().requires_grad_(true), xb = x0.clone().requires_grad_(true);
     const auto want = plain_mods.plain(xa);
-    const auto got = layers::norm_conv::forward(fused_mods.block, xb, layers::norm_conv::Backend::Aten);
+    const auto got = models::norm_conv::forward(fused_mods.block, xb, models::norm_conv::Backend::Aten);
     ASSERT_EQ(got.sizes(), want.sizes()) << c.what;
     EXPECT_LE((got - want).abs().max().item<double>(), 1e-10) << c.what << ": output";
     want.backward(dout);
@@ -389,7 +389,7 @@ TEST(Models, BnStatsArithmeticMatchesTheFormulas) {
 // cuDNN takes: validated and lowered to its operation graph, which cuDNN 9.8 and later do without a GPU. Whether an
 // engine runs it is the GPU's to say (Gpu.NormConv*).
 TEST(Models, NormConvGraphsAreValidCudnnGraphs) {
-  using layers::norm_conv::ConvGeometry;
+  using models::norm_conv::ConvGeometry;
   std::vector<ConvGeometry> shapes;
   auto add = [&](std::int64_t c, std::int64_t hw, std::int64_t k, std::int64_t r, std::int64_t stride, at::ScalarType t) {
     ConvGeometry g;
@@ -406,12 +406,12 @@ TEST(Models, NormConvGraphsAreValidCudnnGraphs) {
     add(1024, 14, 512, 1, 1, t);  // layer4.0
     add(512, 7, 2048, 1, 1, t);   // layer4: expand
   }
-  for (const auto& g : shapes) EXPECT_EQ(layers::norm_conv::check_graphs(g), "") << g.str();
+  for (const auto& g : shapes) EXPECT_EQ(models::norm_conv::check_graphs(g), "") << g.str();
   // A graph cuDNN must refuse is refused, each of the four, for what is wrong with it: a kernel of zero rows, whose
   // output size no spatial dimension can give (CUDNN_STATUS_BAD_PARAM from its spatial-dimension check).
   ConvGeometry bad = shapes.front();
   bad.r = 0;
-  const auto why = layers::norm_conv::check_graphs(bad);
+  const auto why = models::norm_conv::check_graphs(bad);
   for (const char* graph : {"conv+genstats: ", "scale-bias-relu+conv+genstats: ", "dgrad+drelu+dbn_weight: ",
                             "scale-bias-relu+wgrad: "}) {
     const auto at = why.find(graph);
@@ -427,7 +427,7 @@ TEST(Models, NormConvGraphsAreValidCudnnGraphs) {
 // may choose other engines; whether they run is the GPU's to say. In bfloat16 it finds none: why the plan refuses
 // NormConv there.
 TEST(Models, NormConvPlansBuildForAnH100) {
-  using layers::norm_conv::ConvGeometry;
+  using models::norm_conv::ConvGeometry;
   struct Case {
     std::int64_t c, hw, k, r, stride;
     bool prologue;
@@ -446,39 +446,39 @@ TEST(Models, NormConvPlansBuildForAnH100) {
     ConvGeometry g;
     g.n = 256, g.c = c.c, g.h = c.hw, g.w = c.hw, g.k = c.k, g.r = c.r, g.s = c.r, g.stride = c.stride, g.pad = c.r / 2;
     g.dtype = at::kHalf;
-    EXPECT_EQ(layers::norm_conv::check_plans(g, c.prologue, test::kH100, 90), "") << g.str();
+    EXPECT_EQ(models::norm_conv::check_plans(g, c.prologue, test::kH100, 90), "") << g.str();
   }
   ConvGeometry bf16;
   bf16.n = 256, bf16.c = 64, bf16.h = 56, bf16.w = 56, bf16.k = 64, bf16.r = 3, bf16.s = 3, bf16.pad = 1;
   bf16.dtype = at::kBFloat16;
-  EXPECT_NE(layers::norm_conv::check_plans(bf16, true, test::kH100, 90), "") << "cuDNN found bf16 engines: lift the refusal";
+  EXPECT_NE(models::norm_conv::check_plans(bf16, true, test::kH100, 90), "") << "cuDNN found bf16 engines: lift the refusal";
 }
 
-// Which path each residual block can train on (layers::FusionTunable::path_refusal) and which one it runs before any
+// Which path each residual block can train on (models::FusionTunable::path_refusal) and which one it runs before any
 // timing (set_default_paths), named with why the others are not taken.
 TEST(Models, BlockPathsNameEveryBlockAndWhy) {
-  using layers::FusionMode;
-  using layers::FusionPath;
-  layers::ShapesOnly shapes_only;
+  using models::FusionMode;
+  using models::FusionPath;
+  models::ShapesOnly shapes_only;
   ModelOptions listing;
   listing.initialize = false;
-  layers::FusedBnContext gpu;
+  models::FusedBnContext gpu;
   gpu.cuda = true;
   gpu.dtype = torch::kHalf;
-  auto able = [](torch::nn::Module& model, FusionPath p, const layers::FusedBnContext& c) {
+  auto able = [](torch::nn::Module& model, FusionPath p, const models::FusedBnContext& c) {
     int n = 0;
-    for (const auto& [name, block] : layers::tunable_blocks(model)) n += block->path_refusal(p, c).empty() ? 1 : 0;
+    for (const auto& [name, block] : models::tunable_blocks(model)) n += block->path_refusal(p, c).empty() ? 1 : 0;
     return n;
   };
-  auto first = [](torch::nn::Module& model, FusionPath p, const layers::FusedBnContext& c) {
-    return layers::tunable_blocks(model).front().second->path_refusal(p, c);
+  auto first = [](torch::nn::Module& model, FusionPath p, const models::FusedBnContext& c) {
+    return models::tunable_blocks(model).front().second->path_refusal(p, c);
   };
   auto resnet50 = build_model(find_architecture("resnet50"), listing);
-  const auto blocks = layers::tunable_blocks(*resnet50);
+  const auto blocks = models::tunable_blocks(*resnet50);
   ASSERT_EQ(blocks.size(), 16u);
   EXPECT_EQ(blocks.front().first, "layer1.0");
   EXPECT_EQ(blocks.back().first, "layer4.2");
-  for (const auto p : layers::all_fusion_paths()) EXPECT_EQ(able(*resnet50, p, gpu), 16) << layers::path_name(p);
+  for (const auto p : models::all_fusion_paths()) EXPECT_EQ(able(*resnet50, p, gpu), 16) << models::path_name(p);
   auto resnet18 = build_model(find_architecture("resnet18"), listing);
   EXPECT_EQ(able(*resnet18, FusionPath::NormConv, gpu), 8);
   auto resnext = build_model(find_architecture("resnext50_32x4d"), listing);
@@ -507,54 +507,54 @@ TEST(Models, BlockPathsNameEveryBlockAndWhy) {
   EXPECT_EQ(able(*resnet50, FusionPath::NormConv, c), 16);
 
   // Before timing: auto takes the verified fused path (NormConv's numerics are not), a forced mode its own.
-  EXPECT_NE(layers::unverified(FusionPath::NormConv, torch::kHalf), "");
-  EXPECT_EQ(layers::set_default_paths(*resnet50, gpu), 16);
-  EXPECT_EQ(layers::describe_block_paths(*resnet50, gpu), "16 of 16 residual blocks fused: 16 bn");
+  EXPECT_NE(models::unverified(FusionPath::NormConv, torch::kHalf), "");
+  EXPECT_EQ(models::set_default_paths(*resnet50, gpu), 16);
+  EXPECT_EQ(models::describe_block_paths(*resnet50, gpu), "16 of 16 residual blocks fused: 16 bn");
   c = gpu, c.mode = FusionMode::NormConv;
-  EXPECT_EQ(layers::set_default_paths(*resnet50, c), 16);
-  EXPECT_EQ(layers::describe_block_paths(*resnet50, c), "16 of 16 residual blocks fused: 16 normconv");
+  EXPECT_EQ(models::set_default_paths(*resnet50, c), 16);
+  EXPECT_EQ(models::describe_block_paths(*resnet50, c), "16 of 16 residual blocks fused: 16 normconv");
   c.mode = FusionMode::None;
-  EXPECT_EQ(layers::set_default_paths(*resnet50, c), 0);
-  EXPECT_EQ(layers::describe_block_paths(*resnet50, c),
+  EXPECT_EQ(models::set_default_paths(*resnet50, c), 0);
+  EXPECT_EQ(models::describe_block_paths(*resnet50, c),
             "0 of 16 residual blocks fused; unfused: 16 for --fusion none (layer1.0, ...)");
   c = gpu, c.cuda = false;
-  EXPECT_EQ(layers::set_default_paths(*resnext, c), 0);
-  EXPECT_EQ(layers::describe_block_paths(*resnext, c),
+  EXPECT_EQ(models::set_default_paths(*resnext, c), 0);
+  EXPECT_EQ(models::describe_block_paths(*resnext, c),
             "0 of 16 residual blocks fused; unfused: 16 for not on CUDA (layer1.0, ...)");
   c = gpu, c.mode = FusionMode::NormConv;
-  EXPECT_EQ(layers::set_default_paths(*resnext, c), 0) << "NormConv forced where it cannot run: unfused, not Bn";
-  EXPECT_EQ(layers::describe_block_paths(*build_model(find_architecture("gpunet-0"), listing), gpu), "");
+  EXPECT_EQ(models::set_default_paths(*resnext, c), 0) << "NormConv forced where it cannot run: unfused, not Bn";
+  EXPECT_EQ(models::describe_block_paths(*build_model(find_architecture("gpunet-0"), listing), gpu), "");
 
   // The ranks of a data-parallel run agree through this tensor.
-  layers::set_default_paths(*resnet50, gpu);
-  auto paths = layers::block_paths(*resnet50);
+  models::set_default_paths(*resnet50, gpu);
+  auto paths = models::block_paths(*resnet50);
   paths[3] = static_cast<std::int64_t>(FusionPath::BnFold);
-  layers::set_block_paths(*resnet50, paths);
-  EXPECT_EQ(layers::tunable_blocks(*resnet50)[3].second->path(), FusionPath::BnFold);
-  EXPECT_TRUE(torch::equal(layers::block_paths(*resnet50), paths));
-  EXPECT_THROW(layers::set_block_paths(*resnet50, paths.narrow(0, 0, 15)), Error);
+  models::set_block_paths(*resnet50, paths);
+  EXPECT_EQ(models::tunable_blocks(*resnet50)[3].second->path(), FusionPath::BnFold);
+  EXPECT_TRUE(torch::equal(models::block_paths(*resnet50), paths));
+  EXPECT_THROW(models::set_block_paths(*resnet50, paths.narrow(0, 0, 15)), Error);
   paths[0] = 9;
-  EXPECT_THROW(layers::set_block_paths(*resnet50, paths), Error);
-  EXPECT_THROW(layers::parse_fusion_mode("fast"), Error);
-  EXPECT_EQ(layers::parse_fusion_mode("normconv"), FusionMode::NormConv);
+  EXPECT_THROW(models::set_block_paths(*resnet50, paths), Error);
+  EXPECT_THROW(models::parse_fusion_mode("fast"), Error);
+  EXPECT_EQ(models::parse_fusion_mode("normconv"), FusionMode::NormConv);
 }
 
 // A stand-in for the cuDNN backend: says no to every conv (so conv_bn_act computes the ops) or yes with a sentinel
 // output, counting what it was asked.
-class FakeConvBackend : public layers::FusedConvBackend {
+class FakeConvBackend : public models::FusedConvBackend {
  public:
   explicit FakeConvBackend(bool accept) : accept_(accept) {}
-  std::string refusal(const layers::Conv2dImpl&, const at::Tensor&, layers::Activation act,
+  std::string refusal(const models::Conv2dImpl&, const at::Tensor&, models::Activation act,
                       const at::Tensor& residual) const override {
     ++asked;
     last_act = act, last_residual = residual.defined();
     return accept_ ? "" : "the fake backend says no";
   }
-  at::Tensor forward(const layers::Conv2dImpl&, const at::Tensor& x, layers::Activation, const at::Tensor&) const override {
+  at::Tensor forward(const models::Conv2dImpl&, const at::Tensor& x, models::Activation, const at::Tensor&) const override {
     return torch::full({1}, 42.0, x.options());
   }
   mutable int asked = 0;
-  mutable layers::Activation last_act = layers::Activation::None;
+  mutable models::Activation last_act = models::Activation::None;
   mutable bool last_residual = false;
 
  private:
@@ -563,17 +563,17 @@ class FakeConvBackend : public layers::FusedConvBackend {
 
 // Removes an installed backend at the end of a test, whatever it asserted.
 struct ConvBackendScope {
-  explicit ConvBackendScope(const layers::FusedConvBackend* b) { layers::install_fused_conv_backend(b); }
-  ~ConvBackendScope() { layers::install_fused_conv_backend(nullptr); }
+  explicit ConvBackendScope(const models::FusedConvBackend* b) { models::install_fused_conv_backend(b); }
+  ~ConvBackendScope() { models::install_fused_conv_backend(nullptr); }
 };
 
 // conv_bn_act is act(bn(conv(x)) [+ residual]) on every path that is not cuDNN's, and asks its backend only where
 // the fused graph applies: in inference, with the BN folded and the conv's fused path switched on.
 TEST(Models, ConvBnActIsTheOpsItNames) {
-  using layers::Activation;
+  using models::Activation;
   torch::manual_seed(7);
-  layers::Conv2d conv(torch::nn::Conv2dOptions(8, 16, 3).padding(1).bias(false));
-  layers::BatchNorm2d bn(16);
+  models::Conv2d conv(torch::nn::Conv2dOptions(8, 16, 3).padding(1).bias(false));
+  models::BatchNorm2d bn(16);
   {
     torch::NoGradGuard no_grad;
     bn->running_mean.uniform_(-1, 1), bn->running_var.uniform_(0.5, 2), bn->weight.uniform_(0.5, 1.5);
@@ -587,11 +587,11 @@ TEST(Models, ConvBnActIsTheOpsItNames) {
       auto want = bn(conv(x));
       if (res) want = want + r;
       want = act == Activation::ReLU ? torch::relu(want) : act == Activation::SiLU ? torch::silu(want) : want;
-      EXPECT_TRUE(torch::allclose(layers::conv_bn_act(*conv, *bn, x, act, res ? r : torch::Tensor()), want, 1e-5, 1e-5))
+      EXPECT_TRUE(torch::allclose(models::conv_bn_act(*conv, *bn, x, act, res ? r : torch::Tensor()), want, 1e-5, 1e-5))
           << static_cast<int>(act) << " " << res;
     }
   }
-  const auto unfolded = layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
+  const auto unfolded = models::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
   auto [w, b] = fold_conv_bn(*conv, *bn);
   conv->weight.copy_(w);
   conv->set_bias(b);
@@ -599,25 +599,25 @@ TEST(Models, ConvBnActIsTheOpsItNames) {
   FakeConvBackend no(false), yes(true);
   {
     ConvBackendScope scope(&yes);
-    EXPECT_TRUE(torch::allclose(layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r), unfolded, 1e-4, 1e-4));
+    EXPECT_TRUE(torch::allclose(models::conv_bn_act(*conv, *bn, x, Activation::SiLU, r), unfolded, 1e-4, 1e-4));
     EXPECT_EQ(yes.asked, 0) << "fused inference is off until the engine turns it on";
-    layers::set_fused_inference(*conv, true);
+    models::set_fused_inference(*conv, true);
     conv->train();
-    layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
+    models::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
     EXPECT_EQ(yes.asked, 0) << "not in training";
     conv->eval();
-    EXPECT_EQ(layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r).item<double>(), 42.0);
+    EXPECT_EQ(models::conv_bn_act(*conv, *bn, x, Activation::SiLU, r).item<double>(), 42.0);
     EXPECT_EQ(yes.asked, 1);
     EXPECT_EQ(yes.last_act, Activation::SiLU);
     EXPECT_TRUE(yes.last_residual);
     EXPECT_TRUE(conv->fused_ran);
-    EXPECT_EQ(layers::describe_fused_convs(*conv), "");  // a module's own self is not among its named children
+    EXPECT_EQ(models::describe_fused_convs(*conv), "");  // a module's own self is not among its named children
   }
   {
     ConvBackendScope scope(&no);
-    layers::set_fused_inference(*conv, true);
-    EXPECT_TRUE(torch::allclose(layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r), unfolded, 1e-4, 1e-4));
-    layers::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
+    models::set_fused_inference(*conv, true);
+    EXPECT_TRUE(torch::allclose(models::conv_bn_act(*conv, *bn, x, Activation::SiLU, r), unfolded, 1e-4, 1e-4));
+    models::conv_bn_act(*conv, *bn, x, Activation::SiLU, r);
     EXPECT_EQ(no.asked, 1) << "a refusal is asked once per conv";
     EXPECT_EQ(conv->fused_failure, "the fake backend says no");
   }
@@ -625,13 +625,13 @@ TEST(Models, ConvBnActIsTheOpsItNames) {
 
 // What a conv's options allow of the fused graph, before cuDNN is asked; and the graph it would be.
 TEST(Models, FusedConvShapeRefusalNamesWhatItCannotFuse) {
-  using layers::Activation;
+  using models::Activation;
   using torch::nn::Conv2dOptions;
-  layers::norm_conv::ConvAct c;
-  auto refusal = [&](const layers::Conv2dImpl& conv, at::ScalarType t = at::kHalf) {
-    return layers::fused_conv_shape_refusal(conv, {4, 32, 28, 28}, t, Activation::ReLU, true, c);
+  models::norm_conv::ConvAct c;
+  auto refusal = [&](const models::Conv2dImpl& conv, at::ScalarType t = at::kHalf) {
+    return models::fused_conv_shape_refusal(conv, {4, 32, 28, 28}, t, Activation::ReLU, true, c);
   };
-  layers::Conv2d plain(Conv2dOptions(32, 64, 3).stride(2).padding(1).bias(false));
+  models::Conv2d plain(Conv2dOptions(32, 64, 3).stride(2).padding(1).bias(false));
   ASSERT_EQ(refusal(*plain), "");
   EXPECT_EQ(c.g.str(), "3x3/2 32->64 at 28x28, batch 4, fp16");
   EXPECT_EQ(c.g.pad, 1);
@@ -639,52 +639,52 @@ TEST(Models, FusedConvShapeRefusalNamesWhatItCannotFuse) {
   EXPECT_TRUE(c.residual);
   EXPECT_EQ(refusal(*plain, at::kBFloat16), "");
   EXPECT_NE(refusal(*plain, at::kFloat).find("fp32 activations"), std::string::npos) << refusal(*plain, at::kFloat);
-  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).groups(32))).find("grouped"), std::string::npos);
-  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).dilation(2))).find("dilated"), std::string::npos);
-  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, {1, 3}))).find("not square"), std::string::npos);
-  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).padding({1, 0}))).find("symmetric"), std::string::npos);
-  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(32, 32, 3).padding(1).padding_mode(torch::kReflect))).find("zeros"),
+  EXPECT_NE(refusal(*models::Conv2d(Conv2dOptions(32, 32, 3).groups(32))).find("grouped"), std::string::npos);
+  EXPECT_NE(refusal(*models::Conv2d(Conv2dOptions(32, 32, 3).dilation(2))).find("dilated"), std::string::npos);
+  EXPECT_NE(refusal(*models::Conv2d(Conv2dOptions(32, 32, {1, 3}))).find("not square"), std::string::npos);
+  EXPECT_NE(refusal(*models::Conv2d(Conv2dOptions(32, 32, 3).padding({1, 0}))).find("symmetric"), std::string::npos);
+  EXPECT_NE(refusal(*models::Conv2d(Conv2dOptions(32, 32, 3).padding(1).padding_mode(torch::kReflect))).find("zeros"),
             std::string::npos);
-  EXPECT_NE(refusal(*layers::Conv2dSame(Conv2dOptions(32, 32, 3).stride(2))).find("SAME"), std::string::npos);
-  EXPECT_EQ(refusal(*layers::Conv2dSame(Conv2dOptions(32, 32, 3))), "") << "stride 1: a fixed padding of 1";
-  EXPECT_NE(refusal(*layers::Conv2d(Conv2dOptions(16, 32, 3))).find("32 input channels for a conv of 16"), std::string::npos);
+  EXPECT_NE(refusal(*models::Conv2dSame(Conv2dOptions(32, 32, 3).stride(2))).find("SAME"), std::string::npos);
+  EXPECT_EQ(refusal(*models::Conv2dSame(Conv2dOptions(32, 32, 3))), "") << "stride 1: a fixed padding of 1";
+  EXPECT_NE(refusal(*models::Conv2d(Conv2dOptions(16, 32, 3))).find("32 input channels for a conv of 16"), std::string::npos);
 }
 
 // Every conv+BN of ResNet-50 and GPUNet-0 reaches conv_bn_act with its epilogue, and cuDNN (the wheels' 9.24)
 // plans the fused graph of each one its options allow for an H100 at batch 1 in fp16, without one; the others are
 // named. Whether the engines run is the GPU's to say (Gpu.InferenceFusedConv*).
 TEST(Models, FusedConvPlansBuildForAnH100) {
-  using layers::Activation;
+  using models::Activation;
   struct Site {
     std::string refusal;  // the options' refusal, else cuDNN's deviceless planning's ("" when it plans)
     Activation act;
     bool residual;
   };
-  class Planner : public layers::FusedConvBackend {
+  class Planner : public models::FusedConvBackend {
    public:
-    std::string refusal(const layers::Conv2dImpl& conv, const at::Tensor& x, Activation act,
+    std::string refusal(const models::Conv2dImpl& conv, const at::Tensor& x, Activation act,
                         const at::Tensor& residual) const override {
-      layers::norm_conv::ConvAct c;
-      auto why = layers::fused_conv_shape_refusal(conv, x.sizes(), at::kHalf, act, residual.defined(), c);
-      if (why.empty()) why = layers::norm_conv::check_conv_act_plans(c, test::kH100, 90);
+      models::norm_conv::ConvAct c;
+      auto why = models::fused_conv_shape_refusal(conv, x.sizes(), at::kHalf, act, residual.defined(), c);
+      if (why.empty()) why = models::norm_conv::check_conv_act_plans(c, test::kH100, 90);
       sites[&conv] = {why, act, residual.defined()};
       return "planned";  // the ops compute the pass
     }
-    at::Tensor forward(const layers::Conv2dImpl&, const at::Tensor&, Activation, const at::Tensor&) const override {
+    at::Tensor forward(const models::Conv2dImpl&, const at::Tensor&, Activation, const at::Tensor&) const override {
       throw std::logic_error("the planner runs nothing");
     }
-    mutable std::map<const layers::Conv2dImpl*, Site> sites;
+    mutable std::map<const models::Conv2dImpl*, Site> sites;
   };
   for (const std::string arch : {"resnet50", "gpunet-0"}) {
     ModelOptions listing;
     listing.initialize = false;
     auto model = [&] {
-      layers::ShapesOnly shapes_only;
+      models::ShapesOnly shapes_only;
       return build_model(find_architecture(arch), listing);
     }();
     model->eval();
     const int pairs = fold_batchnorm(*model);
-    layers::set_fused_inference(*model, true);
+    models::set_fused_inference(*model, true);
     Planner planner;
     ConvBackendScope scope(&planner);
     const int side = find_architecture(arch).preprocessing.input_size;
@@ -693,7 +693,7 @@ TEST(Models, FusedConvPlansBuildForAnH100) {
     ASSERT_EQ(static_cast<int>(planner.sites.size()), pairs) << arch << ": every folded conv+BN went through conv_bn_act";
     int planned = 0, relu = 0, silu = 0, residual = 0, grouped = 0, silu_runtime = 0, stem = 0;
     for (const auto& item : model->named_modules()) {
-      const auto* conv = dynamic_cast<const layers::Conv2dImpl*>(item.value().get());
+      const auto* conv = dynamic_cast<const models::Conv2dImpl*>(item.value().get());
       if (!conv || !planner.sites.count(conv)) continue;
       const auto& site = planner.sites.at(conv);
       EXPECT_EQ(conv->fused_failure, "planned") << item.key();
@@ -730,7 +730,7 @@ TEST(Models, FusedConvPlansBuildForAnH100) {
       EXPECT_EQ(relu, 49) << "the stem and each block's three; the downsamples have none";
       EXPECT_EQ(residual, 16) << "each block's last conv takes the shortcut";
       EXPECT_EQ(planned, 53);
-      EXPECT_EQ(layers::describe_fused_convs(*model), "cuDNN conv+bias+act: 0 of 53 convs; unfused: conv1 and 52 more (planned)");
+      EXPECT_EQ(models::describe_fused_convs(*model), "cuDNN conv+bias+act: 0 of 53 convs; unfused: conv1 and 52 more (planned)");
     } else {
       EXPECT_EQ(grouped, 5) << "GPUNet-0's five inverted residuals' depthwise convs";
       EXPECT_GT(silu, 0);
@@ -749,7 +749,7 @@ TEST(Models, ShapesOnlyBuildsTheSameNetworkWithZeros) {
     listing.initialize = false;
     auto normal = build_model(arch, listing);
     auto zeros = [&] {
-      layers::ShapesOnly shapes_only;
+      models::ShapesOnly shapes_only;
       return build_model(arch, listing);
     }();
     const auto a = normal->named_parameters(), b = zeros->named_parameters();
@@ -921,7 +921,7 @@ namespace {
 class UnexportableNet : public NetworkImpl {
  public:
   UnexportableNet() {
-    seq = register_module("net", torch::nn::Sequential(layers::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)),
+    seq = register_module("net", torch::nn::Sequential(models::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)),
                                                        torch::nn::Tanh()));
   }
   torch::Tensor forward(torch::Tensor x) override { return seq->forward(x); }
@@ -962,7 +962,7 @@ TEST(Export, FoldingBatchNormKeepsTheLogits) {
     {
       torch::NoGradGuard no_grad;
       for (auto& m : net->modules(false)) {
-        if (auto* bn = m->as<layers::BatchNorm2dImpl>()) {
+        if (auto* bn = m->as<models::BatchNorm2dImpl>()) {
           const auto var = torch::rand_like(bn->running_var) + 0.5;
           bn->running_var.copy_(var);
           bn->running_mean.normal_(0, 0.2);

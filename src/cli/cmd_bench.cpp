@@ -91,7 +91,7 @@ void run_bench_model(BenchModelArgs& a) {
     }
   }
   o.cuda_graph = o.train ? !a.no_cuda_graph : a.infer_graphs;
-  (void)layers::parse_fusion_mode(o.fusion);
+  (void)models::parse_fusion_mode(o.fusion);
   std::unique_ptr<distributed::Group> group;
   if (worker && (worker->world_size > 1 || std::getenv(bench::kBenchGroup))) {
     group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");

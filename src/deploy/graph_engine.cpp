@@ -108,8 +108,8 @@ class GraphedEngine final : public Engine {
     for (auto& t : s_.model->buffers()) {
       if (t.is_floating_point()) t.set_data(t.to(dtype_));
     }
-    layers::install_fused_conv_backend(&layers::cudnn_fused_conv_backend());
-    layers::set_fused_inference(*s_.model, policy_.fused_conv);
+    models::install_fused_conv_backend(&models::cudnn_fused_conv_backend());
+    models::set_fused_inference(*s_.model, policy_.fused_conv);
   }
 
   std::string name() const override { return "torch"; }
@@ -151,7 +151,7 @@ class GraphedEngine final : public Engine {
     for (const auto& [size, mb] : memory_) used += mb;
     s << "; " << static_cast<long long>(used + 0.5) << " MiB";
     if (!eager_note_.empty()) s << "; eager where " << eager_note_;
-    if (const auto fused = layers::describe_fused_convs(*s_.model); !fused.empty()) s << "; " << fused;
+    if (const auto fused = models::describe_fused_convs(*s_.model); !fused.empty()) s << "; " << fused;
     return s.str();
   }
 

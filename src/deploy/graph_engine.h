@@ -20,7 +20,7 @@ struct GraphPolicy {
   // captured size that holds it, or runs eagerly).
   double memory_mb = 4096;
   // With BN folded (--fold-bn), each conv, its bias, activation and residual add as one cuDNN graph where cuDNN
-  // has an engine (layers::conv_bn_act); false: --no-fused-conv.
+  // has an engine (models::conv_bn_act); false: --no-fused-conv.
   bool fused_conv = true;
 };
 
@@ -48,7 +48,7 @@ void check_graph_policy(const GraphPolicy& policy);
 std::unique_ptr<Engine> make_graphed_engine(EngineSpec spec, GraphPolicy policy);
 
 // What a graphed engine holds now: "CUDA graphs: batch 1, 8 (padded from 5), 32; 312 MiB", then which convs ran
-// fused (layers::describe_fused_convs); "" for another engine.
+// fused (models::describe_fused_convs); "" for another engine.
 std::string describe_graphs(const Engine& engine);
 
 }  // namespace convnets::deploy

@@ -41,7 +41,7 @@ bool check_master_address(const WorkerEnv& env, bool serves_store);
 // for CUDA devices, Gloo otherwise) connects through the same store. A
 // thread publishes a heartbeat and the step reached, so that when a
 // collective fails or times out the survivors can say which rank stopped.
-class Group : public layers::BatchNormSync {
+class Group : public models::BatchNormSync {
  public:
   class Pending;  // an asynchronous collective
 

@@ -43,8 +43,8 @@ class OnnxEmitter : public GraphEmitter, public quant::Backend {
     return dq;
   }
 
-  Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string& conv_name,
-                const layers::BatchNorm2dImpl& bn, const std::string& bn_name) override {
+  Value conv_bn(const Value& x, const models::Conv2dImpl& c, const std::string& conv_name,
+                const models::BatchNorm2dImpl& bn, const std::string& bn_name) override {
     // A network folded in place (fold_batchnorm) has its BN in the conv already.
     if (bn.folded()) return conv(x, c, conv_name);
     if (!o_.fold_bn && !o_.int8) return batch_norm(conv(x, c, conv_name), bn, bn_name);
@@ -52,17 +52,17 @@ class OnnxEmitter : public GraphEmitter, public quant::Backend {
     return conv_node(x, c, conv_name, w, b);
   }
 
-  Value conv(const Value& x, const layers::Conv2dImpl& c, const std::string& name) override {
+  Value conv(const Value& x, const models::Conv2dImpl& c, const std::string& name) override {
     return conv_node(x, c, name, c.weight, c.bias);
   }
 
-  Value linear(const Value& x, const layers::LinearImpl& fc, const std::string& name) override {
+  Value linear(const Value& x, const models::LinearImpl& fc, const std::string& name) override {
     auto* n = node("Gemm", with_weights(x, name, fc.weight, fc.bias));
     attr_int(n, "transB", 1);
     return n->output(0);
   }
 
-  Value linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string& name) override {
+  Value linear_1x1(const Value& x, const models::LinearImpl& fc, const std::string& name) override {
     const auto w = fc.weight.view({fc.weight.size(0), fc.weight.size(1), 1, 1});
     auto* n = node("Conv", with_weights(x, name, w, fc.bias));
     attr_ints(n, "kernel_shape", {1, 1});
@@ -93,7 +93,7 @@ class OnnxEmitter : public GraphEmitter, public quant::Backend {
   std::size_t nodes() const { return static_cast<std::size_t>(graph_.node_size()); }
 
  private:
-  Value batch_norm(const Value& x, const layers::BatchNorm2dImpl& bn, const std::string& name) {
+  Value batch_norm(const Value& x, const models::BatchNorm2dImpl& bn, const std::string& name) {
     auto* n = node("BatchNormalization",
                    {x, initializer(name + ".weight", bn.weight), initializer(name + ".bias", bn.bias),
                     initializer(name + ".running_mean", bn.running_mean),
@@ -105,7 +105,7 @@ class OnnxEmitter : public GraphEmitter, public quant::Backend {
     return n->output(0);
   }
 
-  Value conv_node(const Value& x, const layers::Conv2dImpl& c, const std::string& name, const at::Tensor& w,
+  Value conv_node(const Value& x, const models::Conv2dImpl& c, const std::string& name, const at::Tensor& w,
                   const at::Tensor& b) {
     const auto& opt = c.options;
     const auto* pad = std::get_if<torch::ExpandingArray<2>>(&opt.padding());
@@ -119,7 +119,7 @@ class OnnxEmitter : public GraphEmitter, public quant::Backend {
     attr_ints(n, "kernel_shape", {k[0], k[1]});
     attr_ints(n, "strides", {s[0], s[1]});
     attr_ints(n, "dilations", {d[0], d[1]});
-    if (const auto* same = dynamic_cast<const layers::Conv2dSameImpl*>(&c); same && same->dynamic()) {
+    if (const auto* same = dynamic_cast<const models::Conv2dSameImpl*>(&c); same && same->dynamic()) {
       // TF "SAME" (timm's Conv2dSame): output ceil(in / stride), the odd pixel
       // padded at the end, which is what SAME_UPPER specifies, at any input size.
       auto* a = n->add_attribute();

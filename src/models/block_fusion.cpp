@@ -6,10 +6,10 @@
 #include <iostream>
 #include <sstream>
 
-namespace convnets::layers {
+namespace convnets::models {
 
 at::Tensor BlockInput::conv_bn_act(Conv2dImpl& conv, BatchNorm2dImpl& bn, Activation act) const {
-  return slot ? bn_act(bn, fold_conv(conv, x, slot), act) : layers::conv_bn_act(conv, bn, x, act);
+  return slot ? bn_act(bn, fold_conv(conv, x, slot), act) : models::conv_bn_act(conv, bn, x, act);
 }
 
 at::Tensor BlockInput::identity() const { return slot ? fold_tap(x, slot) : x; }
@@ -94,4 +94,4 @@ bool ResidualFusion::planned(const at::Tensor& x) {
   return verdicts_.emplace(std::move(key), why).first->second.empty();
 }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

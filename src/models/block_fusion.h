@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace convnets::layers {
+namespace convnets::models {
 
 // The modules of a residual block (He et al. 2016) that its fused paths run: the branch's conv/BN pairs in order,
 // the downsample shortcut's pair (none: the identity), and whether an SE gate follows the branch.
@@ -73,4 +73,4 @@ class ResidualFusion : public FusionTunable {
   std::map<std::vector<std::int64_t>, std::string> verdicts_;
 };
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-namespace convnets::layers {
+namespace convnets::models {
 namespace {
 
 // Installed by the CUDA build's models/fused_bn.cpp (through runtime::set_fused_batchnorm); none in a build of the
@@ -154,4 +154,4 @@ torch::Tensor BatchNorm2dImpl::forward_fused(const torch::Tensor& input, const t
   return torch::relu(y);
 }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

@@ -20,7 +20,7 @@
 #include <sstream>
 #include <unordered_map>
 
-namespace convnets::layers::norm_conv {
+namespace convnets::models::norm_conv {
 namespace {
 
 namespace fe = cudnn_frontend;
@@ -417,4 +417,4 @@ std::size_t cached_plans() {
   return cache.size();
 }
 
-}  // namespace convnets::layers::norm_conv
+}  // namespace convnets::models::norm_conv

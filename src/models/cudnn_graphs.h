@@ -6,15 +6,15 @@
 #include <cstdint>
 #include <string>
 
-namespace convnets::layers {
+namespace convnets::models {
 
 // What a convolution's output goes through last in inference: nothing, a ReLU, or SiLU (GPUNet's and
 // EfficientNet's swish).
 enum class Activation { None, ReLU, SiLU };
 
-}  // namespace convnets::layers
+}  // namespace convnets::models
 
-namespace convnets::layers::norm_conv {
+namespace convnets::models::norm_conv {
 
 // One convolution of a block: its input (sizes in NCHW order, memory NHWC), filters [k, c, r, s] (memory KRSC: a
 // channels-last weight), stride and padding; fp16 or bfloat16 activations, fp32 statistics.
@@ -110,4 +110,4 @@ std::string check_dgrad_add_plans(const ConvGeometry& g, const std::string& devi
 // How many plans the cache holds (each a graph built for one shape on one cuDNN handle).
 std::size_t cached_plans();
 
-}  // namespace convnets::layers::norm_conv
+}  // namespace convnets::models::norm_conv

@@ -110,8 +110,8 @@ const std::vector<EfficientNetVariant>& efficientnet_variants() {
 namespace {
 
 namespace nn = torch::nn;
-using layers::BatchNorm2d;
-using layers::Conv2dSame;
+using models::BatchNorm2d;
+using models::Conv2dSame;
 using Value = GraphEmitter::Value;
 
 // The stem, block and head convs of the tf_ models: timm's
@@ -120,11 +120,11 @@ Conv2dSame conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t 
   return Conv2dSame(nn::Conv2dOptions(in, out, k).stride(stride).groups(groups).bias(false));
 }
 
-BatchNorm2d bn(std::int64_t c) { return blocks::batch_norm(c, kBnEps); }
+BatchNorm2d bn(std::int64_t c) { return models::batch_norm(c, kBnEps); }
 
-using blocks::Act;
-using blocks::BlockImpl;
-using blocks::SqueezeExcite;
+using models::Act;
+using models::BlockImpl;
+using models::SqueezeExcite;
 
 // The SE width. timm's builder (se_from_exp=False) divides se_ratio by the
 // expansion and SqueezeExcite takes round(mid x ratio) with Python's round
@@ -149,12 +149,12 @@ class DepthwiseSeparableImpl : public BlockImpl {
     bn2_ = register_module("bn2", bn(out));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = layers::conv_bn_act(*conv_dw_, *bn1_, x, Act::SiLU);
+    auto y = models::conv_bn_act(*conv_dw_, *bn1_, x, Act::SiLU);
     if (se_) y = se_(y);
     // Drop-path is the identity outside training: the skip joins the conv's epilogue there.
-    if (residual_ && !is_training()) return layers::conv_bn_act(*conv_pw_, *bn2_, y, Act::None, x);
-    y = layers::conv_bn_act(*conv_pw_, *bn2_, y, Act::None);
-    return residual_ ? blocks::drop_path(y, drop_path_, is_training()) + x : y;
+    if (residual_ && !is_training()) return models::conv_bn_act(*conv_pw_, *bn2_, y, Act::None, x);
+    y = models::conv_bn_act(*conv_pw_, *bn2_, y, Act::None);
+    return residual_ ? models::drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
     auto y = g.silu(g.conv_bn(x, *conv_dw_, name + ".conv_dw", *bn1_, name + ".bn1"));
@@ -172,11 +172,11 @@ class DepthwiseSeparableImpl : public BlockImpl {
   SqueezeExcite se_{nullptr};
 };
 
-// timm's InvertedResidual (blocks::InvertedResidualImpl) with SiLU, TF's BN
+// timm's InvertedResidual (models::InvertedResidualImpl) with SiLU, TF's BN
 // eps and "SAME"-padded convs.
 std::shared_ptr<BlockImpl> inverted_residual(std::int64_t in, std::int64_t out, const EfficientNetStage& s,
                                              std::int64_t stride, double drop_path_rate) {
-  blocks::InvertedResidualOptions o;
+  models::InvertedResidualOptions o;
   o.in = in, o.out = out;
   o.mid = gpunet_make_divisible(static_cast<double>(in) * s.expansion);
   o.kernel = s.kernel, o.stride = stride;
@@ -184,7 +184,7 @@ std::shared_ptr<BlockImpl> inverted_residual(std::int64_t in, std::int64_t out, 
   o.act = Act::SiLU;
   o.bn_eps = kBnEps;
   o.drop_path = drop_path_rate;
-  return std::make_shared<blocks::InvertedResidualImpl<Conv2dSame>>(
+  return std::make_shared<models::InvertedResidualImpl<Conv2dSame>>(
       o, [](std::int64_t i, std::int64_t c, std::int64_t k, std::int64_t st, std::int64_t groups) {
         return conv(i, c, k, st, groups);
       });
@@ -196,12 +196,12 @@ std::shared_ptr<BlockImpl> inverted_residual(std::int64_t in, std::int64_t out, 
 void init_goog(nn::Module& root) {
   torch::NoGradGuard no_grad;
   for (auto& m : root.modules(/*include_self=*/false)) {
-    if (auto* c = dynamic_cast<layers::Conv2dImpl*>(m.get())) {
+    if (auto* c = dynamic_cast<models::Conv2dImpl*>(m.get())) {
       const auto& k = *c->options.kernel_size();
       const double fan_out = static_cast<double>(k[0] * k[1] * c->options.out_channels() / c->options.groups());
       c->weight.normal_(0.0, std::sqrt(2.0 / fan_out));
       if (c->bias.defined()) c->bias.zero_();
-    } else if (auto* fc = dynamic_cast<layers::LinearImpl*>(m.get())) {
+    } else if (auto* fc = dynamic_cast<models::LinearImpl*>(m.get())) {
       const double range = 1.0 / std::sqrt(static_cast<double>(fc->weight.size(0)));
       fc->weight.uniform_(-range, range);
       fc->bias.zero_();
@@ -249,7 +249,7 @@ class EfficientNetImpl : public NetworkImpl {
     conv_head_ = register_module("conv_head", conv(in, features, 1));
     bn2_ = register_module("bn2", bn(features));
     dropout_ = register_module("dropout", nn::Dropout(dropout));  // no parameters: no state_dict key
-    classifier_ = register_module("classifier", layers::Linear(features, o.num_classes));
+    classifier_ = register_module("classifier", models::Linear(features, o.num_classes));
 
     if (o.initialize) {
       init_goog(*this);
@@ -263,9 +263,9 @@ class EfficientNetImpl : public NetworkImpl {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = layers::conv_bn_act(*conv_stem_, *bn1_, x, Act::SiLU);
+    x = models::conv_bn_act(*conv_stem_, *bn1_, x, Act::SiLU);
     for (auto& b : blocks_) x = b->forward(x);
-    x = layers::conv_bn_act(*conv_head_, *bn2_, x, Act::SiLU);
+    x = models::conv_bn_act(*conv_head_, *bn2_, x, Act::SiLU);
     x = x.mean({2, 3});  // timm's SelectAdaptivePool2d('avg', flatten=True)
     return classifier_(dropout_(x));
   }
@@ -286,7 +286,7 @@ class EfficientNetImpl : public NetworkImpl {
   std::vector<std::shared_ptr<BlockImpl>> blocks_;
   std::vector<std::string> names_;
   nn::Dropout dropout_{nullptr};
-  layers::Linear classifier_{nullptr};
+  models::Linear classifier_{nullptr};
 };
 
 }  // namespace

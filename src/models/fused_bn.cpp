@@ -15,7 +15,7 @@
 #include <optional>
 #include <sstream>
 
-namespace convnets::layers {
+namespace convnets::models {
 namespace {
 
 // ---- BN + (add +) ReLU as one cuDNN call ----------------------------------------------------------------------
@@ -273,4 +273,4 @@ std::string cudnn_fused_bn_refusal(at::ScalarType dtype) {
   return probe_verdicts.emplace(dtype, why).first->second;
 }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

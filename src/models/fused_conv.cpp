@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace convnets::layers {
+namespace convnets::models {
 namespace {
 
 // The cuDNN side of conv_bn_act (layers.h): the checks that need the tensors themselves, then the graph's plan.
@@ -61,4 +61,4 @@ const FusedConvBackend& cudnn_fused_conv_backend() {
   return backend;
 }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

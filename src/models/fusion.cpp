@@ -9,7 +9,7 @@
 #include <map>
 #include <sstream>
 
-namespace convnets::layers {
+namespace convnets::models {
 namespace {
 
 // "; not fused: 4 for REASON (first, ...); 1 for OTHER (name)": the refused entries grouped by reason, in the order
@@ -195,4 +195,4 @@ std::string describe_block_paths(torch::nn::Module& module, const FusedBnContext
   return s.str();
 }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

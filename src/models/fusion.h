@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace convnets::layers {
+namespace convnets::models {
 
 // What decides whether a BatchNorm2d's forward_fused runs as one cuDNN call, as known before the first step: the
 // --fusion mode, a training run's device, the activations' dtype (autocast's), their memory format, and whether cuDNN
@@ -116,4 +116,4 @@ void set_block_paths(torch::nn::Module& module, const at::Tensor& paths);
 // such blocks.
 std::string describe_block_paths(torch::nn::Module& module, const FusedBnContext& context);
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

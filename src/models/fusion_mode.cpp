@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-namespace convnets::layers {
+namespace convnets::models {
 
 const std::vector<FusionPath>& all_fusion_paths() {
   static const std::vector<FusionPath> paths{FusionPath::Unfused, FusionPath::Bn, FusionPath::BnFold,
@@ -46,4 +46,4 @@ std::vector<FusionPath> admitted_paths(FusionMode mode) {
   }
 }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

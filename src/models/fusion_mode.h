@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace convnets::layers {
+namespace convnets::models {
 
 // One way a residual block trains, each the same function (He et al. 2016's block) on different kernels:
 //   Unfused   conv, BN, ReLU and the residual add as separate ATen ops (cuDNN's plain convolutions and BN)
@@ -27,4 +27,4 @@ FusionMode parse_fusion_mode(const std::string& text, const std::string& flag = 
 // The paths `mode` lets a block run, in preference order.
 std::vector<FusionPath> admitted_paths(FusionMode mode);
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

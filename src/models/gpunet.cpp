@@ -16,8 +16,8 @@ namespace convnets {
 namespace {
 
 namespace nn = torch::nn;
-using layers::BatchNorm2d;
-using layers::Conv2d;
+using models::BatchNorm2d;
+using models::Conv2d;
 
 constexpr double kBnEpsPlain = 1e-3;    // DLE's non-distill blocks (TF EfficientNet's BN)
 constexpr double kBnEpsDistill = 1e-5;  // PyTorch's default, the distill head/irb/tail
@@ -28,12 +28,12 @@ Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stri
   return Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).groups(groups).bias(false));
 }
 
-using blocks::Act;
-using blocks::batch_norm;
-using blocks::BlockImpl;
-using blocks::emit_activation;
-using blocks::SqueezeExcite;
-using blocks::Value;
+using models::Act;
+using models::batch_norm;
+using models::BlockImpl;
+using models::emit_activation;
+using models::SqueezeExcite;
+using models::Value;
 
 Act act_of(const GpunetLayer& l) { return l.act == "swish" ? Act::SiLU : Act::ReLU; }
 
@@ -51,8 +51,8 @@ class SequentialBlockImpl : public BlockImpl {
     auto y = x;
     bool joined = false;
     for (std::size_t i = 0; i < n;) {
-      auto* conv = seq_->ptr(i)->as<layers::Conv2dImpl>();
-      auto* bn = i + 1 < n ? seq_->ptr(i + 1)->as<layers::BatchNorm2dImpl>() : nullptr;
+      auto* conv = seq_->ptr(i)->as<models::Conv2dImpl>();
+      auto* bn = i + 1 < n ? seq_->ptr(i + 1)->as<models::BatchNorm2dImpl>() : nullptr;
       if (!conv || !bn) {
         y = (seq_->begin() + static_cast<std::ptrdiff_t>(i))->forward(y);
         ++i;
@@ -63,7 +63,7 @@ class SequentialBlockImpl : public BlockImpl {
       if (i + 2 < n && seq_->ptr(i + 2)->as<nn::SiLUImpl>()) act = Act::SiLU;
       i += act == Act::None ? 2 : 3;
       joined = residual_ && i == n && act == Act::None;
-      y = layers::conv_bn_act(*conv, *bn, y, act, joined ? x : torch::Tensor());
+      y = models::conv_bn_act(*conv, *bn, y, act, joined ? x : torch::Tensor());
     }
     return residual_ && !joined ? y + x : y;
   }
@@ -84,7 +84,7 @@ class ConvBnActImpl : public BlockImpl {
     conv_ = register_module("conv", conv(l.num_in_channels, l.num_out_channels, l.kernel_size, l.stride, pad));
     bn1_ = register_module("bn1", batch_norm(l.num_out_channels, kBnEpsPlain));
   }
-  torch::Tensor forward(const torch::Tensor& x) override { return layers::conv_bn_act(*conv_, *bn1_, x, act_); }
+  torch::Tensor forward(const torch::Tensor& x) override { return models::conv_bn_act(*conv_, *bn1_, x, act_); }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
     return emit_activation(g, g.conv_bn(x, *conv_, name + ".conv", *bn1_, name + ".bn1"), act_);
   }
@@ -95,11 +95,11 @@ class ConvBnActImpl : public BlockImpl {
   BatchNorm2d bn1_{nullptr};
 };
 
-// MBConv with optional SE (blocks::InvertedResidualImpl, timm's InvertedResidual)
+// MBConv with optional SE (models::InvertedResidualImpl, timm's InvertedResidual)
 // with DLE's explicit padding on the depthwise conv; the SE width from the
 // expanded tensor, as DLE passes se_ratio = 0.25 / expansion to timm.
 std::shared_ptr<BlockImpl> inverted_residual(const GpunetLayer& l, double drop_path_rate) {
-  blocks::InvertedResidualOptions o;
+  models::InvertedResidualOptions o;
   o.in = l.num_in_channels, o.out = l.num_out_channels;
   o.mid = gpunet_make_divisible(static_cast<double>(l.num_in_channels) * l.expansion);
   o.kernel = l.kernel_size, o.stride = l.stride;
@@ -108,7 +108,7 @@ std::shared_ptr<BlockImpl> inverted_residual(const GpunetLayer& l, double drop_p
   o.bn_eps = kBnEpsPlain;
   o.drop_path = drop_path_rate;
   const std::int64_t pad = gpunet_spatial(l, false).padding;
-  return std::make_shared<blocks::InvertedResidualImpl<Conv2d>>(
+  return std::make_shared<models::InvertedResidualImpl<Conv2d>>(
       o, [pad](std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride, std::int64_t groups) {
         return conv(in, out, k, stride, k == 1 ? 0 : pad, groups);
       });
@@ -132,12 +132,12 @@ class EdgeResidualImpl : public BlockImpl {
     bn2_ = register_module("bn2", batch_norm(l.num_out_channels, kBnEpsPlain));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = layers::conv_bn_act(*conv_exp_, *bn1_, x, act_);
+    auto y = models::conv_bn_act(*conv_exp_, *bn1_, x, act_);
     if (se_) y = se_(y);
     // Drop-path is the identity outside training: the skip joins the conv's epilogue there.
-    if (residual_ && !is_training()) return layers::conv_bn_act(*conv_pwl_, *bn2_, y, Act::None, x);
-    y = layers::conv_bn_act(*conv_pwl_, *bn2_, y, Act::None);
-    return residual_ ? blocks::drop_path(y, drop_path_, is_training()) + x : y;
+    if (residual_ && !is_training()) return models::conv_bn_act(*conv_pwl_, *bn2_, y, Act::None, x);
+    y = models::conv_bn_act(*conv_pwl_, *bn2_, y, Act::None);
+    return residual_ ? models::drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
     auto y = emit_activation(g, g.conv_bn(x, *conv_exp_, name + ".conv_exp", *bn1_, name + ".bn1"), act_);
@@ -193,7 +193,7 @@ std::shared_ptr<BlockImpl> make_block(const GpunetDefinition& d, const GpunetLay
     }
     s->push_back(nn::Flatten());
     s->push_back(nn::Dropout(dropout));
-    s->push_back(layers::Linear(out, num_classes));
+    s->push_back(models::Linear(out, num_classes));
     return std::make_shared<SequentialBlockImpl>("net", s, false);
   }
   if (!d.distill) {

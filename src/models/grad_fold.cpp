@@ -8,7 +8,7 @@
 #include <atomic>
 #include <variant>
 
-namespace convnets::layers {
+namespace convnets::models {
 
 class GradSlot {
  public:
@@ -161,4 +161,4 @@ FoldCounts fold_counts() { return {epilogue_sums.load(), add_sums.load(), tap_su
 
 void reset_fold_counts() { epilogue_sums = 0, add_sums = 0, tap_sums = 0; }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace convnets::layers {
+namespace convnets::models {
 
 // A block's input x feeds its first convolution and its shortcut (x itself, or the downsample convolution), so
 // backward brings x two gradients, which autograd sums with one more elementwise kernel per block: 16 fp16 adds a
@@ -39,4 +39,4 @@ struct FoldCounts {
 FoldCounts fold_counts();
 void reset_fold_counts();
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

@@ -24,8 +24,8 @@ GraphEmitter::Value emit_sequential(GraphEmitter& g, const torch::nn::Sequential
   for (std::size_t i = 0; i < children.size(); ++i) {
     const auto& m = children[i].value();
     const std::string path = name + "." + children[i].key();
-    if (const auto* conv = m->as<layers::Conv2dImpl>()) {
-      const layers::BatchNorm2dImpl* bn = i + 1 < children.size() ? children[i + 1].value()->as<layers::BatchNorm2dImpl>() : nullptr;
+    if (const auto* conv = m->as<models::Conv2dImpl>()) {
+      const models::BatchNorm2dImpl* bn = i + 1 < children.size() ? children[i + 1].value()->as<models::BatchNorm2dImpl>() : nullptr;
       if (bn) {
         y = g.conv_bn(y, *conv, path, *bn, name + "." + children[i + 1].key());
         ++i;
@@ -48,7 +48,7 @@ GraphEmitter::Value emit_sequential(GraphEmitter& g, const torch::nn::Sequential
       y = g.flatten(y);
     } else if (m->as<nn::DropoutImpl>()) {
       // the identity in eval mode
-    } else if (const auto* fc = m->as<layers::LinearImpl>()) {
+    } else if (const auto* fc = m->as<models::LinearImpl>()) {
       y = g.linear(y, *fc, path);
     } else {
       throw Error("export: layer " + path + " (" + m->name() + ") cannot be expressed in the exported graph");
@@ -62,15 +62,15 @@ namespace {
 // Walks emit() only to collect the conv -> BN pairs; the values are dummies.
 class PairCollector : public GraphEmitter {
  public:
-  std::vector<std::pair<layers::Conv2dImpl*, layers::BatchNorm2dImpl*>> pairs;
-  Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string&, const layers::BatchNorm2dImpl& bn,
+  std::vector<std::pair<models::Conv2dImpl*, models::BatchNorm2dImpl*>> pairs;
+  Value conv_bn(const Value& x, const models::Conv2dImpl& c, const std::string&, const models::BatchNorm2dImpl& bn,
                 const std::string&) override {
-    pairs.emplace_back(const_cast<layers::Conv2dImpl*>(&c), const_cast<layers::BatchNorm2dImpl*>(&bn));
+    pairs.emplace_back(const_cast<models::Conv2dImpl*>(&c), const_cast<models::BatchNorm2dImpl*>(&bn));
     return x;
   }
-  Value conv(const Value& x, const layers::Conv2dImpl&, const std::string&) override { return x; }
-  Value linear(const Value& x, const layers::LinearImpl&, const std::string&) override { return x; }
-  Value linear_1x1(const Value& x, const layers::LinearImpl&, const std::string&) override { return x; }
+  Value conv(const Value& x, const models::Conv2dImpl&, const std::string&) override { return x; }
+  Value linear(const Value& x, const models::LinearImpl&, const std::string&) override { return x; }
+  Value linear_1x1(const Value& x, const models::LinearImpl&, const std::string&) override { return x; }
   Value relu(const Value& x) override { return x; }
   Value silu(const Value& x) override { return x; }
   Value sigmoid(const Value& x) override { return x; }
@@ -83,7 +83,7 @@ class PairCollector : public GraphEmitter {
 
 }  // namespace
 
-std::pair<torch::Tensor, torch::Tensor> fold_conv_bn(const layers::Conv2dImpl& conv, const layers::BatchNorm2dImpl& bn) {
+std::pair<torch::Tensor, torch::Tensor> fold_conv_bn(const models::Conv2dImpl& conv, const models::BatchNorm2dImpl& bn) {
   torch::NoGradGuard no_grad;
   // y = gamma (conv(x) + b - mean) / sqrt(var + eps) + beta
   const auto scale = bn.weight.to(torch::kDouble) / (bn.running_var.to(torch::kDouble) + bn.options.eps()).sqrt();

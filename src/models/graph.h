@@ -23,13 +23,13 @@ class GraphEmitter {
   using Value = std::string;
   virtual ~GraphEmitter() = default;
   // A conv whose output feeds `bn` and nothing else: an exporter may fold them.
-  virtual Value conv_bn(const Value& x, const layers::Conv2dImpl& conv, const std::string& conv_name,
-                        const layers::BatchNorm2dImpl& bn, const std::string& bn_name) = 0;
-  virtual Value conv(const Value& x, const layers::Conv2dImpl& conv, const std::string& name) = 0;
+  virtual Value conv_bn(const Value& x, const models::Conv2dImpl& conv, const std::string& conv_name,
+                        const models::BatchNorm2dImpl& bn, const std::string& bn_name) = 0;
+  virtual Value conv(const Value& x, const models::Conv2dImpl& conv, const std::string& name) = 0;
   // [N, in] -> [N, out]
-  virtual Value linear(const Value& x, const layers::LinearImpl& fc, const std::string& name) = 0;
+  virtual Value linear(const Value& x, const models::LinearImpl& fc, const std::string& name) = 0;
   // The same Linear applied to an [N, in, 1, 1] tensor, giving [N, out, 1, 1] (SE units).
-  virtual Value linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string& name) = 0;
+  virtual Value linear_1x1(const Value& x, const models::LinearImpl& fc, const std::string& name) = 0;
   virtual Value relu(const Value& x) = 0;
   virtual Value silu(const Value& x) = 0;
   virtual Value sigmoid(const Value& x) = 0;
@@ -49,7 +49,7 @@ GraphEmitter::Value emit_sequential(GraphEmitter& g, const torch::nn::Sequential
 
 // The weight and bias of `conv` followed by `bn` in eval mode, as one conv:
 // computed in fp64 and rounded once to the conv's dtype.
-std::pair<torch::Tensor, torch::Tensor> fold_conv_bn(const layers::Conv2dImpl& conv, const layers::BatchNorm2dImpl& bn);
+std::pair<torch::Tensor, torch::Tensor> fold_conv_bn(const models::Conv2dImpl& conv, const models::BatchNorm2dImpl& bn);
 
 // Folds every BatchNorm that directly follows a conv (as emit() pairs them)
 // into that conv's weight and a new bias, in fp64, and turns the BN into an

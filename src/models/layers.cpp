@@ -32,7 +32,7 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, i
 
 }  // namespace
 
-namespace layers {
+namespace models {
 
 ShapesOnly::ShapesOnly() : previous_(shapes_only) { shapes_only = true; }
 ShapesOnly::~ShapesOnly() { shapes_only = previous_; }
@@ -131,7 +131,7 @@ BatchNorm2dImpl::BatchNorm2dImpl(const torch::nn::BatchNormOptions& options_) : 
 
 void BatchNorm2dImpl::reset() {
   TORCH_CHECK(options.affine() && options.track_running_stats(),
-              "layers::BatchNorm2d: only affine BatchNorm with running statistics is used here");
+              "models::BatchNorm2d: only affine BatchNorm with running statistics is used here");
   weight = register_parameter("weight", torch::ones({options.num_features()}));
   bias = register_parameter("bias", torch::zeros({options.num_features()}));
   running_mean = register_buffer("running_mean", torch::zeros({options.num_features()}));
@@ -178,9 +178,9 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& input) {
 }
 
 void BatchNorm2dImpl::pretty_print(std::ostream& stream) const {
-  stream << "convnets::layers::BatchNorm2d(" << options.num_features() << ", eps=" << options.eps()
+  stream << "convnets::models::BatchNorm2d(" << options.num_features() << ", eps=" << options.eps()
          << ", momentum=" << options.momentum().value_or(0.1) << (sync_ ? ", synchronized" : "") << ")";
 }
 
-}  // namespace layers
+}  // namespace models
 }  // namespace convnets

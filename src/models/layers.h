@@ -21,7 +21,7 @@ namespace convnets {
 
 class NetworkImpl;
 
-namespace layers {
+namespace models {
 
 // While one is alive on its thread, the Conv2d and Linear layers built get zero-filled parameters of their shapes
 // instead of LibTorch's random initialisation: for networks built only to be measured (parameter counts, MACs).
@@ -220,7 +220,7 @@ int set_fused_inference(torch::nn::Module& module, bool on);
 // ("" when no conv has been through conv_bn_act's fused path or been refused by it).
 std::string describe_fused_convs(torch::nn::Module& module);
 
-// Turns synchronized BatchNorm on for every layers::BatchNorm2d in `module`;
+// Turns synchronized BatchNorm on for every models::BatchNorm2d in `module`;
 // returns how many there are.
 int enable_sync_batchnorm(torch::nn::Module& module, const std::shared_ptr<BatchNormSync>& sync);
 // BatchNorm's training forward with every rank's statistics (models/sync_bn.cpp), through its autograd function.
@@ -228,6 +228,6 @@ torch::Tensor sync_batch_norm(const torch::Tensor& input, const torch::Tensor& w
                               torch::Tensor running_mean, torch::Tensor running_var, double momentum, double eps,
                               BatchNormSync* sync);
 
-}  // namespace layers
+}  // namespace models
 
 }  // namespace convnets

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-namespace convnets::blocks {
+namespace convnets::models {
 
 namespace nn = torch::nn;
 
@@ -18,13 +18,13 @@ torch::Tensor drop_path(const torch::Tensor& branch, double p, bool training) {
   return branch * mask;
 }
 
-layers::BatchNorm2d batch_norm(std::int64_t channels, double eps) {
-  return layers::BatchNorm2d(nn::BatchNormOptions(channels).eps(eps));
+models::BatchNorm2d batch_norm(std::int64_t channels, double eps) {
+  return models::BatchNorm2d(nn::BatchNormOptions(channels).eps(eps));
 }
 
 SqueezeExciteImpl::SqueezeExciteImpl(std::int64_t channels, std::int64_t reduced, Act act) : act_(act) {
-  conv_reduce_ = register_module("conv_reduce", layers::Conv2d(nn::Conv2dOptions(channels, reduced, 1).bias(true)));
-  conv_expand_ = register_module("conv_expand", layers::Conv2d(nn::Conv2dOptions(reduced, channels, 1).bias(true)));
+  conv_reduce_ = register_module("conv_reduce", models::Conv2d(nn::Conv2dOptions(channels, reduced, 1).bias(true)));
+  conv_expand_ = register_module("conv_expand", models::Conv2d(nn::Conv2dOptions(reduced, channels, 1).bias(true)));
 }
 
 torch::Tensor SqueezeExciteImpl::forward(const torch::Tensor& x) {
@@ -39,4 +39,4 @@ Value SqueezeExciteImpl::emit(GraphEmitter& g, const Value& x, const std::string
   return g.mul(x, g.sigmoid(s));
 }
 
-}  // namespace convnets::blocks
+}  // namespace convnets::models

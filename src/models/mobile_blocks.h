@@ -12,14 +12,14 @@
 #include <functional>
 #include <string>
 
-namespace convnets::blocks {
+namespace convnets::models {
 
 using Value = GraphEmitter::Value;
 
 // The activation a block applies after its expansion and depthwise convs and inside its squeeze-excite: GPUNet's
 // layers name relu or swish, EfficientNet's are SiLU (= swish) throughout.
-using Act = layers::Activation;
-using layers::activate;
+using Act = models::Activation;
+using models::activate;
 Value emit_activation(GraphEmitter& g, const Value& x, Act act);
 
 // Stochastic depth as timm's drop_path: in training, each sample's `branch`
@@ -33,10 +33,10 @@ class BlockImpl : public torch::nn::Module {
   // forward() in eval mode as graph ops; `name` is the block's state_dict path.
   virtual Value emit(GraphEmitter& g, const Value& x, const std::string& name) = 0;
   // The BN whose output the residual adds (zero_init_residual), or null.
-  virtual layers::BatchNorm2d residual_bn() { return layers::BatchNorm2d{nullptr}; }
+  virtual models::BatchNorm2d residual_bn() { return models::BatchNorm2d{nullptr}; }
 };
 
-layers::BatchNorm2d batch_norm(std::int64_t channels, double eps);
+models::BatchNorm2d batch_norm(std::int64_t channels, double eps);
 
 // timm's SqueezeExcite (Hu et al. 2018) as both networks configure it: the
 // spatial mean, a 1x1 conv with bias to `reduced` channels, the block's
@@ -50,7 +50,7 @@ class SqueezeExciteImpl : public torch::nn::Module {
 
  private:
   Act act_;
-  layers::Conv2d conv_reduce_{nullptr}, conv_expand_{nullptr};
+  models::Conv2d conv_reduce_{nullptr}, conv_expand_{nullptr};
 };
 TORCH_MODULE(SqueezeExcite);
 
@@ -88,11 +88,11 @@ class InvertedResidualImpl : public BlockImpl {
   // Each conv with its BN and activation (and the last with the skip, outside training: drop-path is the
   // identity there) through conv_bn_act: one cuDNN graph each on the CUDA graph engine.
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = layers::conv_bn_act(*conv_pw_, *bn1_, x, act_);
-    y = layers::conv_bn_act(*conv_dw_, *bn2_, y, act_);
+    auto y = models::conv_bn_act(*conv_pw_, *bn1_, x, act_);
+    y = models::conv_bn_act(*conv_dw_, *bn2_, y, act_);
     if (se_) y = se_(y);
-    if (residual_ && !is_training()) return layers::conv_bn_act(*conv_pwl_, *bn3_, y, Act::None, x);
-    y = layers::conv_bn_act(*conv_pwl_, *bn3_, y, Act::None);
+    if (residual_ && !is_training()) return models::conv_bn_act(*conv_pwl_, *bn3_, y, Act::None, x);
+    y = models::conv_bn_act(*conv_pwl_, *bn3_, y, Act::None);
     return residual_ ? drop_path(y, drop_path_, is_training()) + x : y;
   }
   Value emit(GraphEmitter& g, const Value& x, const std::string& name) override {
@@ -102,15 +102,15 @@ class InvertedResidualImpl : public BlockImpl {
     y = g.conv_bn(y, *conv_pwl_, name + ".conv_pwl", *bn3_, name + ".bn3");
     return residual_ ? g.add(y, x) : y;
   }
-  layers::BatchNorm2d residual_bn() override { return residual_ ? bn3_ : layers::BatchNorm2d{nullptr}; }
+  models::BatchNorm2d residual_bn() override { return residual_ ? bn3_ : models::BatchNorm2d{nullptr}; }
 
  private:
   Act act_;
   bool residual_;
   double drop_path_;
   Conv conv_pw_{nullptr}, conv_dw_{nullptr}, conv_pwl_{nullptr};
-  layers::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  models::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
   SqueezeExcite se_{nullptr};
 };
 
-}  // namespace convnets::blocks
+}  // namespace convnets::models

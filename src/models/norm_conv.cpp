@@ -11,7 +11,7 @@
 #include <memory>
 #include <tuple>
 
-namespace convnets::layers::norm_conv {
+namespace convnets::models::norm_conv {
 namespace {
 
 // ---- The primitives ---------------------------------------------------------------------------------------------
@@ -555,4 +555,4 @@ bool takes(const at::Tensor& x, const Block& block) {
   return true;
 }
 
-}  // namespace convnets::layers::norm_conv
+}  // namespace convnets::models::norm_conv

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace convnets::layers::norm_conv {
+namespace convnets::models::norm_conv {
 
 // One convolution of the block and the BN after it, as the block's modules hold them.
 struct ConvBn {
@@ -50,4 +50,4 @@ std::string prepare(const Block& block, const at::Tensor& x);
 // The geometry of each convolution of the block on input x: the branch's, then the downsample's.
 std::vector<ConvGeometry> geometries(const Block& block, const at::Tensor& x);
 
-}  // namespace convnets::layers::norm_conv
+}  // namespace convnets::models::norm_conv

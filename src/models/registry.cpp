@@ -267,7 +267,7 @@ std::vector<nlohmann::ordered_json> describe_architectures(const ModelOptions& o
   std::vector<nlohmann::ordered_json> rows;
   ModelOptions shapes_only = options;
   shapes_only.initialize = false;
-  layers::ShapesOnly zero_parameters;
+  models::ShapesOnly zero_parameters;
   for (const auto& arch : architectures()) {
     auto net = build_model(arch, shapes_only);
     rows.push_back(describe_architecture(arch, *net, options.num_classes));

@@ -12,8 +12,8 @@
 namespace convnets {
 namespace {
 
-using layers::Conv2d;
-using layers::Linear;
+using models::Conv2d;
+using models::Linear;
 namespace nn = torch::nn;
 
 Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1) {
@@ -48,7 +48,7 @@ TORCH_MODULE(SqueezeExcitation);
 // BasicBlock and Bottleneck in one class (torchvision's resnet.py; DLE's image_classification/models/resnet.py):
 // the registration order below is the state_dict order of torchvision (conv/bn pairs, then downsample) and of DLE
 // (SE registered after downsample). Its fused training paths live beside it (models/block_fusion.h).
-class BlockImpl : public nn::Module, public layers::TunableModule {
+class BlockImpl : public nn::Module, public models::TunableModule {
  public:
   BlockImpl(const ResNetConfig& c, int64_t in, int64_t planes, int64_t stride) {
     const int64_t expansion = c.bottleneck ? 4 : 1;
@@ -57,50 +57,50 @@ class BlockImpl : public nn::Module, public layers::TunableModule {
       const int64_t width = planes * c.width_per_group / 64 * c.groups;
       convs_ = {conv(in, width, 1), conv(width, width, 3, stride, c.groups), conv(width, out, 1)};
       const int64_t widths[3] = {width, width, out};
-      for (int i = 0; i < 3; ++i) bns_.push_back(layers::BatchNorm2d(widths[i]));
+      for (int i = 0; i < 3; ++i) bns_.push_back(models::BatchNorm2d(widths[i]));
     } else {
       convs_ = {conv(in, planes, 3, stride), conv(planes, planes, 3)};
-      bns_ = {layers::BatchNorm2d(planes), layers::BatchNorm2d(planes)};
+      bns_ = {models::BatchNorm2d(planes), models::BatchNorm2d(planes)};
     }
     for (size_t i = 0; i < convs_.size(); ++i) {
       register_module("conv" + std::to_string(i + 1), convs_[i]);
       register_module("bn" + std::to_string(i + 1), bns_[i]);
-      bns_[i]->set_fusion(layers::BnFusion::Relu);
+      bns_[i]->set_fusion(models::BnFusion::Relu);
     }
     // Without SE the last BN is followed by the shortcut's add and the ReLU; with it, by the SE gate.
-    bns_.back()->set_fusion(c.se_channels > 0 ? layers::BnFusion::None : layers::BnFusion::AddRelu);
+    bns_.back()->set_fusion(c.se_channels > 0 ? models::BnFusion::None : models::BnFusion::AddRelu);
     if (stride != 1 || in != out) {
-      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), layers::BatchNorm2d(out)));
+      downsample_ = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), models::BatchNorm2d(out)));
     }
     if (c.se_channels > 0) se_ = register_module("squeeze", SqueezeExcitation(out, c.se_channels));
-    layers::ResidualParts parts;
+    models::ResidualParts parts;
     for (size_t i = 0; i < convs_.size(); ++i) parts.branch.emplace_back(convs_[i].get(), bns_[i].get());
     if (downsample_) {
-      parts.downsample_conv = downsample_[0]->as<layers::Conv2dImpl>();
-      parts.downsample_bn = downsample_[1]->as<layers::BatchNorm2dImpl>();
+      parts.downsample_conv = downsample_[0]->as<models::Conv2dImpl>();
+      parts.downsample_bn = downsample_[1]->as<models::BatchNorm2dImpl>();
     }
     parts.squeeze_excitation = c.se_channels > 0;
-    fusion_ = std::make_unique<layers::ResidualFusion>(*this, std::move(parts), [this](const at::Tensor& x) {
+    fusion_ = std::make_unique<models::ResidualFusion>(*this, std::move(parts), [this](const at::Tensor& x) {
       return forward(x);
     });
   }
 
-  layers::FusionTunable& tunable() override { return *fusion_; }
+  models::FusionTunable& tunable() override { return *fusion_; }
 
   // relu(branch(x) + shortcut(x)), the branch conv-BN-ReLU pairs and a last conv-BN (DLE's SE: its gate on the
   // branch, shortcut + branch * gate in one addcmul). On a fused path the whole block may run as one NormConv
   // function, and BnFold reads x through the slot that sums its two gradients (models/block_fusion.h).
   torch::Tensor forward(const torch::Tensor& x) {
-    using layers::Activation;
+    using models::Activation;
     if (auto whole = fusion_->whole_block(x)) return *whole;
     const auto in = fusion_->input(x);
     auto y = in.conv_bn_act(*convs_[0], *bns_[0], Activation::ReLU);
-    for (size_t i = 1; i + 1 < convs_.size(); ++i) y = layers::conv_bn_act(*convs_[i], *bns_[i], y, Activation::ReLU);
-    const auto shortcut = downsample_ ? in.conv_bn_act(*downsample_[0]->as<layers::Conv2dImpl>(),
-                                                       *downsample_[1]->as<layers::BatchNorm2dImpl>(), Activation::None)
+    for (size_t i = 1; i + 1 < convs_.size(); ++i) y = models::conv_bn_act(*convs_[i], *bns_[i], y, Activation::ReLU);
+    const auto shortcut = downsample_ ? in.conv_bn_act(*downsample_[0]->as<models::Conv2dImpl>(),
+                                                       *downsample_[1]->as<models::BatchNorm2dImpl>(), Activation::None)
                                       : in.identity();
-    if (!se_) return layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::ReLU, shortcut);
-    y = layers::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::None);
+    if (!se_) return models::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::ReLU, shortcut);
+    y = models::conv_bn_act(*convs_.back(), *bns_.back(), y, Activation::None);
     return torch::relu(torch::addcmul(shortcut, y, se_(y)));
   }
 
@@ -114,21 +114,21 @@ class BlockImpl : public nn::Module, public layers::TunableModule {
     }
     auto shortcut = x;
     if (downsample_) {
-      shortcut = g.conv_bn(x, *downsample_[0]->as<layers::Conv2dImpl>(), name + ".downsample.0",
-                           *downsample_[1]->as<layers::BatchNorm2dImpl>(), name + ".downsample.1");
+      shortcut = g.conv_bn(x, *downsample_[0]->as<models::Conv2dImpl>(), name + ".downsample.0",
+                           *downsample_[1]->as<models::BatchNorm2dImpl>(), name + ".downsample.1");
     }
     if (se_) y = g.mul(y, se_->emit(g, y, name + ".squeeze"));
     return g.relu(g.add(shortcut, y));
   }
 
-  layers::BatchNorm2d last_bn() { return bns_.back(); }
+  models::BatchNorm2d last_bn() { return bns_.back(); }
 
  private:
   std::vector<Conv2d> convs_;
-  std::vector<layers::BatchNorm2d> bns_;
+  std::vector<models::BatchNorm2d> bns_;
   nn::Sequential downsample_{nullptr};
   SqueezeExcitation se_{nullptr};
-  std::unique_ptr<layers::ResidualFusion> fusion_;
+  std::unique_ptr<models::ResidualFusion> fusion_;
 };
 TORCH_MODULE(Block);
 
@@ -141,8 +141,8 @@ class ResNetImpl : public NetworkImpl {
     auto stem_conv = c.small_input_stem ? nn::Conv2dOptions(3, stem, 3).stride(1).padding(1).bias(false)
                                         : nn::Conv2dOptions(3, stem, 7).stride(2).padding(3).bias(false);
     conv1_ = register_module("conv1", Conv2d(stem_conv));
-    bn1_ = register_module("bn1", layers::BatchNorm2d(stem));
-    bn1_->set_fusion(layers::BnFusion::Relu);
+    bn1_ = register_module("bn1", models::BatchNorm2d(stem));
+    bn1_->set_fusion(models::BnFusion::Relu);
     const int64_t expansion = c.bottleneck ? 4 : 1;
     int64_t in = stem;
     for (size_t s = 0; s < c.blocks.size(); ++s) {
@@ -173,7 +173,7 @@ class ResNetImpl : public NetworkImpl {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    x = layers::conv_bn_act(*conv1_, *bn1_, x, layers::Activation::ReLU);
+    x = models::conv_bn_act(*conv1_, *bn1_, x, models::Activation::ReLU);
     if (!small_input_stem_) x = torch::max_pool2d(x, 3, 2, 1);
     for (auto& stage : stages_) {
       if (!stage->is_empty()) x = stage->forward(x);  // an empty Sequential refuses forward()
@@ -193,9 +193,9 @@ class ResNetImpl : public NetworkImpl {
     nn::init::FanModeType mode = torch::kFanIn;
     if (o.conv_init == ConvInit::FanOut) mode = torch::kFanOut;
     for (auto& m : modules(/*include_self=*/false)) {
-      if (auto* c = m->as<layers::Conv2d>()) {
+      if (auto* c = m->as<models::Conv2d>()) {
         nn::init::kaiming_normal_(c->weight, 0.0, mode, torch::kReLU);
-      } else if (auto* bn = m->as<layers::BatchNorm2d>()) {
+      } else if (auto* bn = m->as<models::BatchNorm2d>()) {
         nn::init::ones_(bn->weight);
         nn::init::zeros_(bn->bias);
       }
@@ -210,7 +210,7 @@ class ResNetImpl : public NetworkImpl {
   bool small_input_stem_;
   double dropout_;
   Conv2d conv1_{nullptr};
-  layers::BatchNorm2d bn1_{nullptr};
+  models::BatchNorm2d bn1_{nullptr};
   std::vector<nn::Sequential> stages_;
   Linear fc_{nullptr};
 };

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace convnets::layers {
+namespace convnets::models {
 namespace {
 
 // fp16/bf16 activations are normalised in fp32 (as cuDNN does); fp64 stays fp64.
@@ -102,4 +102,4 @@ int enable_sync_batchnorm(torch::nn::Module& module, const std::shared_ptr<Batch
   return count;
 }
 
-}  // namespace convnets::layers
+}  // namespace convnets::models

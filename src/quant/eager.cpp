@@ -52,7 +52,7 @@ class EagerEmitter : public GraphEmitter, public Backend {
     return put(y);
   }
 
-  Value conv_bn(const Value& x, const layers::Conv2dImpl& c, const std::string& name, const layers::BatchNorm2dImpl& bn,
+  Value conv_bn(const Value& x, const models::Conv2dImpl& c, const std::string& name, const models::BatchNorm2dImpl& bn,
                 const std::string&) override {
     // Folded as the export folds (models/graph.h fold_conv_bn), here in the
     // autograd graph so that gamma, beta and the weights train through it.
@@ -63,15 +63,15 @@ class EagerEmitter : public GraphEmitter, public Backend {
     return put(conv2d(get(x), c, name, weight(w), b));
   }
 
-  Value conv(const Value& x, const layers::Conv2dImpl& c, const std::string& name) override {
+  Value conv(const Value& x, const models::Conv2dImpl& c, const std::string& name) override {
     return put(conv2d(get(x), c, name, weight(c.weight), c.bias));
   }
 
-  Value linear(const Value& x, const layers::LinearImpl& fc, const std::string&) override {
+  Value linear(const Value& x, const models::LinearImpl& fc, const std::string&) override {
     return put(torch::linear(get(x), weight(fc.weight), fc.bias));
   }
 
-  Value linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string&) override {
+  Value linear_1x1(const Value& x, const models::LinearImpl& fc, const std::string&) override {
     const auto w = weight(fc.weight).view({fc.weight.size(0), fc.weight.size(1), 1, 1});
     return put(torch::conv2d(get(x), w, fc.bias));
   }
@@ -105,19 +105,19 @@ class EagerEmitter : public GraphEmitter, public Backend {
         .to(w.scalar_type());
   }
 
-  static torch::Tensor conv2d(const torch::Tensor& x, const layers::Conv2dImpl& c, const std::string& name,
+  static torch::Tensor conv2d(const torch::Tensor& x, const models::Conv2dImpl& c, const std::string& name,
                               const torch::Tensor& w, const torch::Tensor& b) {
     const auto& o = c.options;
     const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
     if (!pad) throw Error("quantization: layer " + name + " uses 'same'/'valid' padding by name");
     auto in = x;
-    if (const auto* same = dynamic_cast<const layers::Conv2dSameImpl*>(&c); same && same->dynamic()) {
+    if (const auto* same = dynamic_cast<const models::Conv2dSameImpl*>(&c); same && same->dynamic()) {
       // timm's Conv2dSame: the odd pixel padded at the end, per call.
       const auto& k = *o.kernel_size();
       const auto& s = *o.stride();
       const auto& d = *o.dilation();
-      const auto ph = layers::same_padding(x.size(2), k[0], s[0], d[0]);
-      const auto pw = layers::same_padding(x.size(3), k[1], s[1], d[1]);
+      const auto ph = models::same_padding(x.size(2), k[0], s[0], d[0]);
+      const auto pw = models::same_padding(x.size(3), k[1], s[1], d[1]);
       if (ph > 0 || pw > 0) in = torch::constant_pad_nd(x, {pw / 2, pw - pw / 2, ph / 2, ph - ph / 2}, 0);
     }
     return torch::conv2d(in, w, b, *o.stride(), **pad, *o.dilation(), o.groups());

@@ -271,20 +271,20 @@ GraphEmitter::Value QdqEmitter::produced(const Value& y) {
   return y;
 }
 
-GraphEmitter::Value QdqEmitter::conv_bn(const Value& x, const layers::Conv2dImpl& conv, const std::string& conv_name,
-                                        const layers::BatchNorm2dImpl& bn, const std::string& bn_name) {
+GraphEmitter::Value QdqEmitter::conv_bn(const Value& x, const models::Conv2dImpl& conv, const std::string& conv_name,
+                                        const models::BatchNorm2dImpl& bn, const std::string& bn_name) {
   return produced(inner_.conv_bn(q(x, conv_name), conv, conv_name, bn, bn_name));
 }
 
-GraphEmitter::Value QdqEmitter::conv(const Value& x, const layers::Conv2dImpl& c, const std::string& name) {
+GraphEmitter::Value QdqEmitter::conv(const Value& x, const models::Conv2dImpl& c, const std::string& name) {
   return produced(inner_.conv(q(x, name), c, name));
 }
 
-GraphEmitter::Value QdqEmitter::linear(const Value& x, const layers::LinearImpl& fc, const std::string& name) {
+GraphEmitter::Value QdqEmitter::linear(const Value& x, const models::LinearImpl& fc, const std::string& name) {
   return produced(inner_.linear(q(x, name), fc, name));
 }
 
-GraphEmitter::Value QdqEmitter::linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string& name) {
+GraphEmitter::Value QdqEmitter::linear_1x1(const Value& x, const models::LinearImpl& fc, const std::string& name) {
   return produced(inner_.linear_1x1(q(x, name), fc, name));
 }
 

@@ -138,11 +138,11 @@ class QdqEmitter : public GraphEmitter {
              bool creating);
   ~QdqEmitter() override = default;
 
-  Value conv_bn(const Value& x, const layers::Conv2dImpl& conv, const std::string& conv_name,
-                const layers::BatchNorm2dImpl& bn, const std::string& bn_name) override;
-  Value conv(const Value& x, const layers::Conv2dImpl& conv, const std::string& name) override;
-  Value linear(const Value& x, const layers::LinearImpl& fc, const std::string& name) override;
-  Value linear_1x1(const Value& x, const layers::LinearImpl& fc, const std::string& name) override;
+  Value conv_bn(const Value& x, const models::Conv2dImpl& conv, const std::string& conv_name,
+                const models::BatchNorm2dImpl& bn, const std::string& bn_name) override;
+  Value conv(const Value& x, const models::Conv2dImpl& conv, const std::string& name) override;
+  Value linear(const Value& x, const models::LinearImpl& fc, const std::string& name) override;
+  Value linear_1x1(const Value& x, const models::LinearImpl& fc, const std::string& name) override;
   Value relu(const Value& x) override;
   Value silu(const Value& x) override;  // x * sigmoid(x): as its two ops, or in float (Silu::Float)
   Value sigmoid(const Value& x) override;

@@ -82,8 +82,8 @@ std::pair<double, std::size_t> worst_distance(const std::vector<at::Tensor>& got
   return {worst, which};
 }
 
-std::vector<Candidate> DeviceBlockTimer::time(torch::nn::Module& block, layers::FusionTunable& tunable,
-                                              const std::vector<layers::FusionPath>& paths,
+std::vector<Candidate> DeviceBlockTimer::time(torch::nn::Module& block, models::FusionTunable& tunable,
+                                              const std::vector<models::FusionPath>& paths,
                                               const std::vector<std::int64_t>& sizes, at::ScalarType dtype) {
   const auto params = block.parameters();
   TORCH_CHECK(!params.empty(), "DeviceBlockTimer: a block without parameters");
@@ -104,7 +104,7 @@ std::vector<Candidate> DeviceBlockTimer::time(torch::nn::Module& block, layers::
     at::Tensor dy;
     // One forward and backward in `type` (autocast on for a half type, off for fp32): the output, then the input's
     // and each parameter's gradient.
-    auto run_path = [&](layers::FusionPath p, at::ScalarType type) {
+    auto run_path = [&](models::FusionPath p, at::ScalarType type) {
       AutocastGuard autocast(device, type == at::kFloat ? at::kFloat : type);
       tunable.set_path(p);
       inputs[0] = x.to(type).detach().requires_grad_(true);
@@ -117,8 +117,8 @@ std::vector<Candidate> DeviceBlockTimer::time(torch::nn::Module& block, layers::
     };
     // Each path is held to fp32's unfused function, within the larger of a fixed bound and 1.5x the distance of
     // the unfused path in the same half precision: a fused path may err as half precision errs, no more.
-    const auto exact = run_path(layers::FusionPath::Unfused, at::kFloat);
-    const double own = half ? worst_distance(run_path(layers::FusionPath::Unfused, dtype), exact).first : 0.0;
+    const auto exact = run_path(models::FusionPath::Unfused, at::kFloat);
+    const double own = half ? worst_distance(run_path(models::FusionPath::Unfused, dtype), exact).first : 0.0;
     const double bound = std::max(numerics_bound(dtype), 1.5 * own);
     std::vector<bool> ran;
     for (const auto p : paths) {

@@ -29,8 +29,8 @@ class DeviceBlockTimer : public BlockTimer {
  public:
   DeviceBlockTimer(bool channels_last, int rounds = 3, int repeats = 4)
       : channels_last_(channels_last), rounds_(rounds), repeats_(repeats) {}
-  std::vector<Candidate> time(torch::nn::Module& block, layers::FusionTunable& tunable,
-                              const std::vector<layers::FusionPath>& paths, const std::vector<std::int64_t>& sizes,
+  std::vector<Candidate> time(torch::nn::Module& block, models::FusionTunable& tunable,
+                              const std::vector<models::FusionPath>& paths, const std::vector<std::int64_t>& sizes,
                               at::ScalarType dtype) override;
 
  private:

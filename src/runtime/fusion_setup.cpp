@@ -10,23 +10,23 @@ namespace convnets::runtime {
 
 namespace {
 
-layers::FusedBnContext fusion_context(const Runtime& rt, layers::FusionMode mode) {
-  layers::FusedBnContext c;
+models::FusedBnContext fusion_context(const Runtime& rt, models::FusionMode mode) {
+  models::FusedBnContext c;
   c.mode = mode;
   c.cuda = rt.device.is_cuda();
   c.dtype = rt.autocast;
   c.channels_last = rt.channels_last;
   // cuDNN is asked only where everything else allows the fusion: a CPU or fp32 run never touches it.
-  if (layers::fused_bn_refusal(c, layers::BnFusion::Relu, 4, false).empty()) {
-    c.cudnn_refusal = layers::cudnn_fused_bn_refusal(c.dtype);
+  if (models::fused_bn_refusal(c, models::BnFusion::Relu, 4, false).empty()) {
+    c.cudnn_refusal = models::cudnn_fused_bn_refusal(c.dtype);
   }
   return c;
 }
 
-std::string describe(NetworkImpl& model, const layers::FusedBnContext& c) {
-  auto out = layers::describe_fused_bn_plan(layers::fused_bn_plan(model, c));
-  if (const auto blocks = layers::describe_block_paths(model, c); !blocks.empty()) out += "; " + blocks;
-  if (const auto unfused = layers::norm_conv::backward_fallbacks(); !unfused.empty()) {
+std::string describe(NetworkImpl& model, const models::FusedBnContext& c) {
+  auto out = models::describe_fused_bn_plan(models::fused_bn_plan(model, c));
+  if (const auto blocks = models::describe_block_paths(model, c); !blocks.empty()) out += "; " + blocks;
+  if (const auto unfused = models::norm_conv::backward_fallbacks(); !unfused.empty()) {
     out += "; unfused where cuDNN has no engine: " + unfused;
   }
   return out;
@@ -34,23 +34,23 @@ std::string describe(NetworkImpl& model, const layers::FusedBnContext& c) {
 
 }  // namespace
 
-std::string set_fusion(NetworkImpl& model, const Runtime& rt, layers::FusionMode mode) {
-  layers::install_fused_bn_backend(&layers::cudnn_fused_bn_backend());
+std::string set_fusion(NetworkImpl& model, const Runtime& rt, models::FusionMode mode) {
+  models::install_fused_bn_backend(&models::cudnn_fused_bn_backend());
   const auto c = fusion_context(rt, mode);
-  layers::set_fused_batchnorm(model, mode != layers::FusionMode::None);
-  layers::set_default_paths(model, c);
+  models::set_fused_batchnorm(model, mode != models::FusionMode::None);
+  models::set_default_paths(model, c);
   return describe(model, c);
 }
 
-std::string describe_fusion(NetworkImpl& model, const Runtime& rt, layers::FusionMode mode) {
+std::string describe_fusion(NetworkImpl& model, const Runtime& rt, models::FusionMode mode) {
   return describe(model, fusion_context(rt, mode));
 }
 
-TuneReport tune_fusion(NetworkImpl& model, const Runtime& rt, layers::FusionMode mode,
+TuneReport tune_fusion(NetworkImpl& model, const Runtime& rt, models::FusionMode mode,
                        const std::vector<std::int64_t>& sizes, const std::string& cache_flag) {
   TuneReport report;
   report.mode = mode;
-  if (!rt.device.is_cuda() || layers::tunable_blocks(model).empty()) return report;
+  if (!rt.device.is_cuda() || models::tunable_blocks(model).empty()) return report;
   record_block_inputs(model, rt, sizes);
   const auto c = fusion_context(rt, mode);
   std::optional<TuningCache> cache;

@@ -17,9 +17,9 @@ namespace {
 
 constexpr const char* kFormat = "convnets tuning cache 1";
 
-std::optional<layers::FusionPath> path_of(const std::string& name) {
-  for (const auto p : layers::all_fusion_paths()) {
-    if (name == layers::path_name(p)) return p;
+std::optional<models::FusionPath> path_of(const std::string& name) {
+  for (const auto p : models::all_fusion_paths()) {
+    if (name == models::path_name(p)) return p;
   }
   return std::nullopt;
 }
@@ -40,10 +40,10 @@ TuningDevice device_of(const nlohmann::json& j) {
 nlohmann::json choice_json(const ShapeChoice& c) {
   nlohmann::json ms = nlohmann::json::object(), refused = nlohmann::json::object();
   for (const auto& cand : c.candidates) {
-    if (cand.refusal.empty()) ms[layers::path_name(cand.path)] = cand.ms;
-    else refused[layers::path_name(cand.path)] = cand.refusal;
+    if (cand.refusal.empty()) ms[models::path_name(cand.path)] = cand.ms;
+    else refused[models::path_name(cand.path)] = cand.refusal;
   }
-  return {{"path", layers::path_name(c.chosen)}, {"blocks", c.blocks}, {"ms", ms}, {"refused", refused}};
+  return {{"path", models::path_name(c.chosen)}, {"blocks", c.blocks}, {"ms", ms}, {"refused", refused}};
 }
 
 ShapeChoice choice_of(const std::string& key, const nlohmann::json& j) {
@@ -94,7 +94,7 @@ std::string TuningDevice::str() const {
   return s.str();
 }
 
-std::optional<layers::FusionPath> fastest(const std::vector<Candidate>& candidates, bool require_numerics,
+std::optional<models::FusionPath> fastest(const std::vector<Candidate>& candidates, bool require_numerics,
                                           double tie) {
   const Candidate* best = nullptr;
   for (const auto& c : candidates) {
@@ -103,7 +103,7 @@ std::optional<layers::FusionPath> fastest(const std::vector<Candidate>& candidat
   }
   if (!best) return std::nullopt;
   // The simplest path within the tie of the fastest: a difference inside the timer's noise buys no complexity.
-  for (const auto p : layers::all_fusion_paths()) {
+  for (const auto p : models::all_fusion_paths()) {
     for (const auto& c : candidates) {
       if (c.path == p && c.refusal.empty() && (!require_numerics || c.numerics_ok) && c.ms <= best->ms * (1 + tie)) {
         return p;
@@ -186,7 +186,7 @@ std::string default_tuning_cache() {
   return "";
 }
 
-std::string shape_key(const layers::FusionTunable& block, at::ScalarType dtype, bool channels_last) {
+std::string shape_key(const models::FusionTunable& block, at::ScalarType dtype, bool channels_last) {
   std::ostringstream s;
   s << block.signature() << " | input ";
   const auto sizes = block.last_input_sizes();
@@ -195,17 +195,17 @@ std::string shape_key(const layers::FusionTunable& block, at::ScalarType dtype, 
   return s.str();
 }
 
-TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context, BlockTimer& timer,
+TuneReport tune(torch::nn::Module& model, const models::FusedBnContext& context, BlockTimer& timer,
                 TuningCache* cache) {
   const auto t0 = std::chrono::steady_clock::now();
   TuneReport report;
   report.mode = context.mode;
   if (cache) report.cache_path = cache->path();
-  const auto admitted = layers::admitted_paths(context.mode);
-  const bool automatic = context.mode == layers::FusionMode::Auto;
+  const auto admitted = models::admitted_paths(context.mode);
+  const bool automatic = context.mode == models::FusionMode::Auto;
   // Blocks of one key share one decision, made at the first of them.
-  std::vector<std::pair<ShapeChoice, std::vector<layers::FusionTunable*>>> groups;
-  for (auto& [name, block] : layers::tunable_blocks(model)) {
+  std::vector<std::pair<ShapeChoice, std::vector<models::FusionTunable*>>> groups;
+  for (auto& [name, block] : models::tunable_blocks(model)) {
     if (block->last_input_sizes().empty()) {
       throw Error("the step tuner: block " + name + " has not run a training forward (its input shape is unknown)");
     }
@@ -223,13 +223,13 @@ TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context,
     auto& first = *blocks.front();
     // What each admitted path is, before anything runs.
     std::vector<Candidate> candidates;
-    std::vector<layers::FusionPath> runnable;
+    std::vector<models::FusionPath> runnable;
     for (const auto p : admitted) {
       Candidate c;
       c.path = p;
       c.refusal = first.path_refusal(p, context);
       if (c.refusal.empty() && automatic) {
-        if (const auto why = layers::unverified(p, context.dtype); !why.empty()) c.refusal = "unverified: " + why;
+        if (const auto why = models::unverified(p, context.dtype); !why.empty()) c.refusal = "unverified: " + why;
       }
       if (c.refusal.empty()) runnable.push_back(p);
       candidates.push_back(std::move(c));
@@ -243,7 +243,7 @@ TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context,
     } else if (runnable.size() <= 1) {
       // Nothing to choose between: no timing.
       choice.candidates = std::move(candidates);
-      choice.chosen = runnable.empty() ? layers::FusionPath::Unfused : runnable.front();
+      choice.chosen = runnable.empty() ? models::FusionPath::Unfused : runnable.front();
     } else {
       const auto timed = timer.time(first.module(), first, runnable, first.last_input_sizes(), context.dtype);
       for (auto& c : candidates) {
@@ -256,15 +256,15 @@ TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context,
       // path failed still runs (its note says so), auto then runs unfused.
       auto best = fastest(choice.candidates, true);
       if (!best && !automatic) best = fastest(choice.candidates, false);
-      choice.chosen = best ? *best : automatic ? layers::FusionPath::Unfused : runnable.front();
+      choice.chosen = best ? *best : automatic ? models::FusionPath::Unfused : runnable.front();
       ++report.timed;
       // A forced family's timings say nothing of the paths it left out: only auto's decisions are kept.
       if (cache && automatic) cache->record(choice);
     }
     for (const auto& c : choice.candidates) {
       if (c.path == choice.chosen && !c.numerics_ok) {
-        choice.note = std::string(layers::path_name(c.path)) + " is forced by --fusion " +
-                      layers::mode_name(context.mode) + " though its numerics differ: " + c.numerics;
+        choice.note = std::string(models::path_name(c.path)) + " is forced by --fusion " +
+                      models::mode_name(context.mode) + " though its numerics differ: " + c.numerics;
       }
     }
     for (auto* b : blocks) b->set_path(choice.chosen);
@@ -281,7 +281,7 @@ TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context,
 std::string TuneReport::describe() const {
   if (shapes.empty()) return "";
   std::ostringstream s;
-  s << "--fusion " << layers::mode_name(mode) << ": ";
+  s << "--fusion " << models::mode_name(mode) << ": ";
   if (timed == 0 && cached == 0) {
     s << "nothing to time (one path admitted per block)";
   } else {
@@ -291,14 +291,14 @@ std::string TuneReport::describe() const {
   }
   if (!cache_path.empty()) s << " (" << cache_path << ")";
   for (const auto& c : shapes) {
-    s << "\n  " << block_names(c.blocks) << ": " << layers::path_name(c.chosen);
+    s << "\n  " << block_names(c.blocks) << ": " << models::path_name(c.chosen);
     std::string timed_text, refused_text;
     for (const auto& cand : c.candidates) {
       if (cand.refusal.empty() && cand.ms > 0) {
-        timed_text += (timed_text.empty() ? "" : ", ") + std::string(layers::path_name(cand.path)) + " " +
+        timed_text += (timed_text.empty() ? "" : ", ") + std::string(models::path_name(cand.path)) + " " +
                       ms_text(cand.ms) + (cand.numerics_ok ? "" : " (numerics: " + cand.numerics + ")");
       } else if (!cand.refusal.empty()) {
-        refused_text += (refused_text.empty() ? "" : "; ") + std::string(layers::path_name(cand.path)) + ": " +
+        refused_text += (refused_text.empty() ? "" : "; ") + std::string(models::path_name(cand.path)) + ": " +
                         cand.refusal;
       }
     }

@@ -28,7 +28,7 @@ struct TuningDevice {
 
 // One path of one block shape: how long its forward and backward took alone, or why it is not a candidate.
 struct Candidate {
-  layers::FusionPath path = layers::FusionPath::Unfused;
+  models::FusionPath path = models::FusionPath::Unfused;
   double ms = 0;           // per forward + backward of the block, the best of the interleaved rounds
   std::string refusal;     // "" where it ran: else why not (the block cannot run it, unverified, it failed)
   std::string numerics;    // its output and gradients against the unfused path's on the same input ("" if not run)
@@ -40,14 +40,14 @@ struct ShapeChoice {
   std::string key;                   // the block's signature, its input's sizes, dtype and layout
   std::vector<std::string> blocks;   // state_dict prefixes: layer1.1, layer1.2
   std::vector<Candidate> candidates; // each admitted path, timed or refused
-  layers::FusionPath chosen = layers::FusionPath::Unfused;
+  models::FusionPath chosen = models::FusionPath::Unfused;
   bool from_cache = false;
   std::string note;                  // a forced path that failed its numerics check, say
 };
 
 // The fastest candidate that ran (and, with `require_numerics`, passed its check); one within `tie` (relative) of the
 // fastest goes to the one earlier in all_fusion_paths()'s order, the simpler. None where no candidate ran.
-std::optional<layers::FusionPath> fastest(const std::vector<Candidate>& candidates, bool require_numerics = true,
+std::optional<models::FusionPath> fastest(const std::vector<Candidate>& candidates, bool require_numerics = true,
                                           double tie = 0.01);
 
 // The choices of earlier runs: a JSON file of entries per device. Entries of other devices are kept (one cache may
@@ -82,13 +82,13 @@ std::string default_tuning_cache();
 class BlockTimer {
  public:
   virtual ~BlockTimer() = default;
-  virtual std::vector<Candidate> time(torch::nn::Module& block, layers::FusionTunable& tunable,
-                                      const std::vector<layers::FusionPath>& paths,
+  virtual std::vector<Candidate> time(torch::nn::Module& block, models::FusionTunable& tunable,
+                                      const std::vector<models::FusionPath>& paths,
                                       const std::vector<std::int64_t>& sizes, at::ScalarType dtype) = 0;
 };
 
 struct TuneReport {
-  layers::FusionMode mode = layers::FusionMode::Auto;
+  models::FusionMode mode = models::FusionMode::Auto;
   std::vector<ShapeChoice> shapes;
   double seconds = 0;        // the tuning's own time, timing and numerics checks included
   int timed = 0, cached = 0; // shapes timed now, shapes taken from the cache
@@ -102,10 +102,10 @@ struct TuneReport {
 // admits and the timings favour: one admitted path is set without timing; several are timed, once per shape, unless
 // `cache` holds the shape (its choice still admitted and possible); new timings are put into `cache` (saved by the
 // caller). In auto, an unverified path or one whose numerics differ from the unfused path's is not a candidate.
-TuneReport tune(torch::nn::Module& model, const layers::FusedBnContext& context, BlockTimer& timer,
+TuneReport tune(torch::nn::Module& model, const models::FusedBnContext& context, BlockTimer& timer,
                 TuningCache* cache);
 
 // The shape key of a block: its signature, input sizes, dtype and memory format.
-std::string shape_key(const layers::FusionTunable& block, at::ScalarType dtype, bool channels_last);
+std::string shape_key(const models::FusionTunable& block, at::ScalarType dtype, bool channels_last);
 
 }  // namespace convnets::runtime

@@ -19,7 +19,7 @@ namespace {
 class BenchStep : public bench::TimedTrainStep {
  public:
   BenchStep(NetworkImpl& model, const runtime::Runtime& rt, const bench::ModelBenchOptions& o)
-      : model_(model), rt_(rt), mode_(layers::parse_fusion_mode(o.fusion)), tuning_cache_(o.tuning_cache),
+      : model_(model), rt_(rt), mode_(models::parse_fusion_mode(o.fusion)), tuning_cache_(o.tuning_cache),
         sgd_(model, {o.momentum, false, o.weight_decay, false}) {
     runtime::set_fusion(model, rt, mode_);
     if (rt.loss_scaling) scaler_.emplace(rt.device);
@@ -59,7 +59,7 @@ class BenchStep : public bench::TimedTrainStep {
  private:
   NetworkImpl& model_;
   runtime::Runtime rt_;
-  layers::FusionMode mode_;
+  models::FusionMode mode_;
   std::string tuning_cache_;
   bool tuned_ = false;
   runtime::TuneReport tuning_;

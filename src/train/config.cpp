@@ -185,7 +185,7 @@ void validate(const TrainConfig& c) {
   check_declared("precision", c.precision, options::precision);
   check_declared("memory_format", c.memory_format, options::memory_format);
   check_declared("device", c.device, options::device);
-  (void)layers::parse_fusion_mode(c.fusion, flag_for("fusion"));
+  (void)models::parse_fusion_mode(c.fusion, flag_for("fusion"));
   check(std::isfinite(c.bucket_mb) && c.bucket_mb > 0, "bucket_mb", "a positive size in MiB", str(c.bucket_mb));
   check_choice("dist_backend", c.dist_backend, {"auto", "gloo", "nccl"});
   check(c.workers >= 0, "workers", "0 or positive", std::to_string(c.workers));

@@ -231,12 +231,12 @@ void start_qat(TrainingRun& run) {
 // that the ranks' steps are one function.
 void set_up_fusion(TrainingRun& run) {
   const auto& c = run.config;
-  const auto mode = layers::parse_fusion_mode(c.fusion);
+  const auto mode = models::parse_fusion_mode(c.fusion);
   run.fused_bn = runtime::set_fusion(*run.model, run.rt, mode);
   if (c.evaluate) return;
   std::int64_t channels = 3;
   for (const auto& m : run.model->modules(/*include_self=*/false)) {
-    if (const auto* conv = dynamic_cast<const layers::Conv2dImpl*>(m.get())) {
+    if (const auto* conv = dynamic_cast<const models::Conv2dImpl*>(m.get())) {
       channels = conv->options.in_channels();
       break;
     }
@@ -247,9 +247,9 @@ void set_up_fusion(TrainingRun& run) {
   run.tuning = report.describe();
   if (report.shapes.empty()) return;
   if (run.group) {
-    auto paths = layers::block_paths(*run.model).to(run.rt.device);
+    auto paths = models::block_paths(*run.model).to(run.rt.device);
     run.group->broadcast(paths);
-    layers::set_block_paths(*run.model, paths.cpu());
+    models::set_block_paths(*run.model, paths.cpu());
   }
   run.fused_bn = runtime::describe_fusion(*run.model, run.rt, mode);
 }
@@ -272,7 +272,7 @@ void build_network(TrainingRun& run) {
   prepare_model(*run.model, run.rt);
   if (run.group && c.sync_bn) {
     // The group outlives the model's use of it: run_training owns both ends.
-    layers::enable_sync_batchnorm(*run.model, std::shared_ptr<layers::BatchNormSync>(run.group, [](auto*) {}));
+    models::enable_sync_batchnorm(*run.model, std::shared_ptr<models::BatchNormSync>(run.group, [](auto*) {}));
   }
   // QAT trains through the graph form (quant/eager.h), which fake-quantizes between BN and ReLU: nothing to fuse.
   if (!c.qat) set_up_fusion(run);
