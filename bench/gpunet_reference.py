@@ -270,7 +270,7 @@ def main():
         precision = {"fp16": "amp", "bf16": "bf16", "fp32": "fp32"}[a.precision]
         tool = "pytorch-eager" if not a.compile_mode else "pytorch-compile" + (
             "" if a.compile_mode == "default" else "-" + a.compile_mode)
-        row = {"batch": a.batch_size, "fits": True, "data_backend": "synthetic", "engine": "pytorch",
+        row = {"batch": a.batch_size, "fits": True, "engine": "pytorch",
                "images_per_s": a.batch_size * 1e3 / mean, "mean_ms": mean, "p50_ms": med, "p90_ms": p90}
         result = {"tool": tool, "mode": "infer", "arch": os.path.splitext(os.path.basename(a.config))[0],
                   "precision": precision, "image_size": model.img_resolution, "device": a.device,

@@ -148,9 +148,10 @@ def measure(a, device, batch):
             times.append((time.perf_counter() - t0) * 1e3)
     sync(device)
     seconds = time.perf_counter() - start
-    row = {"batch": batch, "fits": True, "data_backend": "synthetic", "images_per_s": batch * a.iterations / seconds,
+    row = {"batch": batch, "fits": True, "images_per_s": batch * a.iterations / seconds,
            "mean_ms": seconds * 1e3 / a.iterations}
     if a.mode == "train":
+        row["data_backend"] = "synthetic"  # as convnets' train rows; infer rows have no data backend
         row["first_step_s"] = first_step_s  # as convnets' train rows, whose first step holds the step tuner
     if a.profile and batch == int(a.batch_sizes.split(",")[-1]):
         profile(a.profile, a.profile_steps, device, iteration)

@@ -1,6 +1,5 @@
 #include "bench/measurement.h"
 
-#include "core/memory.h"
 #include "models/registry.h"
 #include "runtime/runtime.h"
 
@@ -14,17 +13,6 @@ using Clock = std::chrono::steady_clock;
 
 void synchronize(const c10::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
-}
-
-int input_size(const ModelBenchOptions& o) {
-  return o.image_size > 0 ? o.image_size : find_architecture(o.arch).preprocessing.input_size;
-}
-
-void release_cached_memory() {
-  // Without this the trimmed-never heap (core/memory.h) keeps the failed
-  // attempt's pages and the bisection under-reports what fits.
-  release_host_memory();
-  c10::cuda::CUDACachingAllocator::emptyCache();
 }
 
 Measurement::Measurement(const ModelBenchOptions& options, std::int64_t batch, bool build) : o(options) {
@@ -56,7 +44,7 @@ double Measurement::timed(int warmup, int iterations, bool sync_each, bool first
     if (i == 0 && first_timed) {
       // The first step alone: what a second run's tuning cache shortens.
       synchronize(device);
-      row.first_step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      first_step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     }
   }
   synchronize(device);
@@ -77,7 +65,6 @@ BenchRow Measurement::finish(double seconds, int iterations) {
   const auto& rt = o.runtime;
   row.mean_ms = seconds * 1e3 / iterations;
   row.images_per_s = static_cast<double>(row.batch) * iterations / seconds;
-  row.total_images_per_s = row.images_per_s;
   if (rt.device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(rt.device.index());
     const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);

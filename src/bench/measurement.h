@@ -2,6 +2,7 @@
 #pragma once
 
 #include "bench/model_bench.h"
+#include "models/registry.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -12,10 +13,6 @@
 namespace convnets::bench {
 
 void synchronize(const c10::Device& device);
-// The side of the images timed: --image-size, else the arch's own.
-int input_size(const ModelBenchOptions& options);
-// The allocators' cached memory given back, so that an out-of-memory probe that failed leaves nothing held.
-void release_cached_memory();
 
 // One row's set-up and timing. A checkpoint (bench infer --checkpoint) brings its own network: `model` stays null
 // and `arch` too (its arch may be a layer list it carries, with no registry name).
@@ -29,6 +26,7 @@ struct Measurement {
   at::Tensor images, labels;  // the loader's uint8 NHWC batch on the device: each iteration pays its normalisation
   BenchRow row;
   std::vector<double> times_ms;  // each timed iteration, where `sync_each`
+  double first_step_s = 0;       // the first warm-up iteration, synchronised, where `first_timed`
 
   // `warmup` iterations (the first one's seconds kept where `first_timed`), then `iterations` timed; each
   // synchronised where `sync_each` (latency), else one synchronisation at the end (throughput as training sees
@@ -37,11 +35,5 @@ struct Measurement {
   // images/s from the seconds, and the device's peak memory over the row.
   BenchRow finish(double seconds, int iterations);
 };
-
-// bench train's and bench infer's one row.
-BenchRow measure_train(const ModelBenchOptions& options, std::int64_t batch, int warmup, int iterations,
-                       const std::string& data_backend);
-BenchRow measure_infer(const ModelBenchOptions& options, std::int64_t batch, int warmup, int iterations,
-                       const std::string& engine);
 
 }  // namespace convnets::bench

@@ -24,9 +24,9 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 }  // namespace
 
-SaveBenchResult bench_saves(const ModelBenchOptions& o) {
+SaveBenchResult bench_saves(const TrainBenchOptions& o) {
   namespace fs = std::filesystem;
-  if (!o.train_step) throw Error("bench train --save-every: no training step was given (ModelBenchOptions::train_step)");
+  if (!o.train_step) throw Error("bench train --save-every: no training step was given (TrainBenchOptions::train_step)");
   if (o.save_every < 1) throw Error("--save-every must be at least 1, got " + std::to_string(o.save_every));
   if (o.batch_sizes.size() != 1) {
     throw Error("--save-every: give one --batch-sizes value, not " + std::to_string(o.batch_sizes.size()));
@@ -97,7 +97,7 @@ SaveBenchResult bench_saves(const ModelBenchOptions& o) {
   return r;
 }
 
-std::string format_save_bench(const ModelBenchOptions& o, const SaveBenchResult& r) {
+std::string format_save_bench(const TrainBenchOptions& o, const SaveBenchResult& r) {
   char text[512];
   std::snprintf(text, sizeof text,
                 "%s at %d px, batch %lld, %s %s: a checkpoint of %lld tensors, %.1f MB (weights, SGD momentum), saved "
@@ -125,7 +125,7 @@ std::string format_save_bench(const ModelBenchOptions& o, const SaveBenchResult&
   return out + text;
 }
 
-nlohmann::ordered_json to_json(const ModelBenchOptions& o, const SaveBenchResult& r) {
+nlohmann::ordered_json to_json(const TrainBenchOptions& o, const SaveBenchResult& r) {
   nlohmann::ordered_json j = {{"tool", "convnets"}, {"mode", "train-save-every"}, {"arch", o.arch},
                               {"device", o.runtime.device.str()}, {"precision", o.runtime.precision},
                               {"batch", r.batch}, {"image_size", r.image_size}, {"save_every", o.save_every},

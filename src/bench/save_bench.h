@@ -2,7 +2,7 @@
 // synchronously (as at an epoch's end) and in the background (--checkpoint-interval), against steps with no save.
 #pragma once
 
-#include "bench/model_bench.h"
+#include "bench/train_bench.h"
 
 #include <cstdint>
 #include <string>
@@ -32,10 +32,10 @@ struct SaveBenchResult {
 // Blocks of the three kinds in turn (none, sync, background, `options.saves` times), so that each kind meets the
 // same machine; options.batch_sizes' first batch, synthetic data, the step `train` runs (options.train_step).
 // Throws Error naming the folder when it cannot be written; the files are removed after.
-SaveBenchResult bench_saves(const ModelBenchOptions& options);
+SaveBenchResult bench_saves(const TrainBenchOptions& options);
 
 // The kinds side by side, as `bench train --save-every` prints them; and the JSON of every block.
-std::string format_save_bench(const ModelBenchOptions& options, const SaveBenchResult& result);
-nlohmann::ordered_json to_json(const ModelBenchOptions& options, const SaveBenchResult& result);
+std::string format_save_bench(const TrainBenchOptions& options, const SaveBenchResult& result);
+nlohmann::ordered_json to_json(const TrainBenchOptions& options, const SaveBenchResult& result);
 
 }  // namespace convnets::bench

@@ -4,7 +4,8 @@
 #include "bench/save_bench.h"
 #include "bench/scaling.h"
 #include "core/stats.h"
-#include "bench/model_bench.h"
+#include "bench/infer_bench.h"
+#include "bench/train_bench.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "core/error.h"
@@ -39,7 +40,9 @@ namespace convnets::cli {
 namespace {
 
 struct BenchModelArgs {
-  bench::ModelBenchOptions options;
+  bool is_train = true;
+  bench::TrainBenchOptions train;
+  bench::InferBenchOptions infer;
   std::string device = "auto", precision = "fp32", memory_format = "nhwc", json;
   std::vector<std::string> engines{"auto"};
   std::string checkpoint;
@@ -47,6 +50,8 @@ struct BenchModelArgs {
   bool no_cuda_graph = false;
   bool infer_graphs = true;  // bench infer's --no-cuda-graph (add_graph_options)
   distributed::LaunchOptions launch;
+
+  bench::ModelBenchOptions& common() { return is_train ? static_cast<bench::ModelBenchOptions&>(train) : infer; }
 };
 
 // `bench train --nproc-per-node N`: the lone process and the N together (bench/scaling.h), printed and written.
@@ -58,47 +63,15 @@ void run_scaling(BenchModelArgs& a, const distributed::WorkerEnv& plan) {
 
 // bench train --save-every: the three kinds of block side by side, and the JSON of every block.
 void run_save_bench(const BenchModelArgs& a) {
-  const auto r = bench::bench_saves(a.options);
-  std::cout << bench::format_save_bench(a.options, r) << std::flush;
-  if (!a.json.empty()) write_file_atomically(a.json, dump_json(bench::to_json(a.options, r), 2) + "\n");
+  const auto r = bench::bench_saves(a.train);
+  std::cout << bench::format_save_bench(a.train, r) << std::flush;
+  if (!a.json.empty()) write_file_atomically(a.json, dump_json(bench::to_json(a.train, r), 2) + "\n");
 }
 
-void run_bench_model(BenchModelArgs& a) {
-  auto& o = a.options;
-  const auto role = o.train ? distributed::resolve(a.launch) : distributed::Resolved{};
-  if (role.role == distributed::Role::Launcher) return run_scaling(a, role.worker);
-  const distributed::WorkerEnv* worker = role.role == distributed::Role::Worker ? &role.worker : nullptr;
-  if (o.save_every > 0 && worker) throw Error("--save-every: times one process; leave out --nproc-per-node");
-  o.runtime = runtime::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
-  if (o.save_every > 0) {
-    o.cuda_graph = !a.no_cuda_graph;
-    return run_save_bench(a);
-  }
-  if (!o.train) {
-    if (a.engines.empty()) throw Error("--engine: expected at least one of auto, torch, openvino");
-    o.engines.clear();
-    for (const auto& e : a.engines) o.engines.push_back(deploy::resolve_engine(e, o.runtime));
-    if (!a.checkpoint.empty()) {
-      deploy::InferenceOptions io;
-      io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
-      io.fold_bn = o.fold_bn;
-      io.cuda_graph = a.infer_graphs, io.graph_batch_sizes = o.graph_batch_sizes, io.graph_memory_mb = o.graph_memory_mb;
-      io.fused_conv = o.fused_conv;
-      io.as_float = a.as_float;
-      if (a.arch_given) io.arch = o.arch;  // a training checkpoint names its own
-      io.num_classes = o.num_classes;       // a plain weights file's classifier
-      bench::set_checkpoint(o, a.checkpoint, io);
-    }
-  }
-  o.cuda_graph = o.train ? !a.no_cuda_graph : a.infer_graphs;
-  (void)models::parse_fusion_mode(o.fusion);
-  std::unique_ptr<distributed::Group> group;
-  if (worker && (worker->world_size > 1 || std::getenv(bench::kBenchGroup))) {
-    group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");
-    o.group = group.get();
-  }
-  const auto rows = bench::run_model_bench(o);
-  if (group && group->rank() != 0) return;
+// The rows printed (or, in a worker of the scaling launcher, written where it reads them) and written as --json; a
+// batch that did not fit fails the command after its row is shown.
+template <typename Options, typename Row>
+void report_rows(const BenchModelArgs& a, const Options& o, const std::vector<Row>& rows, const std::string& what) {
   if (const char* out = std::getenv(bench::kBenchOut)) {
     write_file_atomically(out, dump_json(bench::to_json(o, rows), 2) + "\n");
     return;
@@ -117,11 +90,52 @@ void run_bench_model(BenchModelArgs& a) {
   for (const auto& r : rows) {
     if (r.fits) continue;
     throw Error("--batch-sizes " + std::to_string(r.batch) + ": out of memory on " + o.runtime.device.str() + " (" +
-                    o.arch + ", " + o.runtime.precision + ", " + (o.train ? "training" : "inference") +
+                    o.arch + ", " + o.runtime.precision + ", " + what +
                     "); the largest batch that fits is " + std::to_string(r.largest_fitting),
                 r.largest_fitting > 0 ? "use --batch-sizes " + std::to_string(r.largest_fitting) + " or less"
                                       : "not even one image fits: use a smaller --image-size or model");
   }
+}
+
+void run_bench_train(BenchModelArgs& a) {
+  auto& o = a.train;
+  const auto role = distributed::resolve(a.launch);
+  if (role.role == distributed::Role::Launcher) return run_scaling(a, role.worker);
+  const distributed::WorkerEnv* worker = role.role == distributed::Role::Worker ? &role.worker : nullptr;
+  if (o.save_every > 0 && worker) throw Error("--save-every: times one process; leave out --nproc-per-node");
+  o.runtime = runtime::resolve_runtime(a.device, a.precision, a.memory_format, worker ? worker->local_rank : 0);
+  o.cuda_graph = !a.no_cuda_graph;
+  if (o.save_every > 0) return run_save_bench(a);
+  (void)models::parse_fusion_mode(o.fusion);
+  std::unique_ptr<distributed::Group> group;
+  if (worker && (worker->world_size > 1 || std::getenv(bench::kBenchGroup))) {
+    group = std::make_unique<distributed::Group>(*worker, o.runtime.device, "auto");
+    o.group = group.get();
+  }
+  const auto rows = bench::run_train_bench(o);
+  if (group && group->rank() != 0) return;
+  report_rows(a, o, rows, "training");
+}
+
+void run_bench_infer(BenchModelArgs& a) {
+  auto& o = a.infer;
+  o.runtime = runtime::resolve_runtime(a.device, a.precision, a.memory_format, 0);
+  if (a.engines.empty()) throw Error("--engine: expected at least one of auto, torch, openvino");
+  o.engines.clear();
+  for (const auto& e : a.engines) o.engines.push_back(deploy::resolve_engine(e, o.runtime));
+  if (!a.checkpoint.empty()) {
+    deploy::InferenceOptions io;
+    io.device = a.device, io.precision = a.precision, io.memory_format = a.memory_format;
+    io.fold_bn = o.fold_bn;
+    io.cuda_graph = a.infer_graphs, io.graph_batch_sizes = o.graph_batch_sizes, io.graph_memory_mb = o.graph_memory_mb;
+    io.fused_conv = o.fused_conv;
+    io.as_float = a.as_float;
+    if (a.arch_given) io.arch = o.arch;  // a training checkpoint names its own
+    io.num_classes = o.num_classes;       // a plain weights file's classifier
+    bench::set_checkpoint(o, a.checkpoint, io);
+  }
+  o.cuda_graph = a.infer_graphs;
+  report_rows(a, o, bench::run_infer_bench(o), "inference");
 }
 
 struct BenchCheckpointArgs {
@@ -155,13 +169,13 @@ void add_bench_checkpoint(CLI::App& bench) {
 
 void add_model_bench(CLI::App& bench, bool train) {
   auto args = std::make_shared<BenchModelArgs>();
-  args->options.train = train;
-  args->options.train_step = train::make_bench_step;  // the training floor's step, handed down
+  args->is_train = train;
+  args->train.train_step = train::make_bench_step;  // the training floor's step, handed down
   auto* cmd = bench.add_subcommand(
       train ? "train" : "infer",
       train ? "Training images/s on synthetic data (forward, backward, loss scaling, SGD) per batch size"
             : "Inference images/s and latency avg/p90/p95/p99 on synthetic data per batch size");
-  auto& o = args->options;
+  auto& o = args->common();
   if (!train) o.batch_sizes = {1, 64, 256};
   auto* arch = cmd->add_option("--arch", o.arch, "Architecture (see `convnets models`)")->capture_default_str();
   arch->each([args](const std::string&) { args->arch_given = true; });
@@ -184,44 +198,46 @@ void add_model_bench(CLI::App& bench, bool train) {
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   if (train) {
+    auto& t = args->train;
     cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run the step eagerly instead of replaying a CUDA graph");
-    cmd->add_option("--fusion", o.fusion,
+    cmd->add_option("--fusion", t.fusion,
                     "auto (each residual block's verified paths timed at the first step, the fastest kept and cached) "
                     "| none | bn | normconv, as train's --fusion")
         ->capture_default_str();
-    cmd->add_option("--tuning-cache", o.tuning_cache,
+    cmd->add_option("--tuning-cache", t.tuning_cache,
                     "--fusion auto's cache of timed choices (default: $XDG_CACHE_HOME/convnets/tuning.json; none: no "
                     "file), as train's");
-    cmd->add_flag_callback("--no-fused-bn", [&o] { o.fusion = "none"; }, "--fusion none");
-    cmd->add_flag_callback("--norm-conv", [&o] { o.fusion = "normconv"; }, "--fusion normconv");
-    cmd->add_flag_callback("--no-norm-conv", [&o] { o.fusion = "bn"; }, "--fusion bn");
-    cmd->add_option("--profile", o.profile,
+    cmd->add_flag_callback("--no-fused-bn", [&t] { t.fusion = "none"; }, "--fusion none");
+    cmd->add_flag_callback("--norm-conv", [&t] { t.fusion = "normconv"; }, "--fusion normconv");
+    cmd->add_flag_callback("--no-norm-conv", [&t] { t.fusion = "bn"; }, "--fusion bn");
+    cmd->add_option("--profile", t.profile,
                     "After timing the last batch size, profile more steps (Kineto: host ops, GPU kernels) into this "
                     "Chrome trace file (bench/profile_families.py sums its kernels by family)");
-    cmd->add_option("--profile-steps", o.profile_steps, "Steps under the profiler with --profile")
+    cmd->add_option("--profile-steps", t.profile_steps, "Steps under the profiler with --profile")
         ->check(CLI::Range(1, 1000))
         ->capture_default_str();
-    cmd->add_option("--bucket-mb", o.bucket_mb, "Data-parallel: gradient all-reduce bucket size in MiB")
+    cmd->add_option("--bucket-mb", t.bucket_mb, "Data-parallel: gradient all-reduce bucket size in MiB")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
-    cmd->add_option("--data", o.data,
+    cmd->add_option("--data", t.data,
                     "Also train from this image folder or list file (its train split) through the real loader");
-    cmd->add_option("--data-backend", o.data_backends,
+    cmd->add_option("--data-backend", t.data_backends,
                     "Comma-separated: synthetic (device-resident random batch), cpu (loader threads decode), "
                     "gpu (entropy decoding on the loader threads, the rest on the GPU)")
         ->delimiter(',')
         ->capture_default_str();
-    cmd->add_option("--workers", o.workers, "Loader threads for --data (0: one per CPU)")->check(CLI::Range(0, 1024));
-    cmd->add_option("--save-every", o.save_every,
+    cmd->add_option("--workers", t.workers, "Loader threads for --data (0: one per CPU)")->check(CLI::Range(0, 1024));
+    cmd->add_option("--save-every", t.save_every,
                     "Instead of the rows: what a checkpoint costs the steps around it, in blocks of this many steps "
                     "with a save after the first, synchronous (as at an epoch's end) or in the background "
                     "(train's --checkpoint-interval), against blocks without one")
         ->check(CLI::Range(1, 100000));
-    cmd->add_option("--saves", o.saves, "--save-every: blocks of each kind")->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->add_option("--save-dir", o.save_dir, "--save-every: folder of the checkpoint (default: the system's temporary one)");
+    cmd->add_option("--saves", t.saves, "--save-every: blocks of each kind")->check(CLI::Range(1, 1000))->capture_default_str();
+    cmd->add_option("--save-dir", t.save_dir, "--save-every: folder of the checkpoint (default: the system's temporary one)");
     add_launch_flags(cmd, args->launch);
   } else {
-    add_fold_bn_option(cmd, o.fold_bn, "before timing: ");
+    auto& in = args->infer;
+    add_fold_bn_option(cmd, in.fold_bn, "before timing: ");
     cmd->add_option("--engine", args->engines,
                     std::string("Comma-separated engines, timed side by side: ") + deploy::kEngineHelp)
         ->delimiter(',')
@@ -231,10 +247,10 @@ void add_model_bench(CLI::App& bench, bool train) {
                     "Time this checkpoint, weights file (with --arch) or exported .onnx instead of random weights; "
                     "a QAT checkpoint or an INT8 export runs as INT8 (OpenVINO: INT8 kernels)");
     cmd->add_flag("--float", args->as_float, "A QAT checkpoint: time its float weights instead of the INT8 network");
-    add_graph_options(cmd, args->infer_graphs, o.graph_batch_sizes, o.graph_memory_mb, o.fused_conv);
+    add_graph_options(cmd, args->infer_graphs, in.graph_batch_sizes, in.graph_memory_mb, in.fused_conv);
   }
   cmd->add_option("--json", args->json, "Also write the results as JSON to this file");
-  cmd->callback([args] { run_bench_model(*args); });
+  cmd->callback([args] { args->is_train ? run_bench_train(*args) : run_bench_infer(*args); });
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace {
 
 class BenchStep : public bench::TimedTrainStep {
  public:
-  BenchStep(NetworkImpl& model, const runtime::Runtime& rt, const bench::ModelBenchOptions& o)
+  BenchStep(NetworkImpl& model, const runtime::Runtime& rt, const bench::TrainBenchOptions& o)
       : model_(model), rt_(rt), mode_(models::parse_fusion_mode(o.fusion)), tuning_cache_(o.tuning_cache),
         sgd_(model, {o.momentum, false, o.weight_decay, false}) {
     runtime::set_fusion(model, rt, mode_);
@@ -72,7 +72,7 @@ class BenchStep : public bench::TimedTrainStep {
 }  // namespace
 
 std::unique_ptr<bench::TimedTrainStep> make_bench_step(NetworkImpl& model, const runtime::Runtime& rt,
-                                                       const bench::ModelBenchOptions& options) {
+                                                       const bench::TrainBenchOptions& options) {
   return std::make_unique<BenchStep>(model, rt, options);
 }
 

@@ -1,7 +1,7 @@
 // The training step that `bench train` times (bench::TimedTrainStep), made here on the training floor from the optimizer, loss scaler, gradient all-reduce and step runner that `train` uses.
 #pragma once
 
-#include "bench/model_bench.h"
+#include "bench/train_bench.h"
 
 #include <memory>
 
@@ -12,6 +12,6 @@ namespace convnets::train {
 // options' group all-reducing the gradients in buckets, replayed as a CUDA
 // graph where the device allows it (options.cuda_graph). A bench::TrainStepFactory.
 std::unique_ptr<bench::TimedTrainStep> make_bench_step(NetworkImpl& model, const runtime::Runtime& rt,
-                                                       const bench::ModelBenchOptions& options);
+                                                       const bench::TrainBenchOptions& options);
 
 }  // namespace convnets::train
