@@ -1,6 +1,9 @@
 #include "bench/serve_bench.h"
 
 #include "bench/http_client.h"
+#ifdef CONVNETS_GRPC
+#include "bench/grpc_client.h"
+#endif
 #include "core/error.h"
 #include "core/json.h"
 #include "core/stats.h"
@@ -18,7 +21,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -133,11 +138,59 @@ Payloads make_payloads(const LoadOptions& o, const Chosen& in) {
   return p;
 }
 
+// The calls a run makes besides inference, over the protocol it loads the server with.
+class Control {
+ public:
+  Control(const LoadOptions& o, const Endpoint& e) : http_(e) {
+#ifdef CONVNETS_GRPC
+    if (o.protocol == "grpc") grpc_ = std::make_unique<GrpcClient>(e.host + ":" + e.port);
+#endif
+    try {
+      if (grpc_) grpc_->connect(10);
+      else http_.connect();
+    } catch (const std::exception& ex) {
+      throw Error("bench serve: cannot connect to " + o.url + ": " + ex.what(), "is the server up? (convnets serve)");
+    }
+  }
+  std::vector<std::string> model_names() {
+    if (grpc_) return grpc_->model_names();
+    const auto index = json_of(http_.request("POST", "/v2/repository/index", "{}"), "the server's repository index");
+    std::vector<std::string> names;
+    for (const auto& m : index) names.push_back(m.value("name", std::string()));
+    return names;
+  }
+  nlohmann::json model_metadata(const std::string& model) {
+    if (grpc_) return grpc_->model_metadata(model);
+    return json_of(http_.request("GET", "/v2/models/" + percent_encoded(model)), "model " + model + "'s metadata");
+  }
+  void register_region(const std::string& name, const std::string& key, std::size_t size) {
+    if (grpc_) return grpc_->register_region(name, key, 0, size);
+    const auto r = http_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name) + "/register",
+                                 nlohmann::json{{"key", key}, {"byte_size", size}, {"offset", 0}}.dump());
+    if (r.status != 200) {
+      throw Error("registering shared-memory region " + name + ": HTTP " + std::to_string(r.status) + " " + r.body,
+                  "the server must offer Triton's system shared-memory extension, on this machine");
+    }
+  }
+  void unregister_region(const std::string& name) {
+    if (grpc_) return grpc_->unregister_region(name);
+    http_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name) + "/unregister");
+  }
+
+ private:
+  Connection http_;
+#ifdef CONVNETS_GRPC
+  std::unique_ptr<GrpcClient> grpc_;
+#else
+  std::unique_ptr<int> grpc_;  // never set: gRPC is refused before a Control is made
+#endif
+};
+
 // The inputs in one system shared-memory region (Triton's extension), registered with the server for the run and
 // unregistered and unlinked when it ends, however it ends.
 class SharedRegion {
  public:
-  SharedRegion(const Payloads& p, Connection& control) : control_(control) {
+  SharedRegion(const Payloads& p, Control& control) : control_(control) {
     const auto id = std::to_string(::getpid()) + "-" + std::to_string(Clock::now().time_since_epoch().count());
     key_ = "/convnets-bench-serve-" + id;
     name_ = "convnets-bench-serve-" + id;
@@ -161,23 +214,19 @@ class SharedRegion {
       std::memcpy(static_cast<char*>(map) + offsets_[i], p.bytes[i].data(), p.bytes[i].size());
     }
     ::munmap(map, total);
-    HttpResponse r;
     try {
-      r = control_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name_) + "/register",
-                           nlohmann::json{{"key", key_}, {"byte_size", total}, {"offset", 0}}.dump());
+      control_.register_region(name_, key_, total);
+    } catch (const Error&) {
+      ::shm_unlink(key_.c_str());
+      throw;
     } catch (const std::exception& e) {
       ::shm_unlink(key_.c_str());
       throw Error("registering shared-memory region " + name_ + ": " + e.what());
     }
-    if (r.status != 200) {
-      ::shm_unlink(key_.c_str());
-      throw Error("registering shared-memory region " + name_ + ": HTTP " + std::to_string(r.status) + " " + r.body,
-                  "the server must offer Triton's system shared-memory extension, on this machine");
-    }
   }
   ~SharedRegion() {
     try {
-      control_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name_) + "/unregister");
+      control_.unregister_region(name_);
     } catch (const std::exception&) {
       // The server may be gone: the object is still ours to remove.
     }
@@ -189,17 +238,15 @@ class SharedRegion {
   std::size_t offset(std::size_t i) const { return offsets_[i]; }
 
  private:
-  Connection& control_;
+  Control& control_;
   std::string key_, name_;
   std::vector<std::size_t> offsets_;
 };
 
-// Each distinct input's whole HTTP request, made once: a client's send is one write. The body is the protocol's
-// (kserve/messages.h), as tritonclient writes it.
-std::vector<std::string> make_requests(const Endpoint& e, const std::string& model, const Chosen& in,
-                                       const std::string& output, const Payloads& p, const SharedRegion* region,
-                                       std::int64_t& largest_body) {
-  std::vector<std::string> out;
+// Each distinct input's request, in the protocol's form (kserve/messages.h), as tritonclient builds it.
+std::vector<InferRequest> make_requests(const std::string& model, const Chosen& in, const std::string& output,
+                                        const Payloads& p, const SharedRegion* region) {
+  std::vector<InferRequest> out;
   for (std::size_t i = 0; i < p.bytes.size(); ++i) {
     InferRequest request;
     Tensor t;
@@ -213,6 +260,16 @@ std::vector<std::string> make_requests(const Endpoint& e, const std::string& mod
     }
     request.inputs.push_back(std::move(t));
     request.outputs.push_back({output, /*binary=*/true, 0});
+    out.push_back(std::move(request));
+  }
+  return out;
+}
+
+// Each request's whole HTTP message, made once: a client's send is one write.
+std::vector<std::string> http_messages(const Endpoint& e, const std::string& model,
+                                       const std::vector<InferRequest>& requests, std::int64_t& largest_body) {
+  std::vector<std::string> out;
+  for (const auto& request : requests) {
     std::optional<std::size_t> header;
     const std::string body = write_infer_request(request, header);
     std::string r = "POST /v2/models/" + percent_encoded(model) + "/infer HTTP/1.1\r\nHost: " + e.host + "\r\n";
@@ -226,12 +283,63 @@ std::vector<std::string> make_requests(const Endpoint& e, const std::string& mod
   return out;
 }
 
+// One client thread's way to the server: its own HTTP/1.1 keep-alive connection or its own gRPC channel. send()
+// gives "" for an answer (its first output's values into `answer` when asked), else what failed: the HTTP status,
+// the gRPC code's name, or "connection".
+class Session {
+ public:
+  virtual ~Session() = default;
+  virtual void connect() = 0;
+  virtual std::string send(std::size_t which, std::vector<double>* answer) = 0;
+  virtual void close() {}
+};
+
 // A response's first output as numbers, read as the protocol says (kserve/messages.h).
-std::vector<double> output_values(const HttpResponse& r) {
-  const auto response = read_infer_response(r.body, r.header_length);
+std::vector<double> first_output(const InferResponse& response) {
   if (response.outputs.empty()) throw Error("an infer response without outputs");
   return tensor_values(response.outputs.front());
 }
+
+class HttpSession final : public Session {
+ public:
+  HttpSession(const Endpoint& e, const std::vector<std::string>& messages) : conn_(e), messages_(messages) {}
+  void connect() override { conn_.connect(); }
+  std::string send(std::size_t which, std::vector<double>* answer) override {
+    HttpResponse r;
+    try {
+      r = conn_.send(messages_[which]);
+    } catch (const std::exception&) {
+      conn_.close();
+      return "connection";
+    }
+    if (r.status != 200) return std::to_string(r.status);
+    if (answer) *answer = first_output(read_infer_response(r.body, r.header_length));
+    return "";
+  }
+  void close() override { conn_.close(); }
+
+ private:
+  Connection conn_;
+  const std::vector<std::string>& messages_;
+};
+
+#ifdef CONVNETS_GRPC
+class GrpcSession final : public Session {
+ public:
+  GrpcSession(const Endpoint& e, const GrpcRequests& requests) : client_(e.host + ":" + e.port), requests_(requests) {}
+  void connect() override { client_.connect(10); }
+  std::string send(std::size_t which, std::vector<double>* answer) override {
+    InferResponse r;
+    auto error = client_.infer(requests_, which, answer ? &r : nullptr);
+    if (error.empty() && answer) *answer = first_output(r);
+    return error;
+  }
+
+ private:
+  GrpcClient client_;
+  const GrpcRequests& requests_;
+};
+#endif
 
 // Each client's counts and latencies inside the window.
 struct ClientTally {
@@ -242,9 +350,10 @@ struct ClientTally {
 
 class Runner {
  public:
-  Runner(const LoadOptions& o, Endpoint e, const std::vector<std::string>& requests, const std::string& model,
+  using SessionFactory = std::function<std::unique_ptr<Session>()>;
+  Runner(const LoadOptions& o, SessionFactory sessions, std::size_t requests, const std::string& model,
          std::string metrics_url)
-      : o_(o), e_(std::move(e)), requests_(requests), model_(model), metrics_url_(std::move(metrics_url)) {}
+      : o_(o), sessions_(std::move(sessions)), requests_(requests), model_(model), metrics_url_(std::move(metrics_url)) {}
 
   // The first answer to each distinct input, kept for --outputs.
   std::vector<std::optional<std::vector<double>>> answers;
@@ -261,9 +370,9 @@ class Runner {
     std::vector<std::thread> threads;
     for (int c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
-        Connection conn(e_);
+        const auto conn = sessions_();
         try {
-          conn.connect();
+          conn->connect();
         } catch (const std::exception& ex) {
           std::lock_guard<std::mutex> lock(mutex);
           failed_to_connect = true;
@@ -284,19 +393,13 @@ class Runner {
           } else if (sent >= window_end) {
             break;
           }
-          const std::size_t which = next % requests_.size();
+          const std::size_t which = next % requests_;
           next += static_cast<std::size_t>(clients);
-          std::string error;
-          HttpResponse r;
-          try {
-            r = conn.send(requests_[which]);
-            if (r.status != 200) error = std::to_string(r.status);
-          } catch (const std::exception&) {
-            error = "connection";
-            conn.close();
-          }
+          std::vector<double> answer;
+          const bool keep = wants_answer(which);
+          const std::string error = conn->send(which, keep ? &answer : nullptr);
           const auto done = Clock::now();
-          if (error.empty()) record_answer(which, r);
+          if (error.empty() && keep) record_answer(which, std::move(answer));
           if (done < window_begin || done > window_end) continue;
           if (error.empty()) {
             ++t.ok;
@@ -305,7 +408,7 @@ class Runner {
             ++t.errors[error];
           }
         }
-        conn.close();
+        conn->close();
       });
     }
     // The window's counters, read as it opens and closes.
@@ -363,16 +466,21 @@ class Runner {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }
 
-  void record_answer(std::size_t which, const HttpResponse& r) {
-    if (o_.outputs_file.empty()) return;
+  // The first answer to each input is decoded and kept where --outputs asks for it; the others are not read.
+  bool wants_answer(std::size_t which) {
+    if (o_.outputs_file.empty()) return false;
     std::lock_guard<std::mutex> lock(answers_mutex_);
-    if (answers.size() < requests_.size()) answers.resize(requests_.size());
-    if (!answers[which]) answers[which] = output_values(r);
+    return answers.size() < requests_ || !answers[which];
+  }
+  void record_answer(std::size_t which, std::vector<double> values) {
+    std::lock_guard<std::mutex> lock(answers_mutex_);
+    if (answers.size() < requests_) answers.resize(requests_);
+    if (!answers[which]) answers[which] = std::move(values);
   }
 
   const LoadOptions& o_;
-  Endpoint e_;
-  const std::vector<std::string>& requests_;
+  SessionFactory sessions_;
+  std::size_t requests_;
   std::string model_, metrics_url_;
   std::mutex answers_mutex_;
 };
@@ -398,19 +506,17 @@ LoadReport run_load(const LoadOptions& o) {
   }
   if (!(o.seconds > 0 && o.seconds <= 3600)) throw Error("--seconds must be in (0, 3600]");
   if (!(o.warmup_seconds >= 0 && o.warmup_seconds <= 3600)) throw Error("--warmup-seconds must be in [0, 3600]");
-  const auto e = endpoint_of(o.url, "URL");
-  Connection control(e);
-  try {
-    control.connect();
-  } catch (const std::exception& ex) {
-    throw Error("bench serve: cannot connect to " + o.url + ": " + ex.what(), "is the server up? (convnets serve)");
-  }
+  const bool grpc = o.protocol == "grpc";
+  if (o.protocol != "http" && !grpc) throw Error("--protocol " + o.protocol + ": expected http or grpc");
+#ifndef CONVNETS_GRPC
+  if (grpc) throw Error("--protocol grpc: gRPC is not in this build", "install Debian's libgrpc++-dev and protobuf-compiler-grpc, then rebuild");
+#endif
+  const auto e = endpoint_of(grpc && o.url.rfind("grpc://", 0) == 0 ? o.url.substr(7) : o.url, "URL");
+  Control control(o, e);
   LoadReport report;
   report.model = o.model;
   if (report.model.empty()) {
-    const auto index = json_of(control.request("POST", "/v2/repository/index", "{}"), "the server's repository index");
-    std::vector<std::string> names;
-    for (const auto& m : index) names.push_back(m.value("name", std::string()));
+    const auto names = control.model_names();
     if (names.size() != 1) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
@@ -419,8 +525,7 @@ LoadReport run_load(const LoadOptions& o) {
     }
     report.model = names.front();
   }
-  const auto meta = json_of(control.request("GET", "/v2/models/" + percent_encoded(report.model)),
-                            "model " + report.model + "'s metadata");
+  const auto meta = control.model_metadata(report.model);
   const auto in = choose_input(meta, o.input, o.image_size, report.model);
   report.input = in.name, report.datatype = in.datatype, report.shape = in.shape;
   const auto outputs = meta.value("outputs", nlohmann::json::array());
@@ -430,10 +535,29 @@ LoadReport run_load(const LoadOptions& o) {
   report.inputs = static_cast<std::int64_t>(payloads.bytes.size());
   std::optional<SharedRegion> region;
   if (o.shared_memory) region.emplace(payloads, control);
-  const auto requests = make_requests(e, report.model, in, report.output, payloads, region ? &*region : nullptr,
-                                      report.request_bytes);
+  const auto requests = make_requests(report.model, in, report.output, payloads, region ? &*region : nullptr);
   report.metrics_url = find_metrics(o, e, report.model);
-  Runner runner(o, e, requests, report.model, report.metrics_url);
+  Runner::SessionFactory sessions;
+  std::vector<std::string> messages;
+#ifdef CONVNETS_GRPC
+  std::optional<GrpcRequests> grpc_requests;
+#endif
+  if (grpc) {
+#ifdef CONVNETS_GRPC
+    grpc_requests.emplace(report.model, requests);
+    for (const auto& r : requests) {
+      // What crosses the socket besides the tensors in shared memory: the message's own bytes.
+      std::int64_t bytes = 0;
+      for (const auto& t : r.inputs) bytes += t.shared_memory ? 0 : static_cast<std::int64_t>(raw_bytes(t).size());
+      report.request_bytes = std::max(report.request_bytes, bytes);
+    }
+    sessions = [&] { return std::unique_ptr<Session>(std::make_unique<GrpcSession>(e, *grpc_requests)); };
+#endif
+  } else {
+    messages = http_messages(e, report.model, requests, report.request_bytes);
+    sessions = [&] { return std::unique_ptr<Session>(std::make_unique<HttpSession>(e, messages)); };
+  }
+  Runner runner(o, sessions, requests.size(), report.model, report.metrics_url);
   for (const int c : o.concurrency) report.rows.push_back(runner.row("concurrency", c));
   for (const double r : o.request_rates) report.rows.push_back(runner.row("rate", r));
   if (!o.outputs_file.empty()) {
@@ -451,7 +575,9 @@ std::string format_table(const LoadReport& r, const LoadOptions& o) {
   std::ostringstream s;
   s << "convnets bench serve: " << o.url << ", model " << r.model << ", input " << r.input << " " << r.datatype << " "
     << nlohmann::json(r.shape).dump() << " (" << r.inputs << " distinct, " << r.request_bytes << " bytes a request"
-    << (o.shared_memory ? " in HTTP, the tensors in system shared memory" : ", HTTP with binary tensors") << ")\n";
+    << (o.protocol == "grpc" ? (o.shared_memory ? " in gRPC, the tensors in system shared memory" : ", gRPC with raw contents")
+                             : (o.shared_memory ? " in HTTP, the tensors in system shared memory" : ", HTTP with binary tensors"))
+    << ")\n";
   s << "server CPU from " << (r.metrics_url.empty() ? "nowhere (no /metrics answered)" : r.metrics_url) << "\n\n";
   s << "| " << (r.rows.empty() || r.rows.front().mode == "concurrency" ? "Concurrency" : "Rate")
     << " | Inferences/s | p50 ms | p90 ms | p95 ms | p99 ms | avg ms | Client CPU ms/req | Server CPU ms/req | Errors |\n"
@@ -478,7 +604,7 @@ nlohmann::ordered_json to_json(const LoadReport& r, const LoadOptions& o) {
   j["model"] = r.model;
   j["input"] = {{"name", r.input}, {"datatype", r.datatype}, {"shape", r.shape}, {"distinct", r.inputs},
                 {"request_bytes", r.request_bytes}};
-  j["protocol"] = o.shared_memory ? "http-shm" : "http";
+  j["protocol"] = o.protocol + (o.shared_memory ? "-shm" : "");
   j["seconds"] = o.seconds;
   j["warmup_seconds"] = o.warmup_seconds;
   j["metrics_url"] = r.metrics_url;

@@ -1,4 +1,4 @@
-// `convnets bench serve`: a KServe v2 load generator in the manner of Triton's perf_analyzer (closed-loop concurrency, or requests at a fixed rate) over HTTP with the binary tensor extension or system shared memory, for convnets serve or Triton itself; latency percentiles, inferences/s and the client's and the server's CPU time per request.
+// `convnets bench serve`: a KServe v2 load generator in the manner of Triton's perf_analyzer (closed-loop concurrency, or requests at a fixed rate) over HTTP with the binary tensor extension or gRPC with raw contents, or either with system shared memory, for convnets serve or Triton itself; latency percentiles, inferences/s and the client's and the server's CPU time per request.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,7 +15,8 @@ namespace convnets::bench {
 enum class InputKind { Fp32, Pixels, Jpeg };
 
 struct LoadOptions {
-  std::string url = "http://127.0.0.1:8000";
+  std::string url = "http://127.0.0.1:8000";  // grpc: HOST:PORT, or grpc://HOST:PORT
+  std::string protocol = "http";              // or grpc (perf_analyzer's -i): Triton's GRPCInferenceService
   std::string model;                  // "": the server's only model
   InputKind input = InputKind::Fp32;
   std::string images;                 // Jpeg: a folder whose .jpg/.jpeg files are sent as they are (recursively)

@@ -21,7 +21,14 @@ void add_bench_serve(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
       "serve", "Load a KServe v2 server (convnets serve, Triton) as perf_analyzer does: inferences/s, latency "
                "percentiles, the client's and the server's CPU time per request");
-  cmd->add_option("URL", a->o.url, "The server's HTTP endpoint, http://HOST:PORT (loopback by default)")
+  auto* url = cmd->add_option("URL", a->o.url,
+                               "The server's endpoint: http://HOST:PORT, or with --protocol grpc HOST:PORT (loopback "
+                               "by default: http://127.0.0.1:8000, 127.0.0.1:8001)")
+                   ->capture_default_str();
+  cmd->add_option("-i,--protocol", a->o.protocol,
+                  "http (the binary tensor extension) or grpc (Triton's GRPCInferenceService, raw contents), as "
+                  "perf_analyzer's -i")
+      ->check(CLI::IsMember({"http", "grpc"}))
       ->capture_default_str();
   cmd->add_option("--model", a->o.model, "The model's name (default: the server's only model)");
   cmd->add_option("--input", a->input,
@@ -58,7 +65,8 @@ void add_bench_serve(CLI::App& bench) {
                   "URL/metrics; none: do not ask)");
   cmd->add_option("--outputs", a->o.outputs_file, "Write each distinct input's answer (its first output) as JSON");
   cmd->add_option("--json", a->json, "Write the rows as JSON");
-  cmd->callback([a, concurrency] {
+  cmd->callback([a, concurrency, url] {
+    if (a->o.protocol == "grpc" && url->count() == 0) a->o.url = "127.0.0.1:8001";  // Triton's gRPC port
     if (concurrency->count() == 0 && !a->o.request_rates.empty()) a->o.concurrency.clear();  // the rates' rows alone
     a->o.input = a->input == "pixels" ? bench::InputKind::Pixels
                  : a->input == "jpeg" ? bench::InputKind::Jpeg

@@ -9,6 +9,9 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace convnets::cli {
 
@@ -65,6 +68,20 @@ void add_serve_command(CLI::App& app) {
                   "too (Triton's --log-verbose)")
       ->check(CLI::Range(0, 2))
       ->capture_default_str();
+  // Triton's endpoint restriction, its syntax and its groups (docs/SERVE.md: any --host but loopback wants it).
+  auto restricted = std::make_shared<std::pair<std::vector<std::string>, std::vector<std::string>>>();
+  const auto all = CLI::MultiOptionPolicy::TakeAll;
+  cmd->add_option("--http-restricted-api", restricted->first,
+                  "GROUP[,GROUP...]:KEY=VALUE (repeatable): HTTP requests to these groups need the header KEY: VALUE, "
+                  "else 403; groups: health, metadata, inference, shared-memory, model-config, model-repository "
+                  "(and Triton's statistics, trace, logging)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(all);
+  cmd->add_option("--grpc-restricted-protocol", restricted->second,
+                  "GROUP[,GROUP...]:KEY=VALUE (repeatable): gRPC calls to these groups need the metadata "
+                  "triton-grpc-protocol-KEY: VALUE, else UNAVAILABLE (Triton's answer)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(all);
   cmd->add_option("--drain-timeout-s", o->drain_timeout_s,
                   "on SIGTERM, how long requests in flight may take before the server stops")
       ->capture_default_str();
@@ -76,8 +93,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--image-size", io.image_size, "crop size (default: the checkpoint's or the arch's)")
       ->check(CLI::NonNegativeNumber);
   add_inference_options(cmd, io);
-  cmd->callback([o, max_body, grpc] {
+  cmd->callback([o, max_body, grpc, restricted] {
     o->limits.max_body_bytes = static_cast<std::size_t>(*max_body);
+    for (const auto& spec : restricted->first) o->http_restricted.add(spec);
+    for (const auto& spec : restricted->second) o->grpc_restricted.add(spec);
     o->grpc_asked = grpc->count() > 0;
 #if CONVNETS_SERVE
     serve::run_server(*o);

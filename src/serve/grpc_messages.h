@@ -2,7 +2,7 @@
 #pragma once
 
 #include "kserve/messages.h"
-#include "serve/triton_grpc.pb.h"
+#include "kserve/triton_grpc.pb.h"
 
 #include <string>
 #include <string_view>

@@ -2,7 +2,7 @@
 
 #include "serve/grpc_messages.h"
 #include "serve/serving_core.h"
-#include "serve/triton_grpc.grpc.pb.h"
+#include "kserve/triton_grpc.grpc.pb.h"
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
@@ -38,29 +38,34 @@ grpc::Status from_json(const std::string& json, Message& m) {
 
 class Service final : public GRPCInferenceService::CallbackService {
  public:
-  Service(ServingCore& core, const Limits& limits) : core_(core), limits_(limits) {}
+  Service(ServingCore& core, const GrpcOptions& o) : core_(core), limits_(o.limits), restricted_(o.restricted) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::Health); !refused.ok()) return finish(ctx, refused);
     out->set_live(true);
     return finish(ctx, grpc::Status::OK);
   }
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::Health); !refused.ok()) return finish(ctx, refused);
     out->set_ready(core_.ready());
     return finish(ctx, grpc::Status::OK);
   }
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* in,
                                        inference::ModelReadyResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::Health); !refused.ok()) return finish(ctx, refused);
     out->set_ready(core_.ready() && core_.find_model(in->name(), in->version()).empty());
     return finish(ctx, grpc::Status::OK);
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
                                            inference::ServerMetadataResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::Metadata); !refused.ok()) return finish(ctx, refused);
     return finish(ctx, from_json(core_.server_metadata(), *out));
   }
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* in,
                                           inference::ModelMetadataResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::Metadata); !refused.ok()) return finish(ctx, refused);
     if (auto missing = core_.find_model(in->name(), in->version()); !missing.empty()) {
       return finish(ctx, status_of(404, missing));
     }
@@ -68,6 +73,7 @@ class Service final : public GRPCInferenceService::CallbackService {
   }
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* in,
                                         inference::ModelConfigResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::ModelConfig); !refused.ok()) return finish(ctx, refused);
     if (auto missing = core_.find_model(in->name(), in->version()); !missing.empty()) {
       return finish(ctx, status_of(404, missing));
     }
@@ -75,12 +81,14 @@ class Service final : public GRPCInferenceService::CallbackService {
   }
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest*,
                                             inference::RepositoryIndexResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::ModelRepository); !refused.ok()) return finish(ctx, refused);
     return finish(ctx, from_json("{\"models\":" + core_.repository_index() + "}", *out));
   }
 
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx,
                                                      const inference::SystemSharedMemoryStatusRequest* in,
                                                      inference::SystemSharedMemoryStatusResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::SharedMemory); !refused.ok()) return finish(ctx, refused);
     return finish(ctx, shared_memory_call([&] {
                     for (const auto& s : core_.shared_memory().status(in->name())) {
                       auto& r = (*out->mutable_regions())[s.name];
@@ -94,6 +102,7 @@ class Service final : public GRPCInferenceService::CallbackService {
   grpc::ServerUnaryReactor* SystemSharedMemoryRegister(grpc::CallbackServerContext* ctx,
                                                        const inference::SystemSharedMemoryRegisterRequest* in,
                                                        inference::SystemSharedMemoryRegisterResponse*) override {
+    if (auto refused = restricted(ctx, ApiGroup::SharedMemory); !refused.ok()) return finish(ctx, refused);
     return finish(ctx, shared_memory_call([&] {
                     core_.shared_memory().add(in->name(), in->key(), in->offset(), in->byte_size());
                   }));
@@ -101,12 +110,14 @@ class Service final : public GRPCInferenceService::CallbackService {
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(grpc::CallbackServerContext* ctx,
                                                          const inference::SystemSharedMemoryUnregisterRequest* in,
                                                          inference::SystemSharedMemoryUnregisterResponse*) override {
+    if (auto refused = restricted(ctx, ApiGroup::SharedMemory); !refused.ok()) return finish(ctx, refused);
     return finish(ctx, shared_memory_call([&] { core_.shared_memory().remove(in->name()); }));
   }
 
   // Admitted and parsed here (gRPC's threads), run on the batcher's; answered from whichever thread finishes it.
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* in,
                                        inference::ModelInferResponse* out) override {
+    if (auto refused = restricted(ctx, ApiGroup::Inference); !refused.ok()) return finish(ctx, refused);
     auto* reactor = ctx->DefaultReactor();
     ServingCore::Admission admitted;
     try {
@@ -126,6 +137,20 @@ class Service final : public GRPCInferenceService::CallbackService {
   }
 
  private:
+  // Triton's answer to a call of a restricted group without its metadata: UNAVAILABLE (its grpc_server.cc), not
+  // PERMISSION_DENIED; OK otherwise.
+  grpc::Status restricted(grpc::CallbackServerContext* ctx, ApiGroup group) const {
+    std::string value;
+    const auto why = restricted_.refusal(group, [&](const std::string& key) -> const std::string* {
+      const auto& metadata = ctx->client_metadata();
+      const auto it = metadata.find(key);
+      if (it == metadata.end()) return nullptr;
+      value.assign(it->second.data(), it->second.size());
+      return &value;
+    });
+    return why.empty() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::UNAVAILABLE, why);
+  }
+
   // A registry call's ProtocolError as the status the HTTP route's answer maps to.
   template <typename F>
   static grpc::Status shared_memory_call(F&& call) {
@@ -144,6 +169,7 @@ class Service final : public GRPCInferenceService::CallbackService {
 
   ServingCore& core_;
   Limits limits_;
+  RestrictedApis restricted_;
 };
 
 }  // namespace
@@ -152,10 +178,10 @@ struct GrpcService::Impl {
   Service service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
-  Impl(ServingCore& core, const Limits& limits) : service(core, limits) {}
+  Impl(ServingCore& core, const GrpcOptions& o) : service(core, o) {}
 };
 
-GrpcService::GrpcService(ServingCore& core, const GrpcOptions& o) : impl_(std::make_unique<Impl>(core, o.limits)) {
+GrpcService::GrpcService(ServingCore& core, const GrpcOptions& o) : impl_(std::make_unique<Impl>(core, o)) {
   const std::string address =
       (o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host) + ":" + std::to_string(o.port);
   grpc::ServerBuilder builder;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kserve/messages.h"
+#include "serve/restricted_api.h"
 
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@ struct GrpcOptions {
   std::string host = "127.0.0.1";
   int port = 8001;  // 0: a free one
   Limits limits;    // limits.max_body_bytes bounds a message (larger: RESOURCE_EXHAUSTED, before it is parsed)
+  RestrictedApis restricted{"--grpc-restricted-protocol", "protocol", "triton-grpc-protocol-"};
 };
 
 class GrpcService {

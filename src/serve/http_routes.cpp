@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "serve/http_front.h"
+#include "serve/restricted_api.h"
 #include "serve/server_options.h"
 #include "serve/serving_core.h"
 
@@ -71,6 +72,16 @@ struct HttpService::Impl {
   // A request refused from its headers alone, before any of its body is read: the response, or none. Only infer
   // takes a large or chunked body; the other routes' bodies are small and declared.
   std::optional<HttpResponse> refusal(const HttpRequest& req) const {
+    // First, as Triton checks it first: a stranger learns nothing from a restricted route, not even its limits.
+    if (const auto group = options.http_restricted.any() ? http_api_group(req.path) : std::nullopt) {
+      std::string value;
+      const auto why = options.http_restricted.refusal(*group, [&](const std::string& key) -> const std::string* {
+        if (!req.has_header(key)) return nullptr;
+        value = req.header(key);
+        return &value;
+      });
+      if (!why.empty()) return error_response(403, why);
+    }
     const auto encoding = req.header("Content-Encoding");
     if (!encoding.empty() && encoding != "identity") {
       return error_response(415, "Content-Encoding " + utf8_escaped(encoding) +

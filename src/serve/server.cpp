@@ -50,6 +50,7 @@ class Server {
       g.host = o_.host;
       g.port = o_.grpc_port;
       g.limits = o_.limits;
+      g.restricted = o_.grpc_restricted;
       grpc_ = std::make_unique<GrpcService>(core_, g);
       grpc_line = "gRPC on " + url(o_.host, grpc_->port()).substr(7) + " (Triton's GRPCInferenceService)";
     }
@@ -57,6 +58,12 @@ class Server {
     grpc_line = "gRPC not in this build (Debian's libgrpc++-dev and protobuf-compiler-grpc)";
 #endif
     for (const auto& line : core_.describe()) std::printf("convnets serve: %s\n", line.c_str());
+    const bool loopback = o_.host.rfind("127.", 0) == 0 || o_.host == "::1" || o_.host == "localhost";
+    if (!loopback && !o_.http_restricted.any()) {
+      // Shared-memory registration maps this machine's memory for whoever asks: say so once, not silently.
+      std::fprintf(stderr, "convnets serve: --host %s reaches beyond this machine and no endpoint is restricted: any "
+                   "client may register shared memory; see --http-restricted-api (docs/SERVE.md)\n", o_.host.c_str());
+    }
     // Before the HTTP line, which a supervisor (or a test) reads as the server being up.
     std::printf("convnets serve: %s\n", grpc_line.c_str());
     std::printf("convnets serve: HTTP on %s (KServe v2), metrics on %s/metrics\n", url(o_.host, port).c_str(),

@@ -4,6 +4,7 @@
 #include "deploy/inference_options.h"
 #include "deploy/triton_config.h"
 #include "kserve/messages.h"
+#include "serve/restricted_api.h"
 
 #include <cstdint>
 #include <string>
@@ -39,6 +40,10 @@ struct ServerOptions {
   int header_timeout_s = 10;       // a request whose headers are not complete this long after its first byte: closed
   int body_timeout_s = 30;         // a body not received in full this long after its headers gets 408
   int log_verbose = 0;             // 1: a stderr line for each connection a deadline or a limit ends; 2: idle ones too
+  // Triton's endpoint restriction: the groups answered only to requests carrying a KEY: VALUE header (HTTP) or
+  // triton-grpc-protocol-KEY metadata (gRPC); nothing restricted by default, as in Triton.
+  RestrictedApis http_restricted{"--http-restricted-api", "api"};
+  RestrictedApis grpc_restricted{"--grpc-restricted-protocol", "protocol", "triton-grpc-protocol-"};
   int drain_timeout_s = 30;        // SIGTERM: how long requests in flight may take before the server stops
                                    // (past it and the connection timeouts, the process exits 1 regardless)
 };

@@ -1,7 +1,8 @@
 """`convnets bench serve`, the C++ KServe v2 load generator, against `convnets serve` on loopback.
 
 Its answers are the server's: each JPEG's logits as bench serve received them equal tritonclient's for the same
-file, over HTTP's binary tensors and from system shared memory (where each file sits at its own offset). Its rows
+file, over HTTP's binary tensors, gRPC's raw contents and, over either, from system shared memory (where each file
+sits at its own offset); over either protocol it counts what the server's nv_inference_count counts. Its rows
 are what happened: every request of the window answered or counted by status, the percentiles ordered, the
 client's and the server's CPU time per request measured (the server's from its /metrics), an open loop near its
 rate. Its region is unregistered and unlinked after the run. Bad usage is named. Servers listen on 127.0.0.1 only,
@@ -50,9 +51,12 @@ class FashionServer(unittest.TestCase):
         cls.server.stop()
         cls.tmp.cleanup()
 
-    def run_json(self, *args):
+    def url(self, protocol):
+        return ["http://" + self.server.url] if protocol == "http" else [self.server.grpc_url, "--protocol", "grpc"]
+
+    def run_json(self, *args, protocol="http"):
         out = os.path.join(self.tmp.name, "rows.json")
-        r = bench_serve("http://" + self.server.url, "--metrics-url", self.server.metrics_url, *args, "--json", out)
+        r = bench_serve(*self.url(protocol), "--metrics-url", self.server.metrics_url, *args, "--json", out)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(out) as f:
             return r.stdout, json.load(f)
@@ -82,44 +86,53 @@ class FashionServer(unittest.TestCase):
         # window the server counted too, and besides them at most one answer a client that was in flight when the
         # window closed (answered after it, so not counted by bench serve).
         key = 'nv_inference_count{model="fashion",version="1"}'
-        for concurrency in (1, 4):
-            with self.subTest(concurrency=concurrency):
+        for protocol, concurrency in (("http", 1), ("http", 4), ("grpc", 1), ("grpc", 4)):
+            with self.subTest(protocol=protocol, concurrency=concurrency):
                 before = self.server.metrics()[key]
-                _, j = self.run_json("--concurrency", str(concurrency), "--seconds", "1", "--warmup-seconds", "0")
+                _, j = self.run_json("--concurrency", str(concurrency), "--seconds", "1", "--warmup-seconds", "0",
+                                     protocol=protocol)
+                self.assertEqual(j["protocol"], protocol)
+                self.assertEqual(set(j["rows"][0]["counts"]), {"ok"}, j["rows"][0])
                 served = self.server.metrics()[key] - before
                 counted = j["rows"][0]["inferences_per_s"] * 1.0  # over the 1-second window
                 self.assertGreater(counted, 10)
                 self.assertLessEqual(counted, served)
                 self.assertLessEqual(served, counted + concurrency)
 
-    def answers(self, *args):
+    def answers(self, *args, protocol="http"):
         out = os.path.join(self.tmp.name, "answers.json")
-        r = bench_serve("http://" + self.server.url, "--input", "jpeg", "--images", self.images, "--concurrency", "3",
+        r = bench_serve(*self.url(protocol), "--input", "jpeg", "--images", self.images, "--concurrency", "3",
                         "--seconds", "1", "--warmup-seconds", "0.5", "--metrics-url", "none", "--outputs", out, *args)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("input INPUT BYTES [1,1] (12 distinct", r.stdout)
         with open(out) as f:
             return json.load(f)["answers"]
 
-    def test_each_jpegs_answer_is_tritonclients_over_http_and_shared_memory(self):
-        for mode in ([], ["--shared-memory"]):
-            got = self.answers(*mode)
-            self.assertEqual(len(got), 12, mode)
-            for a in got:
-                path = os.path.join(self.images, a["input"])
-                want = self.server.client.infer("fashion", [image_input([path])]).as_numpy("logits")[0]
-                np.testing.assert_allclose(a["output"], want, rtol=0, atol=1e-5, err_msg=f"{mode} {a['input']}")
+    def test_each_jpegs_answer_is_tritonclients_over_http_grpc_and_shared_memory(self):
+        for protocol in ("http", "grpc"):
+            for mode in ([], ["--shared-memory"]):
+                got = self.answers(*mode, protocol=protocol)
+                self.assertEqual(len(got), 12, (protocol, mode))
+                for a in got:
+                    path = os.path.join(self.images, a["input"])
+                    want = self.server.client.infer("fashion", [image_input([path])]).as_numpy("logits")[0]
+                    np.testing.assert_allclose(a["output"], want, rtol=0, atol=1e-5,
+                                               err_msg=f"{protocol} {mode} {a['input']}")
 
     def test_the_shared_memory_region_is_gone_after_the_run(self):
-        text, j = self.run_json("--shared-memory", "--concurrency", "2", "--seconds", "0.5", "--warmup-seconds", "0")
-        self.assertEqual(j["protocol"], "http-shm")
-        self.assertGreater(j["rows"][0]["counts"]["ok"], 0)
-        # Only the JSON crosses the socket: no tensor bytes in the request.
-        self.assertLess(j["input"]["request_bytes"], 1000)
-        self.assertIn("the tensors in system shared memory", text)
-        with urllib.request.urlopen("http://" + self.server.url + "/v2/systemsharedmemory/status", timeout=30) as r:
-            self.assertEqual(json.loads(r.read()), [])
-        self.assertEqual(glob.glob("/dev/shm/convnets-bench-serve-*"), [])
+        for protocol in ("http", "grpc"):
+            text, j = self.run_json("--shared-memory", "--concurrency", "2", "--seconds", "0.5", "--warmup-seconds",
+                                    "0", protocol=protocol)
+            self.assertEqual(j["protocol"], protocol + "-shm")
+            self.assertGreater(j["rows"][0]["counts"]["ok"], 0)
+            # Only the request's own fields cross the socket: no tensor bytes.
+            self.assertLess(j["input"]["request_bytes"], 1000)
+            self.assertIn(f"in {protocol.upper() if protocol == 'http' else 'gRPC'}, the tensors in system shared "
+                          "memory", text)
+            with urllib.request.urlopen("http://" + self.server.url + "/v2/systemsharedmemory/status",
+                                        timeout=30) as r:
+                self.assertEqual(json.loads(r.read()), [])
+            self.assertEqual(glob.glob("/dev/shm/convnets-bench-serve-*"), [])
 
     def test_an_open_loop_keeps_near_its_rate(self):
         _, j = self.run_json("--request-rate", "40", "--rate-connections", "4", "--seconds", "2",
@@ -146,6 +159,12 @@ class FashionServer(unittest.TestCase):
         self.assertIn("not a folder", r.stderr)
         r = bench_serve("https://" + self.server.url, "--seconds", "0.2")
         self.assertIn("only http:// is spoken", r.stderr)
+        r = bench_serve("127.0.0.1:1", "--protocol", "grpc", "--seconds", "0.2")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("cannot connect to 127.0.0.1:1", r.stderr)
+        r = bench_serve(self.server.grpc_url, "--protocol", "grpc", "--model", "absent", "--seconds", "0.2")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("model absent's metadata: NOT_FOUND", r.stderr)
 
 
 class Overload(unittest.TestCase):

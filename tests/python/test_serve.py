@@ -691,11 +691,11 @@ class GrpcService(unittest.TestCase):
         self.assertIn("version 1 is served", message)
 
     def test_the_proto_is_wire_compatible_with_tritonclient(self):
-        # src/serve/triton_grpc.proto, compiled by protoc (what the build compiles), field by field against the
+        # src/kserve/triton_grpc.proto, compiled by protoc (what the build compiles), field by field against the
         # descriptors tritonclient.grpc itself installs: numbers, types, repetition, enum values, and each RPC's
         # request and response types. protoc comes with scripts/setup.sh (protobuf-compiler).
         from google.protobuf import descriptor_pb2, descriptor_pool
-        proto = os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "src", "serve", "triton_grpc.proto")
+        proto = os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "src", "kserve", "triton_grpc.proto")
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "set.pb")
             r = subprocess.run(["protoc", "--descriptor_set_out=" + out, "-I", os.path.dirname(proto), proto],
