@@ -657,7 +657,7 @@ settings() {
     per_class=10 val_per_class=4 data_images=24 data_images_1=8 data_batch=8 example_steps=2 example_epochs=1
     example_workers=1 file_backends=synthetic,cpu compile_backend=eager  # inductor's CPU code generation takes minutes
     fused_batches=2 profile_steps=1 max_autotune_s=300 example_amp='' example_precision=fp32
-    serve_batch=2 serve_concurrency=1,2 serve_seconds=1 serve_warmup=0.5 gpunet0_side=32
+    serve_batch=2 serve_concurrency=1,2 serve_seconds=0.5 serve_warmup=0.25 gpunet0_side=32
     save_every=2 saves=1
   fi
 }

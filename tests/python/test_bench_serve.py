@@ -102,7 +102,7 @@ class FashionServer(unittest.TestCase):
     def answers(self, *args, protocol="http"):
         out = os.path.join(self.tmp.name, "answers.json")
         r = bench_serve(*self.url(protocol), "--input", "jpeg", "--images", self.images, "--concurrency", "3",
-                        "--seconds", "1", "--warmup-seconds", "0.5", "--metrics-url", "none", "--outputs", out, *args)
+                        "--seconds", "0.5", "--warmup-seconds", "0.25", "--metrics-url", "none", "--outputs", out, *args)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("input INPUT BYTES [1,1] (12 distinct", r.stdout)
         with open(out) as f:
