@@ -32,6 +32,12 @@ void RestrictedApis::add(const std::string& spec) {
                 "groups: " + names());
   }
   const Rule rule{key_prefix_ + spec.substr(colon + 1, equals - colon - 1), spec.substr(equals + 1)};
+  // gRPC sends metadata keys in lower case: Triton takes a KEY with capitals and then refuses every call; say so.
+  const auto capital = [](unsigned char c) { return c >= 'A' && c <= 'Z'; };
+  if (!key_prefix_.empty() && std::any_of(rule.key.begin(), rule.key.end(), capital)) {
+    throw Error(flag_ + " " + spec + ": gRPC metadata keys are lower case, so no client can send '" + rule.key + "'",
+                "write KEY in lower case");
+  }
   const std::string list = spec.substr(0, colon);
   for (std::size_t start = 0;;) {
     const auto comma = list.find(',', start);

@@ -118,6 +118,8 @@ class BadFlags(unittest.TestCase):
              "--grpc-restricted-protocol shm:k=v: unknown restricted protocol 'shm'"),
             (["--http-restricted-api", "health:a=1", "--http-restricted-api", "metadata,health:b=2"],
              "restricted api 'health' can not be specified in multiple config groups"),
+            (["--grpc-restricted-protocol", "health:Admin-Key=1"],
+             "gRPC metadata keys are lower case, so no client can send 'triton-grpc-protocol-Admin-Key'"),
         ]
         for flags, message in cases:
             with self.subTest(flags=flags):
