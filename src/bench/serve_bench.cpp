@@ -146,25 +146,34 @@ class Control {
     if (o.protocol == "grpc") grpc_ = std::make_unique<GrpcClient>(e.host + ":" + e.port);
 #endif
     try {
+#ifdef CONVNETS_GRPC
       if (grpc_) grpc_->connect(10);
-      else http_.connect();
+      else
+#endif
+        http_.connect();
     } catch (const std::exception& ex) {
       throw Error("bench serve: cannot connect to " + o.url + ": " + ex.what(), "is the server up? (convnets serve)");
     }
   }
   std::vector<std::string> model_names() {
+#ifdef CONVNETS_GRPC
     if (grpc_) return grpc_->model_names();
+#endif
     const auto index = json_of(http_.request("POST", "/v2/repository/index", "{}"), "the server's repository index");
     std::vector<std::string> names;
     for (const auto& m : index) names.push_back(m.value("name", std::string()));
     return names;
   }
   nlohmann::json model_metadata(const std::string& model) {
+#ifdef CONVNETS_GRPC
     if (grpc_) return grpc_->model_metadata(model);
+#endif
     return json_of(http_.request("GET", "/v2/models/" + percent_encoded(model)), "model " + model + "'s metadata");
   }
   void register_region(const std::string& name, const std::string& key, std::size_t size) {
+#ifdef CONVNETS_GRPC
     if (grpc_) return grpc_->register_region(name, key, 0, size);
+#endif
     const auto r = http_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name) + "/register",
                                  nlohmann::json{{"key", key}, {"byte_size", size}, {"offset", 0}}.dump());
     if (r.status != 200) {
@@ -173,16 +182,16 @@ class Control {
     }
   }
   void unregister_region(const std::string& name) {
+#ifdef CONVNETS_GRPC
     if (grpc_) return grpc_->unregister_region(name);
+#endif
     http_.request("POST", "/v2/systemsharedmemory/region/" + percent_encoded(name) + "/unregister");
   }
 
  private:
   Connection http_;
 #ifdef CONVNETS_GRPC
-  std::unique_ptr<GrpcClient> grpc_;
-#else
-  std::unique_ptr<int> grpc_;  // never set: gRPC is refused before a Control is made
+  std::unique_ptr<GrpcClient> grpc_;  // --protocol grpc; without gRPC in the build, run_load refuses it first
 #endif
 };
 
