@@ -34,6 +34,27 @@ void add_serve_command(CLI::App& app) {
   auto* grpc = cmd->add_option("--grpc-port", o->grpc_port,
                                "Triton's gRPC inference service port (Triton's 8001; 0: a free one; -1: none)")
                    ->capture_default_str();
+  // Triton's model control: its flags, its modes' meanings (docs/SERVE.md, "Loading and replacing models").
+  cmd->add_option_function<std::string>(
+         "--model-control-mode",
+         [o](const std::string& m) {
+           o->model_control = m == "explicit" ? serve::ModelControl::Explicit
+                              : m == "poll"   ? serve::ModelControl::Poll
+                                              : serve::ModelControl::None;
+         },
+         "none: every model loads once | explicit: --load-model's at startup, then POST "
+         "/v2/repository/models/NAME/load and /unload (gRPC RepositoryModelLoad/Unload) | poll: every model, reloaded "
+         "when its file changes, loaded when one appears in a repository folder, unloaded when its file goes")
+      ->check(CLI::IsMember({"none", "explicit", "poll"}, CLI::ignore_case))
+      ->default_str("none");
+  cmd->add_option("--repository-poll-secs", o->repository_poll_secs,
+                  "poll mode: seconds between looks at the model files (0: none after startup)")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
+  cmd->add_option("--load-model", o->load_models,
+                  "explicit mode: a model (of the MODEL arguments) loaded at startup; repeatable; '*': all")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   // Dynamic batching, in Triton's model-configuration terms and DLE's deployer spellings.
   add_batching_options(cmd, o->batching);
   cmd->add_option_function<std::string>(
@@ -108,7 +129,8 @@ void add_serve_command(CLI::App& app) {
   cmd->footer(
       "Endpoints (KServe v2 and Triton's extensions): GET /v2/health/live, /v2/health/ready, /v2, "
       "/v2/models/NAME[/versions/1][/ready|/config]; POST /v2/models/NAME[/versions/1]/infer (JSON tensors or "
-      "Triton's binary tensors; outputs as tensors or classification), POST /v2/repository/index. Each model takes "
+      "Triton's binary tensors; outputs as tensors or classification), POST /v2/repository/index, "
+      "/v2/repository/models/NAME/load and /unload (--model-control-mode explicit). Each model takes "
       "one of INPUT (BYTES: encoded JPEG/PNG images, preprocessed as the model was evaluated), input (FP32 "
       "[B,3,S,S], normalised) or PIXELS (UINT8 [B,S,S,3]) and answers logits. SIGTERM or SIGINT: new requests get "
       "503, those accepted are answered, and the exit status is 0.");

@@ -22,6 +22,7 @@ grpc::Status status_of(int http, const std::string& message) {
     case 413: return {grpc::StatusCode::RESOURCE_EXHAUSTED, message};
     case 503: return {grpc::StatusCode::UNAVAILABLE, message};
     case 400: case 411: case 415: return {grpc::StatusCode::INVALID_ARGUMENT, message};
+    case 501: return {grpc::StatusCode::UNIMPLEMENTED, message};
     default: return {grpc::StatusCode::INTERNAL, message};
   }
 }
@@ -69,7 +70,7 @@ class Service final : public GRPCInferenceService::CallbackService {
     if (auto missing = core_.find_model(in->name(), in->version()); !missing.empty()) {
       return finish(ctx, status_of(404, missing));
     }
-    return finish(ctx, from_json(core_.model_metadata(in->name()), *out));
+    return finish(ctx, model_call([&] { return from_json(core_.model_metadata(in->name()), *out); }));
   }
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* in,
                                         inference::ModelConfigResponse* out) override {
@@ -77,12 +78,59 @@ class Service final : public GRPCInferenceService::CallbackService {
     if (auto missing = core_.find_model(in->name(), in->version()); !missing.empty()) {
       return finish(ctx, status_of(404, missing));
     }
-    return finish(ctx, from_json("{\"config\":" + core_.model_config(in->name()) + "}", *out));
+    return finish(ctx, model_call([&] { return from_json("{\"config\":" + core_.model_config(in->name()) + "}", *out); }));
   }
-  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest*,
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* in,
                                             inference::RepositoryIndexResponse* out) override {
     if (auto refused = restricted(ctx, ApiGroup::ModelRepository); !refused.ok()) return finish(ctx, refused);
-    return finish(ctx, from_json("{\"models\":" + core_.repository_index() + "}", *out));
+    if (auto named = one_repository(in->repository_name()); !named.ok()) return finish(ctx, named);
+    return finish(ctx, from_json("{\"models\":" + core_.repository_index(in->ready()) + "}", *out));
+  }
+  // Answered from the core's control thread once the load is done (seconds): gRPC's thread does not wait.
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
+                                                const inference::RepositoryModelLoadRequest* in,
+                                                inference::RepositoryModelLoadResponse*) override {
+    if (auto refused = restricted(ctx, ApiGroup::ModelRepository); !refused.ok()) return finish(ctx, refused);
+    if (auto named = one_repository(in->repository_name()); !named.ok()) return finish(ctx, named);
+    LoadRequest request;
+    using P = inference::ModelRepositoryParameter;
+    for (const auto& [key, value] : in->parameters()) {
+      // Triton's texts for a parameter of the wrong kind (grpc_server.cc).
+      if (key == "config") {
+        if (value.parameter_choice_case() != P::kStringParam) {
+          return finish(ctx, status_of(400, "invalid value type for load parameter 'config', expected string_param."));
+        }
+        request.has_config = true;
+        request.config = value.string_param();
+      } else if (key.rfind("file:", 0) == 0) {
+        if (value.parameter_choice_case() != P::kBytesParam) {
+          return finish(ctx, status_of(400, "invalid value type for load parameter '" + key + "', expected bytes_param."));
+        }
+        request.files.emplace_back(key, value.bytes_param());
+      } else {
+        return finish(ctx, status_of(400, "unrecognized load parameter '" + key + "'."));
+      }
+    }
+    auto* reactor = ctx->DefaultReactor();
+    core_.load_model(in->model_name(), std::move(request),
+                     [reactor](ControlResult r) { reactor->Finish(r.status == 200 ? grpc::Status::OK : status_of(r.status, r.message)); });
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* ctx,
+                                                  const inference::RepositoryModelUnloadRequest* in,
+                                                  inference::RepositoryModelUnloadResponse*) override {
+    if (auto refused = restricted(ctx, ApiGroup::ModelRepository); !refused.ok()) return finish(ctx, refused);
+    if (auto named = one_repository(in->repository_name()); !named.ok()) return finish(ctx, named);
+    const auto dependents = in->parameters().find("unload_dependents");
+    if (dependents != in->parameters().end() &&
+        dependents->second.parameter_choice_case() != inference::ModelRepositoryParameter::kBoolParam) {
+      return finish(ctx, status_of(400, "invalid value type for 'unload_dependents' parameter, expected bool_param."));
+    }
+    auto* reactor = ctx->DefaultReactor();
+    core_.unload_model(in->model_name(), [reactor](ControlResult r) {
+      reactor->Finish(r.status == 200 ? grpc::Status::OK : status_of(r.status, r.message));
+    });
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(grpc::CallbackServerContext* ctx,
@@ -149,6 +197,21 @@ class Service final : public GRPCInferenceService::CallbackService {
       return &value;
     });
     return why.empty() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::UNAVAILABLE, why);
+  }
+
+  // Triton's answer to a call that names a repository: convnets serve's models are one repository.
+  static grpc::Status one_repository(const std::string& name) {
+    return name.empty() ? grpc::Status::OK : status_of(501, "'repository_name' specification is not supported");
+  }
+
+  // A model's answer, or 404 if an unload took the model since its lookup.
+  template <typename F>
+  static grpc::Status model_call(F&& call) {
+    try {
+      return call();
+    } catch (const ProtocolError& e) {
+      return status_of(e.status(), e.what());
+    }
   }
 
   // A registry call's ProtocolError as the status the HTTP route's answer maps to.

@@ -40,6 +40,57 @@ std::string percent_decoded(const std::string& segment) {
   return out;
 }
 
+// Triton's load parameters carry a file's bytes as base64 (RFC 4648, padding optional). Throws Error on a character
+// outside the alphabet.
+std::string base64_decoded(const std::string& text, const std::string& what) {
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  unsigned bits = 0;
+  int held = 0;
+  for (const char c : text) {
+    int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
+            : c == '+' ? 62 : c == '/' ? 63 : -1;
+    if (c == '=') break;
+    if (v < 0) throw Error(what + ": not base64 (a '" + utf8_escaped(std::string(1, c)) + "' in it)");
+    bits = (bits << 6) | static_cast<unsigned>(v);
+    held += 6;
+    if (held >= 8) {
+      held -= 8;
+      out += static_cast<char>((bits >> held) & 0xFF);
+    }
+  }
+  return out;
+}
+
+// A load request's body: {"parameters": {"config": "JSON text", "file:PATH": "base64"}}, each value a string.
+LoadRequest load_request_of(const std::string& body, const std::string& name) {
+  LoadRequest r;
+  if (body.empty()) return r;
+  const auto j = parse_json(body, "the load request for model " + in_quotes(name));
+  if (!j.is_object()) throw ProtocolError(400, "load request for model " + in_quotes(name) + ": expected a JSON object");
+  if (!j.contains("parameters")) return r;
+  const auto& p = j["parameters"];
+  if (!p.is_object()) throw ProtocolError(400, "load request for model " + in_quotes(name) + ": 'parameters' must be an object");
+  for (const auto& [key, v] : p.items()) {
+    if (!v.is_string()) {
+      throw ProtocolError(400, "load parameter '" + utf8_escaped(key) + "' must be a JSON string, got " + v.type_name());
+    }
+    if (key == "config") {
+      r.has_config = true;
+      r.config = v.get<std::string>();
+    } else if (key.rfind("file:", 0) == 0) {
+      try {
+        r.files.emplace_back(key, base64_decoded(v.get<std::string>(), "load parameter '" + key + "'"));
+      } catch (const Error& e) {
+        throw ProtocolError(400, e.what());
+      }
+    } else {
+      throw ProtocolError(400, "unrecognized load parameter '" + utf8_escaped(key) + "' (config and file:PATH are)");
+    }
+  }
+  return r;
+}
+
 HttpResponse error_response(int status, const std::string& message, bool close = false) {
   return HttpResponse::json_error(status, error_body(message), close);
 }
@@ -91,8 +142,11 @@ struct HttpService::Impl {
       return error_response(415, "multipart bodies are not accepted: send the KServe v2 JSON, or its binary tensor "
                                  "extension");
     }
-    const bool infer = req.method == "POST" && req.path.size() > 6 &&
-                       req.path.compare(req.path.size() - 6, 6, "/infer") == 0;
+    const auto ends = [&](const std::string& tail) {
+      return req.path.size() > tail.size() && req.path.compare(req.path.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    // A load's body may carry the model's files (Triton's file override), as large as an inference request.
+    const bool infer = req.method == "POST" && (ends("/infer") || ends("/load"));
     const bool chunked = req.has_header("Transfer-Encoding");
     if (req.has_header("Content-Length")) {
       const auto text = req.header("Content-Length");
@@ -120,12 +174,21 @@ struct HttpService::Impl {
     return name;
   }
 
-  // On the event loop: the small answers at once, inference handed on to the core.
+  // On the event loop: the small answers at once, inference and model control handed on to the core.
   void route(HttpRequest r, HttpFront::Reply reply) {
+    try {
+      dispatch(std::move(r), reply);
+    } catch (const Error& e) {  // a body that is not JSON; a model unloaded between its lookup and its answer
+      reply(error_response(http_status_of(e), e.what()));
+    }
+  }
+
+  void dispatch(HttpRequest r, const HttpFront::Reply& reply) {
     static const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
     static const std::regex model_route(model), ready_route(model + "/ready"), config_route(model + "/config"),
         infer_route(model + "/infer"),
-        shm_route(R"(/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister))");
+        shm_route(R"(/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister))"),
+        control_route(R"(/v2/repository(?:/([^/]+))?/models/([^/]+)/(load|unload))");
     const auto& p = r.path;
     std::smatch m;
     HttpResponse refused;
@@ -149,15 +212,52 @@ struct HttpService::Impl {
         return reply(shared_memory_call(percent_decoded(m[1]), "status", ""));
       }
     } else if (r.method == "POST") {
-      if (p == "/v2/repository/index") return reply(json_response(core.repository_index()));
+      if (p == "/v2/repository/index") return reply(repository_index(r.body));
       if (std::regex_match(p, m, infer_route)) {
-        return infer(percent_decoded(m[1]), m[2].matched ? percent_decoded(m[2]) : "", std::move(r), std::move(reply));
+        return infer(percent_decoded(m[1]), m[2].matched ? percent_decoded(m[2]) : "", std::move(r), reply);
       }
+      if (std::regex_match(p, m, control_route)) return model_control(m, std::move(r.body), reply);
       if (std::regex_match(p, m, shm_route) && m[2] != "status") {
         return reply(shared_memory_call(percent_decoded(m[1]), m[2].str(), r.body));
       }
     }
     reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + p)));
+  }
+
+  // {"ready": true} lists only the models ready now.
+  HttpResponse repository_index(const std::string& body) const {
+    bool ready_only = false;
+    if (!body.empty()) {
+      const auto j = parse_json(body, "the repository index request");
+      if (j.is_object() && j.contains("ready")) {
+        if (!j["ready"].is_boolean()) return error_response(400, "Invalid value for 'ready': expected a boolean");
+        ready_only = j["ready"].get<bool>();
+      }
+    }
+    return json_response(core.repository_index(ready_only));
+  }
+
+  // POST /v2/repository/models/NAME/load and /unload: answered once the core has done it (a load takes seconds, on
+  // the core's control thread; this loop goes on meanwhile). 200 with an empty JSON body, as Triton.
+  void model_control(const std::smatch& m, std::string body, const HttpFront::Reply& reply) {
+    if (m[1].matched) return reply(error_response(501, "'repository_name' specification is not supported"));
+    const std::string name = percent_decoded(m[2]);
+    auto answer = [reply](ControlResult r) {
+      if (r.status != 200) return reply(error_response(r.status, r.message));
+      auto ok = json_response("");
+      reply(std::move(ok));
+    };
+    if (m[3] == "unload") return core.unload_model(name, answer);  // its parameters (unload_dependents) change nothing here
+    // The body (the model's files, base64) is decoded off the loop.
+    core.offload([this, name, body = std::move(body), answer] {
+      LoadRequest request;
+      try {
+        request = load_request_of(body, name);
+      } catch (const Error& e) {
+        return answer({http_status_of(e), e.what()});
+      }
+      core.load_model(name, std::move(request), answer);
+    });
   }
 
   // Admitted on the loop; the body parsed there when small (tens of microseconds), else on a worker, so that no

@@ -4,6 +4,7 @@
 #include "deploy/inference_options.h"
 #include "deploy/triton_config.h"
 #include "kserve/messages.h"
+#include "serve/repository_control.h"
 #include "serve/restricted_api.h"
 
 #include <cstdint>
@@ -20,6 +21,11 @@ struct ServerOptions {
   // exported ONNX file, as `classify` takes them; or a folder laid out as a Triton model repository, whose
   // NAME/VERSION/model.onnx models are served under their folders' names (the highest version of each).
   std::vector<std::string> models;
+  // Triton's model control: none (every model loaded once), explicit (--load-model's at startup, then load and
+  // unload on request), poll (every model, reloaded when its file changes, every repository_poll_secs; 0: never).
+  ModelControl model_control = ModelControl::None;
+  int repository_poll_secs = 15;
+  std::vector<std::string> load_models;  // explicit: the names loaded at startup ("*": all)
   deploy::InferenceOptions inference;
   deploy::DynamicBatching batching = [] {
     deploy::DynamicBatching b;

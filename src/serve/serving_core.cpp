@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/stats.h"
 #include "core/json.h"
+#include "serve/model_repository.h"
 #include "serve/served_model.h"
 #include "serve/server_options.h"
 
@@ -127,7 +128,7 @@ std::int64_t resident_bytes() {
 }  // namespace
 
 struct ServingCore::Impl {
-  explicit Impl(const ServerOptions& o) : options(o), workers(std::max(2, static_cast<int>(std::thread::hardware_concurrency()))) {}
+  explicit Impl(const ServerOptions& o) : options(o), models(o), workers(std::max(2, static_cast<int>(std::thread::hardware_concurrency()))) {}
   ~Impl() { workers.finish(); }  // its jobs hold models' requests: they end before the models do
 
   // A parsed request through its model: shared memory read, rows made, queued on the batcher, the response made
@@ -138,7 +139,7 @@ struct ServingCore::Impl {
            const SharedMemoryRegions::Bound& bound, const InferDone& done);
 
   const ServerOptions& options;
-  std::map<std::string, std::unique_ptr<ServedModel>> models;
+  ModelRepository models;  // before the requests' state: every admission holds one of its versions
   Drain drain;
   SharedMemoryRegions shared_memory;  // before the workers, which read from it, so that it outlives them
   Workers workers;                    // last: destroyed first
@@ -146,7 +147,7 @@ struct ServingCore::Impl {
 
 struct ServingCore::Admission::State {
   Drain* drain = nullptr;
-  ServedModel* model = nullptr;
+  std::shared_ptr<ServedModel> model;  // the version admitted to: a reload meanwhile does not take it away
   Clock::time_point start;
   std::shared_ptr<void> arriving;  // the batcher's announcement, released with the admission
   ~State() {
@@ -159,13 +160,7 @@ ServingCore::Admission::~Admission() = default;
 ServingCore::Admission::Admission(const Admission&) = default;
 ServingCore::Admission& ServingCore::Admission::operator=(const Admission&) = default;
 
-ServingCore::ServingCore(const ServerOptions& o) : impl_(std::make_unique<Impl>(o)) {
-  for (const auto& [name, path] : served_model_paths(o.models)) {
-    std::printf("convnets serve: loading model %s from %s\n", name.c_str(), path.c_str());
-    std::fflush(stdout);
-    impl_->models.emplace(name, std::make_unique<ServedModel>(name, path, o.inference, o.batching, o.max_image_pixels));
-  }
-}
+ServingCore::ServingCore(const ServerOptions& o) : impl_(std::make_unique<Impl>(o)) {}
 
 ServingCore::~ServingCore() { finish(); }
 
@@ -177,16 +172,10 @@ std::string ServingCore::server_metadata() const {
   return dump_json(Json{{"name", "convnets"}, {"version", CONVNETS_VERSION}, {"extensions", extensions}});
 }
 
-std::string ServingCore::repository_index() const {
-  Json list = Json::array();
-  for (const auto& [name, m] : impl_->models) list.push_back({{"name", name}, {"version", "1"}, {"state", "READY"}});
-  return dump_json(list);
-}
+std::string ServingCore::repository_index(bool ready_only) const { return impl_->models.index(ready_only); }
 
 std::string ServingCore::find_model(const std::string& name, const std::string& version) const {
-  if (impl_->models.find(name) == impl_->models.end()) {
-    return "Request for unknown model: '" + utf8_escaped(name) + "' is not found";
-  }
+  if (!impl_->models.find(name)) return impl_->models.missing(name);
   if (!version.empty() && version != "1") {
     return "Request for unknown model: '" + name + "' version " + utf8_escaped(version) +
            " is not found (version 1 is served)";
@@ -194,20 +183,39 @@ std::string ServingCore::find_model(const std::string& name, const std::string& 
   return "";
 }
 
-std::string ServingCore::model_metadata(const std::string& name) const { return impl_->models.at(name)->metadata(); }
-std::string ServingCore::model_config(const std::string& name) const { return impl_->models.at(name)->config(); }
+namespace {
+std::shared_ptr<ServedModel> served(const ModelRepository& models, const std::string& name) {
+  auto m = models.find(name);
+  if (!m) throw ProtocolError(404, models.missing(name));
+  return m;
+}
+}  // namespace
+
+std::string ServingCore::model_metadata(const std::string& name) const { return served(impl_->models, name)->metadata(); }
+std::string ServingCore::model_config(const std::string& name) const { return served(impl_->models, name)->config(); }
+
+void ServingCore::load_model(const std::string& name, LoadRequest request, std::function<void(ControlResult)> done) {
+  if (!ready()) return done({503, "Server not ready"});
+  impl_->models.load(name, std::move(request), std::move(done));
+}
+
+void ServingCore::unload_model(const std::string& name, std::function<void(ControlResult)> done) {
+  if (!ready()) return done({503, "Server not ready"});
+  impl_->models.unload(name, std::move(done));
+}
 SharedMemoryRegions& ServingCore::shared_memory() { return impl_->shared_memory; }
 
 ServingCore::Admission ServingCore::admit(const std::string& name, const std::string& version) {
   const auto start = Clock::now();
   if (!impl_->drain.enter()) throw ProtocolError(503, "the server is shutting down: no new requests are taken");
-  if (auto missing = find_model(name, version); !missing.empty()) {
+  auto model = impl_->models.find(name);
+  if (auto missing = model ? find_model(name, version) : impl_->models.missing(name); !missing.empty()) {
     impl_->drain.leave();
     throw ProtocolError(404, missing);
   }
   Admission a;
   a.state_ = std::make_shared<Admission::State>();
-  a.state_->model = impl_->models.at(name).get();
+  a.state_->model = std::move(model);
   a.state_->start = start;
   a.state_->arriving = a.state_->model->batcher().announce();
   a.state_->drain = &impl_->drain;
@@ -289,7 +297,15 @@ void ServingCore::offload(std::function<void()> job) { impl_->workers.submit(std
 std::vector<std::string> ServingCore::describe() const {
   std::vector<std::string> lines;
   const auto& b = impl_->options.batching;
-  for (const auto& [name, m] : impl_->models) lines.push_back("model " + name + " from " + m->path() + ": " + m->describe(b));
+  for (const auto& m : impl_->models.served()) {
+    lines.push_back("model " + m->name() + " from " + m->path() + ": " + m->describe(b));
+  }
+  if (impl_->options.model_control != ModelControl::None) {
+    lines.push_back(std::string("model control: ") +
+                    (impl_->options.model_control == ModelControl::Explicit
+                         ? "explicit (POST /v2/repository/models/NAME/load and /unload)"
+                         : "poll, every " + std::to_string(impl_->options.repository_poll_secs) + " s"));
+  }
   std::string preferred;
   for (auto s : b.preferred_batch_sizes) preferred += (preferred.empty() ? "" : ",") + std::to_string(s);
   lines.push_back("dynamic batching: max batch " + std::to_string(b.max_batch_size) + ", max queue delay " +
@@ -306,11 +322,13 @@ std::string ServingCore::metrics(int open_connections) const {
   };
   auto family = [&](const Family& f) { out << "# HELP " << f.name << ' ' << f.help << "\n# TYPE " << f.name << ' ' << f.type << '\n'; };
   auto labels = [](const std::string& model) { return "{model=\"" + model + "\",version=\"1\"}"; };
+  // One snapshot of the served versions: a reload while this is written does not mix two.
+  const auto models = impl_->models.served();
   std::map<std::string, BatcherStats> stats;
-  for (const auto& [name, m] : impl_->models) stats[name] = m->batcher().stats();
+  for (const auto& m : models) stats[m->name()] = m->batcher().stats();
   auto each = [&](const Family& f, auto value) {
     family(f);
-    for (const auto& [name, m] : impl_->models) out << f.name << labels(name) << ' ' << value(*m, stats[name]) << '\n';
+    for (const auto& m : models) out << f.name << labels(m->name()) << ' ' << value(*m, stats[m->name()]) << '\n';
   };
   // Triton's metric names and meanings (docs/user_guide/metrics.md), then convnets' own.
   each({"nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes"},
@@ -350,6 +368,9 @@ std::string ServingCore::metrics(int open_connections) const {
   out << "process_cpu_seconds_total " << process_cpu_seconds() << '\n';
   family({"process_resident_memory_bytes", "gauge", "Resident memory size in bytes"});
   out << "process_resident_memory_bytes " << resident_bytes() << '\n';
+  family({"convnets_models_in_memory", "gauge",
+          "Model versions in memory: one per served model, and a replaced or unloaded one until its requests are answered"});
+  out << "convnets_models_in_memory " << impl_->models.in_memory() << '\n';
   family({"convnets_http_open_connections", "gauge", "HTTP connections open now (idle kept-alive ones included)"});
   out << "convnets_http_open_connections " << open_connections << '\n';
   return out.str();
@@ -360,9 +381,9 @@ int ServingCore::in_flight() const { return impl_->drain.in_flight(); }
 
 std::string ServingCore::answered() const {
   std::string out;
-  for (const auto& [name, m] : impl_->models) {
+  for (const auto& m : impl_->models.served()) {
     auto& c = m->counters();
-    out += (out.empty() ? "" : "; ") + name + ": " + std::to_string(c.success.load()) + " succeeded, " +
+    out += (out.empty() ? "" : "; ") + m->name() + ": " + std::to_string(c.success.load()) + " succeeded, " +
            std::to_string(c.failure.load()) + " failed";
   }
   return out;
@@ -370,7 +391,7 @@ std::string ServingCore::answered() const {
 
 void ServingCore::finish() {
   if (!impl_) return;
-  for (auto& [name, m] : impl_->models) m->batcher().finish();
+  impl_->models.stop();
   impl_->workers.finish();
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kserve/messages.h"
+#include "serve/repository_control.h"
 #include "serve/shared_memory.h"
 
 #include <functional>
@@ -29,11 +30,16 @@ class ServingCore {
   // turns into the messages of the same fields.
   bool ready() const;                    // false while draining
   std::string server_metadata() const;   // GET /v2
-  std::string repository_index() const;  // POST /v2/repository/index
+  std::string repository_index(bool ready_only = false) const;  // POST /v2/repository/index
   // "" when `name` (at `version`, "" or "1") is served, else the 404 message naming it.
   std::string find_model(const std::string& name, const std::string& version) const;
-  std::string model_metadata(const std::string& name) const;  // a name find_model accepts
-  std::string model_config(const std::string& name) const;    // Triton's model configuration
+  // For a name find_model accepts; ProtocolError 404 if an unload took it since.
+  std::string model_metadata(const std::string& name) const;
+  std::string model_config(const std::string& name) const;  // Triton's model configuration
+  // Triton's model repository extension (--model-control-mode explicit): `done` gets 200 once the new version
+  // serves (or the model is unloaded), else Triton's status and message; from the thread that ran it.
+  void load_model(const std::string& name, LoadRequest request, std::function<void(ControlResult)> done);
+  void unload_model(const std::string& name, std::function<void(ControlResult)> done);
   SharedMemoryRegions& shared_memory();  // Triton's system shared-memory regions, one registry for both protocols
 
   // A request let in: counted in flight until its answer is handed back (the drain waits for it) and announced to

@@ -736,7 +736,7 @@ class GrpcService(unittest.TestCase):
                 self.assertEqual(mine.full_name, their.full_name, m.name)
                 compare(mine, their, mine.full_name)
         self.assertEqual(problems, [])
-        self.assertEqual(len(service.methods), 11)
+        self.assertEqual(len(service.methods), 13)
 
     def test_tensors_give_the_package_logits(self):
         import convnets  # the package: classify's InferenceModel, its engine chosen as classify chooses it
