@@ -225,6 +225,8 @@ def main():
     ap.add_argument("--max-queue-delay-us", type=int, default=2000)
     ap.add_argument("--quick", action="store_true", help="one round, short windows, concurrency 1 and 4 only")
     ap.add_argument("--json", help="write the cells, each round and the medians, here")
+    ap.add_argument("--merge", help="an earlier run's --json (same cells and windows): its rounds join this run's in "
+                                    "every median, for a larger sample decided before the run")
     a = ap.parse_args()
     if not os.path.exists(a.triton_python):
         sys.exit(f"serve_vs_triton.py: {a.triton_python} not found: run scripts/triton-env.sh first")
@@ -242,6 +244,18 @@ def main():
                     "--train-per-class", "0", "--val-per-class", "2"], check=True, stdout=subprocess.DEVNULL)
     files = {s["key"]: prepare(a, s, work) for s in chosen}
     results = {}  # (model, kind, concurrency) -> {"convnets": [rounds], "triton": [rounds]}
+    merged_from = None
+    if a.merge:
+        with open(a.merge) as f:
+            earlier = json.load(f)
+        if earlier["settings"]["windows_s"] != json.loads(json.dumps(windows)):
+            sys.exit(f"serve_vs_triton.py: {a.merge} was measured with other windows")
+        key_of = {s["arch"]: s["key"] for s in chosen}
+        for cell in earlier["cells"]:
+            kind = (cell["input"], cell["protocol"], cell["shared_memory"])
+            results[(key_of[cell["model"]], kind, cell["concurrency"])] = cell["rounds"]
+        merged_from = {"file": os.path.basename(a.merge), "convnets": earlier["versions"]["convnets"],
+                       "rounds": earlier["settings"]["rounds"]}
     startups = {"convnets": [], "triton": []}
     began = time.monotonic()
     for r in range(rounds):
@@ -292,6 +306,7 @@ def main():
             "openvino": openvino.__version__ if hasattr(openvino, "__version__") else "",
         },
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+        "merged_from": merged_from,
         "settings": {"precision": a.precision, "engine": "OpenVINO", "max_batch_size": a.max_batch_size,
                      "max_queue_delay_us": a.max_queue_delay_us, "rounds": rounds, "windows_s": windows,
                      "load": "convnets bench serve, closed loop, one connection per request in flight"},
