@@ -174,13 +174,18 @@ std::string ServingCore::server_metadata() const {
 
 std::string ServingCore::repository_index(bool ready_only) const { return impl_->models.index(ready_only); }
 
+namespace {
+// "" for the one version served ("" or "1"), else the 404 message naming it.
+std::string unknown_version(const std::string& name, const std::string& version) {
+  if (version.empty() || version == "1") return "";
+  return "Request for unknown model: '" + name + "' version " + utf8_escaped(version) +
+         " is not found (version 1 is served)";
+}
+}  // namespace
+
 std::string ServingCore::find_model(const std::string& name, const std::string& version) const {
   if (!impl_->models.find(name)) return impl_->models.missing(name);
-  if (!version.empty() && version != "1") {
-    return "Request for unknown model: '" + name + "' version " + utf8_escaped(version) +
-           " is not found (version 1 is served)";
-  }
-  return "";
+  return unknown_version(name, version);
 }
 
 namespace {
@@ -209,7 +214,8 @@ ServingCore::Admission ServingCore::admit(const std::string& name, const std::st
   const auto start = Clock::now();
   if (!impl_->drain.enter()) throw ProtocolError(503, "the server is shutting down: no new requests are taken");
   auto model = impl_->models.find(name);
-  if (auto missing = model ? find_model(name, version) : impl_->models.missing(name); !missing.empty()) {
+  // One lookup: the version admitted to is the one found here, whatever a reload does next.
+  if (auto missing = model ? unknown_version(name, version) : impl_->models.missing(name); !missing.empty()) {
     impl_->drain.leave();
     throw ProtocolError(404, missing);
   }
