@@ -22,7 +22,7 @@ import fixtures  # the suite's shared trained network (tests/python/fixtures.py)
 import numpy as np
 import tritonclient.http as triton
 
-from test_serve import Serve, image_input
+from serve_harness import Serve, image_input
 
 sys.path.insert(0, os.path.join(os.environ["CONVNETS_SOURCE_DIR"], "tools"))
 import runner  # noqa: E402

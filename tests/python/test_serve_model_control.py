@@ -27,7 +27,7 @@ import tritonclient.grpc as tritongrpc
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from test_serve import convnets, started, tensor_input
+from serve_harness import convnets, started, tensor_input
 
 X = np.random.default_rng(3).standard_normal((1, 3, 28, 28)).astype(np.float32)
 POLL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"

@@ -17,7 +17,7 @@ import numpy as np
 import tritonclient.grpc as tritongrpc
 from tritonclient.utils import InferenceServerException
 
-from test_serve import BIN, HOST, convnets, started, tensor_input
+from serve_harness import BIN, HOST, convnets, started, tensor_input
 
 ADMIN = {"admin-key": "s3cret"}
 INFER = {"infer-key": "go"}
