@@ -277,6 +277,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void release() {
     if (reserved_ > 0) f_.held.fetch_sub(reserved_);
     reserved_ = 0;
+    request_.context.reset();  // a refused or unfinished request's: a batch must not wait for its body
   }
 
   using Clock = std::chrono::steady_clock;

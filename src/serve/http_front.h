@@ -1,6 +1,7 @@
 // convnets serve's HTTP/1.1 front end on Boost.Beast/Asio: one event loop owns every socket (an idle keep-alive connection costs a descriptor, no thread and no polling), deadlines for a request's first byte, its headers and its body, a bound on the sockets open at once and on the request bodies held; handlers answer from any thread.
 #pragma once
 
+#include <any>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -16,6 +17,9 @@ struct HttpRequest {
   std::string method, path;  // the path without its query
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  // What the precheck attached from the headers (a model's announcement), handed to the handler with the body;
+  // released as soon as the request is refused or its connection ends without it.
+  std::any context;
   bool has_header(const std::string& name) const;
   std::string header(const std::string& name) const;  // case-insensitive; "" when absent
 };
@@ -58,8 +62,9 @@ class HttpFront {
   // Callable once, from any thread: the response is written on the event loop.
   using Reply = std::function<void(HttpResponse)>;
   // The request's headers alone (body empty), before any of its body is read: a refusal answered at once (the
-  // connection then ends: its body, unread, would be taken for the next request), or none.
-  using Precheck = std::function<std::optional<HttpResponse>(const HttpRequest&)>;
+  // connection then ends: its body, unread, would be taken for the next request), or none, and then it may set the
+  // request's context.
+  using Precheck = std::function<std::optional<HttpResponse>(HttpRequest&)>;
   // The whole request. Runs on the event loop: anything slower than a few microseconds must be handed on.
   using Handler = std::function<void(HttpRequest, Reply)>;
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <any>
 #include <optional>
 #include <regex>
 #include <thread>
@@ -91,6 +92,13 @@ LoadRequest load_request_of(const std::string& body, const std::string& name) {
   return r;
 }
 
+const std::string kModelRoute = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+
+const std::regex& infer_route() {
+  static const std::regex route(kModelRoute + "/infer");
+  return route;
+}
+
 HttpResponse error_response(int status, const std::string& message, bool close = false) {
   return HttpResponse::json_error(status, error_body(message), close);
 }
@@ -163,6 +171,17 @@ struct HttpService::Impl {
     return std::nullopt;
   }
 
+  // From the headers: the refusal, or none and, for an inference request naming a served model, the model's
+  // announcement from now on (taken over by the admission once the body is read).
+  std::optional<HttpResponse> precheck(HttpRequest& req) const {
+    auto refused = refusal(req);
+    std::smatch m;
+    if (!refused && req.method == "POST" && std::regex_match(req.path, m, infer_route())) {
+      req.context = core.expect(percent_decoded(m[1]), m[2].matched ? percent_decoded(m[2]) : "");
+    }
+    return refused;
+  }
+
   // The model a path names, or the 404 answer.
   std::optional<std::string> model_of(const std::smatch& m, HttpResponse& refused) const {
     const std::string name = percent_decoded(m[1]);
@@ -184,9 +203,8 @@ struct HttpService::Impl {
   }
 
   void dispatch(HttpRequest r, const HttpFront::Reply& reply) {
-    static const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
-    static const std::regex model_route(model), ready_route(model + "/ready"), config_route(model + "/config"),
-        infer_route(model + "/infer"),
+    static const std::regex model_route(kModelRoute), ready_route(kModelRoute + "/ready"),
+        config_route(kModelRoute + "/config"),
         shm_route(R"(/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister))"),
         control_route(R"(/v2/repository(?:/([^/]+))?/models/([^/]+)/(load|unload))");
     const auto& p = r.path;
@@ -213,7 +231,7 @@ struct HttpService::Impl {
       }
     } else if (r.method == "POST") {
       if (p == "/v2/repository/index") return reply(repository_index(r.body));
-      if (std::regex_match(p, m, infer_route)) {
+      if (std::regex_match(p, m, infer_route())) {
         return infer(percent_decoded(m[1]), m[2].matched ? percent_decoded(m[2]) : "", std::move(r), reply);
       }
       if (std::regex_match(p, m, control_route)) return model_control(m, std::move(r.body), reply);
@@ -264,9 +282,12 @@ struct HttpService::Impl {
   // copy of megabytes holds the other connections' reads and writes. The answer is written as the request asked
   // (JSON, or Triton's binary tensors).
   void infer(const std::string& name, const std::string& version, HttpRequest r, HttpFront::Reply reply) {
+    ServingCore::Arrival arrival;
+    if (auto* expected = std::any_cast<ServingCore::Arrival>(&r.context)) arrival = std::move(*expected);
+    r.context.reset();
     ServingCore::Admission admitted;
     try {
-      admitted = core.admit(name, version);
+      admitted = core.admit(name, version, std::move(arrival));
     } catch (const ProtocolError& e) {
       // A server shutting down ends the connection too, so that the client's next request goes elsewhere.
       return reply(error_response(e.status(), e.what(), e.status() == 503));
@@ -361,14 +382,14 @@ HttpService::HttpService(ServingCore& core, const ServerOptions& o) : impl_(std:
   f.log_verbose = o.log_verbose;
   auto* impl = impl_.get();
   impl->http = std::make_unique<HttpFront>(
-      f, [impl](const HttpRequest& r) { return impl->refusal(r); },
+      f, [impl](HttpRequest& r) { return impl->precheck(r); },
       [impl](HttpRequest r, HttpFront::Reply reply) { impl->route(std::move(r), std::move(reply)); }, error_body);
   if (o.metrics_port >= 0) {
     f.max_connections = 64;
     f.max_body_bytes = kSmallBody;
     f.max_held_bytes = 64 * kSmallBody;
     impl->metrics_front = std::make_unique<HttpFront>(
-        f, [](const HttpRequest&) { return std::optional<HttpResponse>{}; },
+        f, [](HttpRequest&) { return std::optional<HttpResponse>{}; },
         [impl](HttpRequest r, HttpFront::Reply reply) {
           if (r.method == "GET" && r.path == "/metrics") return reply(metrics_response(impl->metrics()));
           reply(error_response(404, "no such endpoint: " + utf8_escaped(r.method + " " + r.path)));

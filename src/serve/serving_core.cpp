@@ -155,6 +155,11 @@ struct ServingCore::Admission::State {
   }
 };
 
+struct ServingCore::Arrival::State {
+  std::shared_ptr<ServedModel> model;
+  std::shared_ptr<void> announced;
+};
+
 ServingCore::Admission::Admission() = default;
 ServingCore::Admission::~Admission() = default;
 ServingCore::Admission::Admission(const Admission&) = default;
@@ -210,7 +215,17 @@ void ServingCore::unload_model(const std::string& name, std::function<void(Contr
 }
 SharedMemoryRegions& ServingCore::shared_memory() { return impl_->shared_memory; }
 
-ServingCore::Admission ServingCore::admit(const std::string& name, const std::string& version) {
+ServingCore::Arrival ServingCore::expect(const std::string& name, const std::string& version) const {
+  Arrival a;
+  auto model = impl_->models.find(name);
+  if (!model || !unknown_version(name, version).empty()) return a;
+  a.state_ = std::make_shared<Arrival::State>();
+  a.state_->announced = model->batcher().announce();
+  a.state_->model = std::move(model);
+  return a;
+}
+
+ServingCore::Admission ServingCore::admit(const std::string& name, const std::string& version, Arrival arrival) {
   const auto start = Clock::now();
   if (!impl_->drain.enter()) throw ProtocolError(503, "the server is shutting down: no new requests are taken");
   auto model = impl_->models.find(name);
@@ -223,7 +238,8 @@ ServingCore::Admission ServingCore::admit(const std::string& name, const std::st
   a.state_ = std::make_shared<Admission::State>();
   a.state_->model = std::move(model);
   a.state_->start = start;
-  a.state_->arriving = a.state_->model->batcher().announce();
+  const bool expected = arrival.state_ && arrival.state_->model == a.state_->model;
+  a.state_->arriving = expected ? std::move(arrival.state_->announced) : a.state_->model->batcher().announce();
   a.state_->drain = &impl_->drain;
   return a;
 }

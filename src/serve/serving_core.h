@@ -56,8 +56,22 @@ class ServingCore {
     friend class ServingCore;
     std::shared_ptr<State> state_;
   };
-  // ProtocolError 503 while draining, 404 naming a model (or version) not served.
-  Admission admit(const std::string& name, const std::string& version);
+  // A request whose headers named a served model, its body still on its way: announced to that version's batcher
+  // from now on, so that a batch waits for a body being received (150 kB of tensors take a while to come in while
+  // the engine holds every core) rather than leave without it. Nothing else: not counted in flight, not admitted.
+  // Empty when the model or version is not served.
+  class Arrival {
+   public:
+    struct State;  // serving_core.cpp's
+
+   private:
+    friend class ServingCore;
+    std::shared_ptr<State> state_;
+  };
+  Arrival expect(const std::string& name, const std::string& version) const;
+  // ProtocolError 503 while draining, 404 naming a model (or version) not served. `arrival`'s announcement carries
+  // over when it named the version admitted to (a reload since: the new version's own).
+  Admission admit(const std::string& name, const std::string& version, Arrival arrival = {});
 
   // The one request path. `read` gives the request (a protocol's body parsed: ProtocolError naming what is wrong);
   // inputs named in shared memory are read out on a worker; the input becomes the model's rows, which its batcher

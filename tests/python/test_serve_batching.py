@@ -1,11 +1,13 @@
 """`convnets serve`'s dynamic batching through tritonclient and raw sockets: concurrent requests share a forward
-pass, a lone request pays no queue delay, a full queue is answered 503 at once, a request timeout expires, and
-SIGTERM answers every request accepted, refuses new ones with 503 and exits 0.
+pass, a lone request pays no queue delay, a request whose body is still arriving is waited for, a full queue is
+answered 503 at once, a request timeout expires, and SIGTERM answers every request accepted, refuses new ones with
+503 and exits 0.
 
 Every server listens on 127.0.0.1 only, on a port it picks, and is stopped by the test that started it.
 """
 import json
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -86,6 +88,57 @@ class Batching(unittest.TestCase):
             self.assertGreater(time.monotonic() - t0, 2.9, "Triton's policy waits out the delay")
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_a_body_still_arriving_is_waited_for_and_one_that_never_comes_is_not(self):
+        # --batch-delay-policy arrivals counts a request from its headers: while one client's body is still on its
+        # way, another's request waits for it (both in one pass) instead of leaving alone. A body refused part-way
+        # (413) or abandoned (the client closes) stops counting at once: the other request does not wait out the
+        # 5 s delay for it.
+        server = started(self, f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "5000000",
+                         "--max-request-bytes", "65536")
+        key = 'model="fashion",version="1"'
+        body = infer_json([{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28],
+                            "data": self.x.ravel().tolist()}])
+        head = (f"POST /v2/models/fashion/infer HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+
+        def answered_after(send_rest, wait_s):
+            """The other request's seconds, `send_rest` run once it has waited `wait_s` unanswered."""
+            threads, results = self.concurrently(server, 1)
+            threads[0].join(wait_s)
+            self.assertTrue(threads[0].is_alive(), f"answered {results[0]} without waiting for the body on its way")
+            t0 = time.monotonic()
+            send_rest()
+            threads[0].join(60)
+            self.assertEqual(results[0][0], 200, results)
+            return time.monotonic() - t0
+
+        slow = socket.create_connection((HOST, server.port), timeout=30)
+        slow.sendall(head + body[:len(body) // 2])
+        time.sleep(0.3)  # its headers read
+        after = answered_after(lambda: slow.sendall(body[len(body) // 2:]), 1.0)
+        self.assertLess(after, 2.0, "answered once the body came, in the same pass")
+        self.assertIn(b"200 OK", slow.recv(65536))
+        slow.close()
+        m = server.metrics()
+        self.assertEqual(m["nv_inference_exec_count{%s}" % key], 1)
+        self.assertEqual(m['convnets_inference_batch_size_count{%s,batch_size="2"}' % key], 1)
+
+        # Chunked past --max-request-bytes: 413 part-way, its connection lingering for 2 s after.
+        refused = socket.create_connection((HOST, server.port), timeout=30)
+        refused.sendall(head.replace(b"Content-Length: %d" % len(body), b"Transfer-Encoding: chunked"))
+        time.sleep(0.3)
+        after = answered_after(lambda: refused.sendall(b"%x\r\n" % 70000 + b"0" * 70000 + b"\r\n"), 0.5)
+        self.assertLess(after, 1.5, "the request waited for a body refused with 413")
+        self.assertIn(b"413", refused.recv(65536))
+        refused.close()
+
+        gone = socket.create_connection((HOST, server.port), timeout=30)
+        gone.sendall(head + body[:100])
+        time.sleep(0.3)
+        after = answered_after(gone.close, 0.5)
+        self.assertLess(after, 1.5, "the request waited for a body whose client had gone")
+        self.assertEqual(server.metrics()["nv_inference_request_success{%s}" % key], 4)
 
     def test_a_full_queue_is_answered_at_once_and_timeouts_expire(self):
         server = started(self, f"fashion={self.ckpt}", "--max-batch-size", "8", "--max-queue-delay-us", "3000000",
