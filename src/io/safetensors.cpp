@@ -278,7 +278,10 @@ std::string entry_text(const std::string& name, const std::string& dtype, const 
   text += '\0';
   text += dtype;
   text += '\0';
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) text += ',';
+    text += std::to_string(shape[i]);
+  }
   text += '\0';
   return text + std::to_string(begin) + "," + std::to_string(end);
 }

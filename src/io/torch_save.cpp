@@ -519,8 +519,11 @@ TorchSaveContents read(caffe2::serialize::PyTorchStreamReader& zip, const std::s
       try {
         read_optimizer(*v, contents, name);
       } catch (const Error& e) {
-        contents = TorchSaveContents{std::move(contents.weights), std::move(contents.ema)};
-        contents.optimizer_problem = e.what();
+        TorchSaveContents weights_only;  // what read_optimizer had filled in is dropped
+        weights_only.weights = std::move(contents.weights);
+        weights_only.ema = std::move(contents.ema);
+        weights_only.optimizer_problem = e.what();
+        contents = std::move(weights_only);
       }
     }
     nlohmann::json rest = nlohmann::json::object();
