@@ -23,7 +23,8 @@ constexpr std::uint64_t kSmallBody = 64 * 1024;     // any body but an infer req
 constexpr std::size_t kInlineParseBytes = 16 * 1024;  // parsed on the event loop; larger on a worker
 
 // A path segment as the client named it: tritonclient quote()s model and region names into the URL (a space is
-// %20). A '%' not followed by two hex digits stays as it is.
+// %20). A '%' not followed by two hex digits stays as it is. An optional segment the path lacks (an unmatched
+// group) is "".
 std::string percent_decoded(const std::string& segment) {
   const auto hex = [](char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
@@ -177,7 +178,7 @@ struct HttpService::Impl {
     auto refused = refusal(req);
     std::smatch m;
     if (!refused && req.method == "POST" && std::regex_match(req.path, m, infer_route())) {
-      req.context = core.expect(percent_decoded(m[1]), m[2].matched ? percent_decoded(m[2]) : "");
+      req.context = core.expect(percent_decoded(m[1]), percent_decoded(m[2]));
     }
     return refused;
   }
@@ -185,7 +186,7 @@ struct HttpService::Impl {
   // The model a path names, or the 404 answer.
   std::optional<std::string> model_of(const std::smatch& m, HttpResponse& refused) const {
     const std::string name = percent_decoded(m[1]);
-    if (auto missing = core.find_model(name, m.size() > 2 && m[2].matched ? percent_decoded(m[2]) : "");
+    if (auto missing = core.find_model(name, percent_decoded(m[2]));
         !missing.empty()) {
       refused = error_response(404, missing);
       return std::nullopt;
@@ -232,7 +233,7 @@ struct HttpService::Impl {
     } else if (r.method == "POST") {
       if (p == "/v2/repository/index") return reply(repository_index(r.body));
       if (std::regex_match(p, m, infer_route())) {
-        return infer(percent_decoded(m[1]), m[2].matched ? percent_decoded(m[2]) : "", std::move(r), reply);
+        return infer(percent_decoded(m[1]), percent_decoded(m[2]), std::move(r), reply);
       }
       if (std::regex_match(p, m, control_route)) return model_control(m, std::move(r.body), reply);
       if (std::regex_match(p, m, shm_route) && m[2] != "status") {
